@@ -1,0 +1,7 @@
+"""One LibCST codemod per rewrite recipe.
+
+Installed as `pallas_fix.codemods` (the folder is mapped in pyproject.toml, so no top-level
+`codemods` package lands in site-packages). Importing this package registers each codemod's
+planner with `pallas_fix.fixes`; each module also defines a `Codemod` class that LibCST's own
+runner can execute: `python -m libcst.tool codemod -x pallas_fix.codemods.<module>.<Class> FILE`.
+"""

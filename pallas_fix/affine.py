@@ -1,0 +1,199 @@
+"""Affine decomposition of slice starts: `(i + 1) * bs` -> {i: bs} + bs.
+
+A start is block-shaped for a window of size Z when every term is an integer multiple of Z; then
+the block index is the start divided by Z (`i + 1`), which is what an index_map must return.
+Coefficients are products of an integer and static factors kept as source text (`bs`,
+`x_ref.shape[0] // 4`), so `i * bs` matches a window `bs` whose value nobody knows statically.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import libcst as cst
+
+Factors = tuple[str, ...]  # sorted multiset of static factor texts
+
+
+@dataclass(frozen=True)
+class Coeff:
+    mult: int
+    factors: Factors = ()
+
+    def times(self, other: "Coeff") -> "Coeff":
+        return Coeff(self.mult * other.mult, tuple(sorted(self.factors + other.factors)))
+
+    def divide(self, size: "Coeff") -> Optional[int]:
+        """self / size when that is an integer, else None."""
+        if size.mult == 0:
+            return None
+        mine, theirs = Counter(self.factors), Counter(size.factors)
+        if mine != theirs:
+            return None
+        if self.mult % size.mult:
+            return None
+        return self.mult // size.mult
+
+    def provably_not_multiple(self, size: "Coeff") -> bool:
+        """True when self cannot be an integer multiple of size whatever the factors' values."""
+        mine, theirs = Counter(self.factors), Counter(size.factors)
+        if not mine and not theirs:
+            return self.mult % size.mult != 0 if size.mult else True
+        # `i + 3` against a window `bs`: a multiple only for tiny windows nobody uses as blocks.
+        return not mine and bool(theirs) and self.mult != 0
+
+
+@dataclass
+class Affine:
+    terms: dict[str, Coeff] = field(default_factory=dict)  # atom key -> coefficient
+    const: list[Coeff] = field(default_factory=list)  # sum of static terms
+    atoms: dict[str, cst.BaseExpression] = field(default_factory=dict)  # key -> expression
+
+    def add(self, other: "Affine", sign: int = 1) -> "Affine":
+        out = Affine(dict(self.terms), list(self.const), {**self.atoms, **other.atoms})
+        for key, c in other.terms.items():
+            c = Coeff(c.mult * sign, c.factors)
+            if key in out.terms:
+                prev = out.terms[key]
+                if prev.factors != c.factors:
+                    raise _NotAffine
+                out.terms[key] = Coeff(prev.mult + c.mult, prev.factors)
+            else:
+                out.terms[key] = c
+        out.const.extend(Coeff(c.mult * sign, c.factors) for c in other.const)
+        return out
+
+    def scale(self, c: Coeff) -> "Affine":
+        return Affine(
+            {k: v.times(c) for k, v in self.terms.items()},
+            [v.times(c) for v in self.const],
+            dict(self.atoms),
+        )
+
+    def is_static(self) -> bool:
+        return not any(c.mult for c in self.terms.values())
+
+    def as_coeff(self) -> Optional[Coeff]:
+        """A purely static, single-term value as a coefficient."""
+        if not self.is_static():
+            return None
+        merged = _merge_const(self.const)
+        if len(merged) == 0:
+            return Coeff(0)
+        if len(merged) == 1:
+            return merged[0]
+        return None
+
+
+class _NotAffine(Exception):
+    pass
+
+
+def _merge_const(const: list[Coeff]) -> list[Coeff]:
+    by_factors: dict[Factors, int] = {}
+    for c in const:
+        by_factors[c.factors] = by_factors.get(c.factors, 0) + c.mult
+    return [Coeff(m, f) for f, m in by_factors.items() if m]
+
+
+@dataclass
+class Hooks:
+    """How the decomposer learns about names: supplied by the provenance environment."""
+
+    is_dynamic: Callable[[cst.BaseExpression], bool]
+    atom_key: Callable[[cst.BaseExpression], Optional[str]]  # a dynamic leaf (loop index, program_id)
+    static_int: Callable[[cst.BaseExpression], Optional[int]]
+    inline: Callable[[cst.Name], Optional[cst.BaseExpression]]  # single assignment of a local name
+    strip: Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]  # pl.multiple_of(x, n) -> x
+    code: Callable[[cst.CSTNode], str]
+
+
+def decompose(expr: cst.BaseExpression, hooks: Hooks) -> Optional[Affine]:
+    try:
+        return _dec(expr, hooks, 0)
+    except _NotAffine:
+        return None
+
+
+def _dec(expr: cst.BaseExpression, h: Hooks, depth: int) -> Affine:
+    if depth > 24:
+        raise _NotAffine
+    if isinstance(expr, cst.Integer):
+        return Affine(const=[Coeff(int(expr.evaluated_value))])
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return Affine().add(_dec(expr.expression, h, depth + 1), -1)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Plus):
+        return _dec(expr.expression, h, depth + 1)
+    stripped = h.strip(expr)
+    if stripped is not None:
+        return _dec(stripped, h, depth + 1)
+    key = h.atom_key(expr)
+    if key is not None:
+        return Affine(terms={key: Coeff(1)}, atoms={key: expr})
+    if isinstance(expr, cst.BinaryOperation):
+        left = _dec(expr.left, h, depth + 1)
+        right = _dec(expr.right, h, depth + 1)
+        if isinstance(expr.operator, cst.Add):
+            return left.add(right)
+        if isinstance(expr.operator, cst.Subtract):
+            return left.add(right, -1)
+        if isinstance(expr.operator, cst.Multiply):
+            lc, rc = left.as_coeff(), right.as_coeff()
+            if rc is not None:
+                return left.scale(rc)
+            if lc is not None:
+                return right.scale(lc)
+            raise _NotAffine
+        if not h.is_dynamic(expr):
+            return _static_leaf(expr, h)
+        raise _NotAffine
+    if not h.is_dynamic(expr):
+        return _static_leaf(expr, h)
+    if isinstance(expr, cst.Name):
+        value = h.inline(expr)
+        if value is not None:
+            return _dec(value, h, depth + 1)
+    raise _NotAffine
+
+
+def _static_leaf(expr: cst.BaseExpression, h: Hooks) -> Affine:
+    value = h.static_int(expr)
+    if value is not None:
+        return Affine(const=[Coeff(value)])
+    return Affine(const=[Coeff(1, (h.code(expr),))])
+
+
+@dataclass
+class BlockIndex:
+    """start == sum(mult_k * atom_k) * size + offset * size."""
+
+    atoms: dict[str, int]  # atom key -> integer multiplier
+    offset: int
+    atom_exprs: dict[str, cst.BaseExpression]
+
+
+def block_index(start: Affine, size: Coeff) -> Optional[BlockIndex]:
+    atoms: dict[str, int] = {}
+    for key, coeff in start.terms.items():
+        if coeff.mult == 0:
+            continue
+        q = coeff.divide(size)
+        if q is None:
+            return None
+        atoms[key] = q
+    offset = 0
+    for c in _merge_const(start.const):
+        q = c.divide(size)
+        if q is None:
+            return None
+        offset += q
+    return BlockIndex(atoms, offset, start.atoms)
+
+
+def provably_not_block(start: Affine, size: Coeff) -> bool:
+    for coeff in start.terms.values():
+        if coeff.mult and coeff.provably_not_multiple(size):
+            return True
+    return any(c.mult and c.provably_not_multiple(size) for c in _merge_const(start.const))

@@ -1,0 +1,407 @@
+"""Command line: `pallas-fix [OPTIONS] PATHS...`, plus `explain`, `verify` and `lsp`.
+
+The check form is the default so that users type `pallas-fix --apply kernel.py`. A first argument
+is read as a subcommand only when it is one of the reserved names AND no file of that name exists,
+so a path is never mistaken for a subcommand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from .config import Config, ConfigError, load_config, parse_backend
+from .engine import SourceError, analyze_source, fix_source
+from .files import FileError, iter_files, read_source, write_source
+from .model import Finding
+from .output import render_github, render_json, render_sarif, render_text, unified_diff
+
+SUBCOMMANDS = ("explain", "verify", "lsp")
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
+
+@dataclass
+class Options:
+    apply: bool = False
+    diff_only: bool = False
+    unsafe_fixes: Optional[bool] = None
+    select: tuple = ()
+    ignore: tuple = ()
+    backend: Optional[str] = None
+    target: Optional[str] = None
+    unroll_limit: Optional[int] = None
+    examples: tuple = ()
+    verify: bool = True
+    verify_timeout: float = 300.0
+    require_verified: bool = False
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    original: Optional[str] = None
+    proposed: Optional[str] = None
+    applied: list[str] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    error: Optional[str] = None
+    fix_error: Optional[str] = None
+    skipped: bool = False
+    config: Optional[Config] = None
+
+
+def _config_for(path: str, opts: Options) -> Config:
+    base = load_config(__import__("pathlib").Path(path))
+    return base.merged(
+        select=tuple(c.upper() for c in opts.select) or None,
+        ignore=tuple(c.upper() for c in opts.ignore) or None,
+        backend=parse_backend(opts.backend),
+        target=opts.target,
+        unroll_limit=opts.unroll_limit,
+        unsafe_fixes=opts.unsafe_fixes,
+    )
+
+
+def analyse_file(path: str, opts: Options) -> FileReport:
+    """Everything short of writing: pure, so it can run in a worker process."""
+    report = FileReport(path=path)
+    if path.endswith(".ipynb"):
+        from .notebook import analyse_notebook
+
+        return analyse_notebook(path, opts, report)
+    try:
+        src = read_source(path)
+    except FileError as exc:
+        report.error = str(exc)
+        return report
+    try:
+        config = _config_for(path, opts)
+    except ConfigError as exc:
+        report.error = f"configuration: {exc}"
+        return report
+    report.config = config
+    report.original = src.text
+    if "pallas_call" not in src.text:
+        report.skipped = True
+        return report
+    try:
+        analysis = analyze_source(src.text, path, config)
+    except SourceError as exc:
+        report.error = str(exc).split(": ", 1)[-1] if str(exc).startswith(path) else str(exc)
+        report.error = exc.reason + f" (line {exc.line}, column {exc.column + 1})"
+        return report
+    report.findings = analysis.findings
+    if any(f.fixable for f in analysis.findings):
+        fixed = fix_source(src.text, path, config)
+        if fixed.error:
+            report.fix_error = fixed.error
+        elif fixed.changed:
+            report.proposed = fixed.source
+            report.applied = fixed.applied
+            report.remaining = fixed.remaining
+    if report.proposed is None:
+        report.remaining = analysis.findings
+    return report
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _print_diff(text: str, color: bool) -> None:
+    if color:
+        from rich.syntax import Syntax
+
+        _console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
+    else:
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+
+
+def _verify(report: FileReport, opts: Options, *, gpu: bool):
+    """Run the interpreters on original vs proposed; returns (ok, verdicts)."""
+    from .verify.examples import ExampleSyntaxError, collect_examples
+    from .verify.runner import verify_sources
+
+    try:
+        examples = collect_examples(report.path, report.original, cli_examples=list(opts.examples))
+    except ExampleSyntaxError as exc:
+        return None, str(exc)
+    if not examples:
+        return [], None
+    verdicts = verify_sources(
+        report.original or "",
+        report.proposed or "",
+        examples,
+        path=report.path,
+        timeout_s=opts.verify_timeout,
+        gpu_interpret=gpu,
+    )
+    return verdicts, None
+
+
+def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ignore: bool, color: bool) -> int:
+    targets: list[str] = []
+    reports: list[FileReport] = []
+    for path, err in iter_files(paths, no_ignore=no_ignore):
+        if err:
+            reports.append(FileReport(path=path, error=err))
+        else:
+            targets.append(path)
+    if workers > 1 and len(targets) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            reports.extend(pool.map(analyse_file, targets, [opts] * len(targets), chunksize=8))
+    else:
+        reports.extend(analyse_file(p, opts) for p in targets)
+
+    exit_code = 0
+    all_findings: list[Finding] = []
+    verdict_json: list[dict] = []
+    err = _console(stderr=True)
+    machine = fmt is not Format.text
+    for report in reports:
+        if report.error:
+            err.print(f"[bold red]error[/]: {report.path}: {report.error}", markup=True)
+            exit_code = 2
+            continue
+        if report.fix_error:
+            err.print(f"[yellow]warning[/]: {report.path}: {report.fix_error}", markup=True)
+        if not opts.apply:
+            all_findings.extend(report.findings)
+            if report.findings and fmt is Format.text and not opts.diff_only:
+                print(render_text(report.findings))
+            if report.proposed is not None and fmt is Format.text:
+                _print_diff(unified_diff(report.path, report.original or "", report.proposed), color)
+            continue
+        # --apply
+        if report.proposed is None:
+            all_findings.extend(report.remaining)
+            if report.remaining and fmt is Format.text:
+                print(render_text(report.remaining))
+            continue
+        status = _apply(report, opts, err, verdict_json, machine)
+        if status == "written":
+            all_findings.extend(report.remaining)
+            if report.remaining and fmt is Format.text:
+                print(render_text(report.remaining))
+        else:
+            all_findings.extend(report.findings)
+            if fmt is Format.text:
+                print(render_text(report.findings))
+            if status == "error":
+                exit_code = 2
+            else:
+                exit_code = max(exit_code, 1)
+
+    if fmt is Format.json:
+        print(render_json(all_findings, verdict_json if opts.apply else None))
+    elif fmt is Format.sarif:
+        print(render_sarif(all_findings))
+    elif fmt is Format.github:
+        out = render_github(all_findings)
+        if out:
+            print(out)
+    if fmt is Format.text and not opts.diff_only:
+        checked = sum(1 for r in reports if not r.error)
+        fixable = sum(1 for f in all_findings if f.fixable)
+        summary = f"{len(all_findings)} finding(s) in {checked} file(s)"
+        if not opts.apply and fixable:
+            summary += f"; {fixable} fixable with --apply"
+        err.print(summary)
+    if all_findings and exit_code == 0:
+        exit_code = 1
+    return exit_code
+
+
+def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], machine: bool) -> str:
+    """Verify and write one file. Returns written | refused | error."""
+    from .verify.runner import format_verdict
+
+    gpu = bool(report.config and report.config.target == "gpu-interpret")
+    verdicts, problem = (None, None)
+    if opts.verify:
+        verdicts, problem = _verify(report, opts, gpu=gpu)
+        if problem:
+            err.print(f"[bold red]error[/]: {report.path}: example: {problem}", markup=True)
+            return "error"
+    if verdicts:
+        verdict_json.extend({"path": report.path, **v.to_json()} for v in verdicts)
+        for v in verdicts:
+            err.print(format_verdict(v))
+        if not all(v.status == "verified" for v in verdicts):
+            err.print(f"[bold red]not written[/]: {report.path}: verification failed; the file is unchanged", markup=True)
+            return "refused"
+    else:
+        why = "verification disabled" if not opts.verify else "no example call (add `# pallas-fix: example entry(f32[...])`)"
+        if opts.require_verified:
+            err.print(f"[yellow]not written[/]: {report.path}: not verified ({why}) and --require-verified is set", markup=True)
+            return "refused"
+        err.print(f"not verified {report.path}: {why}")
+    try:
+        src = read_source(report.path)
+        if src.text != report.original:
+            raise FileError("file changed on disk since it was read; not written")
+        write_source(src, report.proposed or "")
+    except FileError as exc:
+        err.print(f"[bold red]error[/]: {report.path}: {exc}", markup=True)
+        return "error"
+    for line in report.applied:
+        err.print(f"fixed {report.path}: {line}")
+    return "written"
+
+
+check_app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@check_app.command(
+    help="Find dynamic ref slices in Pallas kernels; show (or --apply) verified rewrites into grid axes and BlockSpecs. "
+    "Subcommands: `pallas-fix explain CODE`, `pallas-fix verify FILE`, `pallas-fix lsp`."
+)
+def check(
+    paths: List[str] = typer.Argument(..., help="Files or directories (directories recurse)."),
+    apply: bool = typer.Option(False, "--apply", help="Write the rewrites (verified when examples exist)."),
+    diff: bool = typer.Option(False, "--diff", help="Print only the diff of the proposed rewrites."),
+    unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes marked unsafe."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format."),
+    select: List[str] = typer.Option([], "--select", help="Only these rule codes (prefixes allowed)."),
+    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes (prefixes allowed)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="tpu | mosaic-gpu | triton (overrides detection)."),
+    target: Optional[str] = typer.Option(None, "--target", help="default | gpu-interpret"),
+    unroll_limit: Optional[int] = typer.Option(None, "--unroll-limit", help="Largest trip count R5 unrolls (gpu-interpret target)."),
+    example: List[str] = typer.Option([], "--example", help="Example call for verification, e.g. 'matmul(f32[256, 512], f32[512, 256])'."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="Verify rewrites through the Pallas interpreters before writing."),
+    verify_timeout: float = typer.Option(300.0, "--verify-timeout", help="Seconds allowed for verifying one file."),
+    require_verified: bool = typer.Option(False, "--require-verified", help="Refuse to write rewrites that could not be verified."),
+    workers: int = typer.Option(1, "--workers", "-j", help="Analyse files in this many processes."),
+    no_ignore: bool = typer.Option(False, "--no-ignore", help="Include hidden and .gitignored paths."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the diff (default: on a terminal)."),
+) -> None:
+    if target not in (None, "default", "gpu-interpret"):
+        raise typer.BadParameter("use default or gpu-interpret", param_hint="--target")
+    try:
+        parse_backend(backend)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--backend")
+    opts = Options(
+        apply=apply,
+        diff_only=diff,
+        unsafe_fixes=unsafe_fixes,
+        select=tuple(select),
+        ignore=tuple(ignore),
+        backend=backend,
+        target=target,
+        unroll_limit=unroll_limit,
+        examples=tuple(example),
+        verify=verify,
+        verify_timeout=verify_timeout,
+        require_verified=require_verified,
+    )
+    use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
+    raise typer.Exit(run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color))
+
+
+sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@sub_app.command("explain", help="Print a rule's documentation (all rules when no code is given).")
+def explain(code: Optional[str] = typer.Argument(None)) -> None:
+    from .rules import RULES, describe
+
+    if code is None:
+        for r in sorted(RULES.values(), key=lambda r: r.code):
+            print(f"{r.code}  {r.name:30s} {r.summary}")
+        return
+    try:
+        print(describe(code))
+    except KeyError:
+        print(f"unknown rule code {code!r}; known: {', '.join(sorted(RULES))}", file=sys.stderr)
+        raise typer.Exit(2)
+
+
+@sub_app.command("verify", help="Verify a file's proposed rewrite (FILE) or compare two versions (OLD NEW) without writing.")
+def verify_cmd(
+    files: List[str] = typer.Argument(..., help="FILE, or OLD.py NEW.py"),
+    example: List[str] = typer.Option([], "--example"),
+    verify_timeout: float = typer.Option(300.0, "--verify-timeout"),
+    fmt: Format = typer.Option(Format.text, "--format"),
+    target: Optional[str] = typer.Option(None, "--target"),
+    unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes"),
+) -> None:
+    import json
+
+    from .verify.examples import ExampleSyntaxError, collect_examples
+    from .verify.runner import format_verdict, verify_sources
+
+    if len(files) not in (1, 2):
+        raise typer.BadParameter("give FILE or OLD NEW")
+    try:
+        old = read_source(files[0]).text
+        if len(files) == 2:
+            new = read_source(files[1]).text
+        else:
+            config = load_config(__import__("pathlib").Path(files[0])).merged(target=target, unsafe_fixes=unsafe_fixes)
+            fixed = fix_source(old, files[0], config)
+            if fixed.error:
+                print(f"error: {files[0]}: {fixed.error}", file=sys.stderr)
+                raise typer.Exit(2)
+            if not fixed.changed:
+                print(f"{files[0]}: nothing to rewrite", file=sys.stderr)
+                raise typer.Exit(0)
+            new = fixed.source
+        examples = collect_examples(files[0], old, cli_examples=list(example))
+    except (FileError, ConfigError, SourceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2)
+    except ExampleSyntaxError as exc:
+        print(f"error: example: {exc}", file=sys.stderr)
+        raise typer.Exit(2)
+    gpu = target == "gpu-interpret"
+    verdicts = verify_sources(old, new, examples, path=files[0], timeout_s=verify_timeout, gpu_interpret=gpu)
+    if fmt is Format.json:
+        print(json.dumps([v.to_json() for v in verdicts], indent=2))
+    else:
+        for v in verdicts:
+            print(format_verdict(v))
+    ok = all(v.status == "verified" for v in verdicts)
+    raise typer.Exit(0 if ok else 1)
+
+
+@sub_app.command("lsp", help="Start the language server on stdio.")
+def lsp_cmd() -> None:
+    from .lsp import serve
+
+    serve()
+
+
+@sub_app.command("check", hidden=True)
+def _check_alias(paths: List[str]) -> None:  # pragma: no cover - keeps Typer in multi-command mode
+    raise typer.Exit(run_check(paths, Options(), Format.text, 1, False, False))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in SUBCOMMANDS and not os.path.exists(args[0]):
+        sub_app(args=args, prog_name="pallas-fix")
+    else:
+        if args and args[0] == "--":
+            args = args[1:]
+        check_app(args=args, prog_name="pallas-fix")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

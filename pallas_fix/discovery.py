@@ -1,0 +1,220 @@
+"""Find every pallas_call site in a module and the kernel function it runs."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from . import names as N
+from .context import ModuleContext, walk
+from .model import Backend, KernelSite
+
+# pallas_call's positional parameters, in order.
+_PALLAS_CALL_POSITIONAL = ("kernel", "out_shape")
+
+
+def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None) -> list[KernelSite]:
+    sites: list[KernelSite] = []
+    for node in walk(ctx.module):
+        if not isinstance(node, cst.Call):
+            continue
+        if ctx.imports.is_(node.func, N.PALLAS_CALL):
+            site = _direct_site(ctx, node)
+        elif _is_partial_of_pallas_call(ctx, node):
+            site = _decorator_site(ctx, node)
+        else:
+            continue
+        if site is None:
+            continue
+        site.backend, site.backend_reason = _backend(ctx, site, backend_override)
+        sites.append(site)
+    return sites
+
+
+def _is_partial_of_pallas_call(ctx: ModuleContext, call: cst.Call) -> bool:
+    return (
+        ctx.imports.is_(call.func, N.PARTIAL)
+        and bool(call.args)
+        and call.args[0].keyword is None
+        and ctx.imports.is_(call.args[0].value, N.PALLAS_CALL)
+    )
+
+
+def _split_args(args, positional_names) -> tuple[dict[str, cst.Arg], list[cst.Arg]]:
+    keywords: dict[str, cst.Arg] = {}
+    extra: list[cst.Arg] = []
+    pos = 0
+    for arg in args:
+        if arg.keyword is not None:
+            keywords[arg.keyword.value] = arg
+        elif arg.star:
+            extra.append(arg)
+        elif pos < len(positional_names):
+            keywords[positional_names[pos]] = arg
+            pos += 1
+        else:
+            extra.append(arg)
+    return keywords, extra
+
+
+def _direct_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
+    keywords, _ = _split_args(call.args, _PALLAS_CALL_POSITIONAL)
+    kernel_arg = keywords.pop("kernel", None)
+    site = KernelSite(
+        call=call,
+        span=ctx.span(call),
+        form="direct",
+        kernel_name=None,
+        kernel=None,
+        keywords=keywords,
+        enclosing=ctx.enclosing_function(call),
+    )
+    if kernel_arg is not None:
+        site.kernel_expr = kernel_arg.value
+        _resolve_kernel(ctx, site, kernel_arg.value, call)
+    _resolve_grid_spec(ctx, site)
+    _find_invocation(ctx, site)
+    return site
+
+
+def _decorator_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
+    parent = ctx.parent(call)
+    if not isinstance(parent, cst.Decorator):
+        return None
+    func = ctx.parent(parent)
+    if not isinstance(func, cst.FunctionDef):
+        return None
+    keywords, _ = _split_args(call.args[1:], _PALLAS_CALL_POSITIONAL[1:])
+    site = KernelSite(
+        call=call,
+        span=ctx.span(call),
+        form="decorator",
+        kernel_name=func.name.value,
+        kernel=func,
+        keywords=keywords,
+        enclosing=ctx.enclosing_function(func),
+        decorated=func,
+    )
+    _resolve_grid_spec(ctx, site)
+    # The decorated name now *is* the pallas_call: its invocations run the kernel.
+    scope = ctx.scope_of(func)
+    for node in walk(scope if not isinstance(scope, cst.Lambda) else ctx.module):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == func.name.value:
+            site.invocation = node
+            break
+    return site
+
+
+def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, at: cst.CSTNode) -> None:
+    expr = ctx.resolve_value(expr, at)
+    if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
+        inner = expr.args[0].value
+        for arg in expr.args[1:]:
+            if arg.keyword is not None:
+                site.partial_kwargs[arg.keyword.value] = arg.value
+            elif not arg.star:
+                site.partial_args.append(arg.value)
+        _resolve_kernel(ctx, site, inner, expr)
+        return
+    if isinstance(expr, cst.Name):
+        site.kernel_name = expr.value
+        site.kernel = ctx.resolve_def(expr.value, at)
+
+
+def _resolve_grid_spec(ctx: ModuleContext, site: KernelSite) -> None:
+    arg = site.keywords.get("grid_spec")
+    if arg is None:
+        return
+    value = ctx.resolve_value(arg.value, site.call)
+    if isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.GRID_SPEC):
+        site.grid_spec = value
+        positional = ("num_scalar_prefetch", "grid", "in_specs", "out_specs", "scratch_shapes") if ctx.imports.is_(
+            value.func, N.PREFETCH_GRID_SPEC
+        ) else ("grid", "in_specs", "out_specs", "scratch_shapes")
+        site.grid_spec_keywords, _ = _split_args(value.args, positional)
+
+
+def _find_invocation(ctx: ModuleContext, site: KernelSite) -> None:
+    call = site.call
+    parent = ctx.parent(call)
+    if isinstance(parent, cst.Call) and parent.func is call:
+        site.invocation = parent
+        return
+    # `f = pl.pallas_call(...)` then `f(x)` in the same scope.
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        site.form = "stored"
+        name = parent.targets[0].target.value
+        scope = ctx.scope_of(call)
+        for node in walk(scope):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
+                site.invocation = node
+                return
+    # `return pl.pallas_call(...)` from a builder function: invoked by the caller; leave it open.
+    if not isinstance(parent, cst.Call):
+        site.form = "stored"
+
+
+def _backend(ctx: ModuleContext, site: KernelSite, override: Optional[Backend]) -> tuple[Backend, str]:
+    if override is not None and override is not Backend.UNKNOWN:
+        return override, "--backend"
+    params = site.kw("compiler_params")
+    if params is not None:
+        params = ctx.resolve_value(params, site.call)
+        if isinstance(params, cst.Call):
+            if ctx.imports.is_(params.func, N.TPU_PARAMS):
+                return Backend.TPU, "compiler_params is pltpu.CompilerParams"
+            if ctx.imports.is_(params.func, N.MOSAIC_GPU_PARAMS):
+                return Backend.MOSAIC_GPU, "compiler_params is plgpu.CompilerParams"
+            if ctx.imports.is_(params.func, N.TRITON_PARAMS):
+                return Backend.TRITON, "compiler_params is the Triton CompilerParams"
+            if isinstance(params.func, cst.Name) and params.func.value == "dict":
+                keys = {a.keyword.value for a in params.args if a.keyword is not None}
+                found = _legacy_backend(keys)
+                if found:
+                    return found
+        if isinstance(params, cst.Dict):
+            keys = {
+                e.key.evaluated_value
+                for e in params.elements
+                if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+            }
+            found = _legacy_backend(keys)
+            if found:
+                return found
+    # Scratch memory spaces name the backend unambiguously.
+    scratch = site.kw("scratch_shapes")
+    if scratch is not None:
+        for node in walk(scratch):
+            if isinstance(node, cst.Call):
+                if ctx.imports.is_(node.func, N.VMEM | N.SMEM_TPU):
+                    return Backend.TPU, "scratch_shapes use pltpu memory spaces"
+                if ctx.imports.is_(node.func, N.SMEM_GPU):
+                    return Backend.MOSAIC_GPU, "scratch_shapes use plgpu.SMEM"
+    imported = [
+        (N.TPU, Backend.TPU),
+        (N.MOSAIC_GPU, Backend.MOSAIC_GPU),
+        (N.TRITON, Backend.TRITON),
+    ]
+    hits = [b for prefix, b in imported if ctx.imports.imports_any(prefix) or _uses_attr(ctx, prefix)]
+    if len(hits) == 1:
+        return hits[0], f"the module imports {hits[0].value} Pallas"
+    return Backend.UNKNOWN, "no compiler_params or backend-specific import (use --backend)"
+
+
+def _legacy_backend(keys: set) -> Optional[tuple[Backend, str]]:
+    if "mosaic" in keys:
+        return Backend.TPU, "compiler_params dict has a 'mosaic' entry"
+    if "mosaic_gpu" in keys:
+        return Backend.MOSAIC_GPU, "compiler_params dict has a 'mosaic_gpu' entry"
+    if "triton" in keys:
+        return Backend.TRITON, "compiler_params dict has a 'triton' entry"
+    return None
+
+
+def _uses_attr(ctx: ModuleContext, prefix: str) -> bool:
+    # `pl.tpu.VMEM` style access without a separate import.
+    tail = prefix.rsplit(".", 1)[-1]
+    return any(
+        local for local, full in ctx.imports.bindings.items() if full == N.PALLAS
+    ) and f".{tail}." in ctx.source

@@ -1,0 +1,164 @@
+"""The kernel model: plain data passed between discovery, analysis, rules, codemods and front ends.
+
+Nothing here imports jax or executes user code. Syntax nodes are LibCST nodes of the module the
+model was built from; a model is only valid together with that module tree.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+
+class Backend(str, enum.Enum):
+    TPU = "tpu"
+    MOSAIC_GPU = "mosaic_gpu"
+    TRITON = "triton"
+    UNKNOWN = "unknown"
+
+
+class Origin(str, enum.Enum):
+    """Where a slice start (or size) comes from, ordered from least to most troublesome."""
+
+    STATIC = "static"  # Python value: literal, module constant, partial-bound keyword, shape
+    PROGRAM_ID = "program_id"  # pl.program_id / pl.num_programs
+    LOOP = "loop"  # induction variable of lax.fori_loop / pl.loop
+    TRACED_CONST = "traced_const"  # jnp.int32(3) and friends
+    TRACED = "traced"  # some other traced value (function argument, while_loop, ...)
+    REF_LOAD = "ref_load"  # a value loaded from a ref (data-dependent)
+    NON_INT_SCALAR = "non_int_scalar"  # float / bool / one-element array used as a start
+
+
+# Larger wins when an expression combines several origins.
+ORIGIN_RANK = {o: n for n, o in enumerate(Origin)}
+
+
+@dataclass(frozen=True)
+class Span:
+    line: int  # 1-based
+    column: int  # 0-based, as LibCST reports it
+    end_line: int
+    end_column: int
+
+
+@dataclass
+class LoopInfo:
+    """A lax.fori_loop / pl.loop whose induction variable drives a slice."""
+
+    kind: str  # "fori_loop" | "pl.loop"
+    call: cst.Call  # the fori_loop call, or the pl.loop(...) decorator call
+    body: cst.FunctionDef | cst.Lambda
+    index_name: str
+    lower: cst.BaseExpression
+    upper: cst.BaseExpression
+    step: Optional[cst.BaseExpression]
+    carries: bool  # the body threads a value through the loop
+    statement: Optional[cst.BaseStatement] = None  # the statement holding the loop (for removal)
+    init: Optional[cst.BaseExpression] = None
+    result_target: Optional[cst.BaseExpression] = None  # `acc = fori_loop(...)` -> acc
+
+
+@dataclass
+class Provenance:
+    origin: Origin
+    description: str  # human words: "loop index `i` of lax.fori_loop(0, n // bk, body)"
+    loop: Optional[LoopInfo] = None
+    program_id_axis: Optional[int] = None
+    # For NON_INT_SCALAR: "one_element" | "float" | "bool"
+    detail: Optional[str] = None
+
+
+@dataclass
+class IndexUse:
+    """One dynamic index into a ref inside a kernel (or a helper it calls)."""
+
+    ref_name: str  # as written at the access
+    subscript: cst.Subscript  # the whole `ref[...]` / `ref.at[...]` node
+    dim: int  # position of the dynamic element in the index tuple
+    element: cst.BaseExpression  # the pl.ds(...) / index expression as written (may be a Name)
+    start: Optional[cst.BaseExpression]  # resolved start expression
+    size: Optional[cst.BaseExpression]  # resolved size expression (None for integer-array index)
+    kind: str  # "ds" | "int_array" | "slice"
+    provenance: Provenance
+    size_provenance: Optional[Provenance]
+    span: Span
+    function: cst.FunctionDef  # the function the access sits in
+    via_at: bool = False  # ref.at[...]
+    stride: Optional[cst.BaseExpression] = None
+    env: object = None  # provenance.Env of `function`: codemods reuse it to reason about names
+    kernel_site: Optional["KernelSite"] = None
+
+
+@dataclass
+class KernelSite:
+    """One pallas_call and the kernel it runs."""
+
+    call: cst.Call  # pl.pallas_call(...) itself
+    span: Span
+    form: str  # "direct" | "stored" | "decorator"
+    kernel_name: Optional[str]
+    kernel: Optional[cst.FunctionDef]
+    partial_kwargs: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    partial_args: list[cst.BaseExpression] = field(default_factory=list)
+    kernel_expr: Optional[cst.BaseExpression] = None  # first positional argument as written
+    keywords: dict[str, cst.Arg] = field(default_factory=dict)  # pallas_call keywords
+    grid_spec: Optional[cst.Call] = None  # pl.GridSpec(...) / pltpu.PrefetchScalarGridSpec(...)
+    grid_spec_keywords: dict[str, cst.Arg] = field(default_factory=dict)
+    backend: Backend = Backend.UNKNOWN
+    backend_reason: str = ""
+    invocation: Optional[cst.Call] = None  # pallas_call(...)(args): the call that runs it
+    enclosing: Optional[cst.FunctionDef] = None  # the wrapper function holding the call
+    decorated: Optional[cst.FunctionDef] = None  # decorator form: the decorated kernel def
+
+    def kw(self, name: str) -> Optional[cst.BaseExpression]:
+        """A pallas_call setting, looked up on the call first, then on its grid_spec."""
+        if name in self.keywords:
+            return self.keywords[name].value
+        if name in self.grid_spec_keywords:
+            return self.grid_spec_keywords[name].value
+        return None
+
+
+class FixSafety(str, enum.Enum):
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass
+class Finding:
+    code: str
+    message: str
+    path: str
+    span: Span
+    provenance: str  # words
+    origin: str
+    fixable: bool
+    fix_safety: Optional[FixSafety] = None
+    refusal: Optional[str] = None  # why no fix is offered, when it is not
+    severity: str = "warning"  # "error" | "warning" | "info"
+    fix_id: Optional[str] = None  # which codemod fixes it
+    kernel: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "line": self.span.line,
+            "column": self.span.column + 1,
+            "end_line": self.span.end_line,
+            "end_column": self.span.end_column + 1,
+            "code": self.code,
+            "message": self.message,
+            "severity": self.severity,
+            "provenance": self.provenance,
+            "origin": self.origin,
+            "kernel": self.kernel,
+            "fix": {
+                "available": self.fixable,
+                "safety": self.fix_safety.value if self.fix_safety else None,
+                "codemod": self.fix_id,
+                "refusal": self.refusal,
+            },
+        }

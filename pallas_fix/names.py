@@ -1,0 +1,150 @@
+"""Resolve import aliases to the dotted names pallas-fix recognises.
+
+A hand-rolled import table instead of LibCST's QualifiedNameProvider: the provider resolves scopes
+for every node of the module, which costs more than the parse itself, while kernels only need the
+handful of names bound by `import` statements (`pl`, `pltpu`, `lax`, `jnp`, `functools`, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import libcst as cst
+
+PALLAS = "jax.experimental.pallas"
+TPU = PALLAS + ".tpu"
+MOSAIC_GPU = PALLAS + ".mosaic_gpu"
+TRITON = PALLAS + ".triton"
+
+
+def _alts(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+PALLAS_CALL = _alts(PALLAS + ".pallas_call", "jax._src.pallas.pallas_call.pallas_call")
+DS = _alts(PALLAS + ".ds", PALLAS + ".dslice", "jax.ds", "jax._src.state.indexing.ds")
+SLICE = _alts(PALLAS + ".Slice", "jax._src.state.indexing.Slice")
+FORI_LOOP = _alts("jax.lax.fori_loop", "jax._src.lax.control_flow.loops.fori_loop")
+WHILE_LOOP = _alts("jax.lax.while_loop")
+PL_LOOP = _alts(PALLAS + ".loop")
+PL_WHEN = _alts(PALLAS + ".when")
+PROGRAM_ID = _alts(PALLAS + ".program_id")
+NUM_PROGRAMS = _alts(PALLAS + ".num_programs")
+MULTIPLE_OF = _alts(PALLAS + ".multiple_of")
+BLOCK_SPEC = _alts(PALLAS + ".BlockSpec")
+GRID_SPEC = _alts(PALLAS + ".GridSpec", TPU + ".PrefetchScalarGridSpec")
+PREFETCH_GRID_SPEC = _alts(TPU + ".PrefetchScalarGridSpec")
+PARTIAL = _alts("functools.partial")
+TPU_PARAMS = _alts(TPU + ".CompilerParams", TPU + ".TPUCompilerParams", PALLAS + ".tpu.CompilerParams")
+MOSAIC_GPU_PARAMS = _alts(MOSAIC_GPU + ".CompilerParams", MOSAIC_GPU + ".GPUCompilerParams")
+TRITON_PARAMS = _alts(TRITON + ".CompilerParams", TRITON + ".TritonCompilerParams")
+ARANGE = _alts("jax.numpy.arange", "jax.lax.iota", "jax.lax.broadcasted_iota")
+INT_DTYPES = frozenset(
+    "jax.numpy." + t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+)
+FLOAT_DTYPES = frozenset(
+    "jax.numpy." + t for t in ("float16", "bfloat16", "float32", "float64")
+)
+ARRAY_CTORS = _alts("jax.numpy.array", "jax.numpy.asarray")
+BOOL_DTYPES = _alts("jax.numpy.bool_", "jax.numpy.bool")
+# Copy primitives whose ref arguments index memory (detection looks inside their arguments anyway;
+# the names let the detector tell "copy" from "load" in messages).
+COPIES = frozenset(
+    {
+        TPU + ".sync_copy",
+        TPU + ".async_copy",
+        TPU + ".make_async_copy",
+        TPU + ".make_async_remote_copy",
+        MOSAIC_GPU + ".copy_gmem_to_smem",
+        MOSAIC_GPU + ".copy_smem_to_gmem",
+        MOSAIC_GPU + ".load",
+        TRITON + ".load",
+        TRITON + ".store",
+        PALLAS + ".load",
+        PALLAS + ".store",
+    }
+)
+VMEM = _alts(TPU + ".VMEM")
+SMEM_TPU = _alts(TPU + ".SMEM")
+SMEM_GPU = _alts(MOSAIC_GPU + ".SMEM")
+INTERPRET_GPU = _alts(MOSAIC_GPU + ".InterpretGPUParams")
+FORCE_GPU_INTERPRET = _alts(MOSAIC_GPU + ".force_gpu_interpret_mode", PALLAS + ".force_gpu_interpret_mode")
+VMAP = _alts("jax.vmap")
+
+
+def dotted(node: cst.BaseExpression) -> Optional[str]:
+    """`a.b.c` as written, or None when the expression is not a plain dotted name."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def _module_name(node: cst.BaseExpression) -> str:
+    return dotted(node) or ""
+
+
+class ImportTable:
+    """Local name -> dotted module path, from the module's import statements (any nesting level)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.bindings: dict[str, str] = {}
+        self.modules: set[str] = set()
+        module.visit(_ImportCollector(self))
+
+    def add_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = _module_name(alias.name)
+            self.modules.add(full)
+            if alias.asname is not None:
+                self.bindings[alias.asname.name.value] = full  # type: ignore[union-attr]
+            else:
+                top = full.split(".")[0]
+                self.bindings.setdefault(top, top)
+
+    def add_import_from(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        base = _module_name(node.module)
+        self.modules.add(base)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        for alias in node.names:
+            name = _module_name(alias.name)
+            local = alias.asname.name.value if alias.asname is not None else name  # type: ignore[union-attr]
+            self.bindings[local] = f"{base}.{name}"
+            self.modules.add(f"{base}.{name}")
+
+    def qualify(self, node: cst.BaseExpression) -> Optional[str]:
+        """The dotted name `node` refers to through the imports, or None."""
+        written = dotted(node)
+        if written is None:
+            return None
+        head, _, rest = written.partition(".")
+        if head not in self.bindings:
+            return None
+        base = self.bindings[head]
+        return f"{base}.{rest}" if rest else base
+
+    def is_(self, node: cst.BaseExpression, names: Iterable[str]) -> bool:
+        q = self.qualify(node)
+        return q is not None and q in names
+
+    def call_is(self, node: cst.BaseExpression, names: Iterable[str]) -> bool:
+        return isinstance(node, cst.Call) and self.is_(node.func, names)
+
+    def imports_any(self, prefix: str) -> bool:
+        return any(m == prefix or m.startswith(prefix + ".") for m in self.modules)
+
+
+class _ImportCollector(cst.CSTVisitor):
+    def __init__(self, table: ImportTable) -> None:
+        self.table = table
+
+    def visit_Import(self, node: cst.Import) -> None:
+        self.table.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.table.add_import_from(node)

@@ -1,0 +1,89 @@
+"""Is a dynamic slice a block? Connects detection's environments to the affine decomposer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from . import names as N
+from .affine import Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from .model import IndexUse, Origin
+from .provenance import Env
+
+
+def hooks_for(env: Env) -> Hooks:
+    ctx = env.ctx
+
+    def atom_key(expr: cst.BaseExpression) -> Optional[str]:
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PROGRAM_ID) and expr.args:
+            axis = env.static_int(expr.args[0].value)
+            return None if axis is None else f"pid:{axis}"
+        if isinstance(expr, cst.Name):
+            owner = env.owner(expr.value)
+            if owner is not None and expr.value in owner.params:
+                val = owner.params[expr.value]
+                if val.origin is Origin.LOOP and val.loop is not None and val.loop.index_name == expr.value:
+                    return f"loop:{expr.value}@{id(val.loop.call)}"
+                if val.dynamic:
+                    return f"param:{expr.value}@{id(owner.scope)}"
+        return None
+
+    def strip(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.MULTIPLE_OF) and expr.args:
+            return expr.args[0].value
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.INT_DTYPES) and len(expr.args) == 1:
+            inner = expr.args[0].value
+            if env.value(inner).dynamic:
+                return inner
+        return None
+
+    return Hooks(
+        is_dynamic=lambda e: env.value(e).dynamic,
+        atom_key=atom_key,
+        static_int=env.static_int,
+        inline=lambda n: env.single_assignment(n.value),
+        strip=strip,
+        code=ctx.code,
+    )
+
+
+@dataclass
+class Window:
+    start: Optional[Affine]
+    size: Optional[Coeff]
+    block: Optional[BlockIndex]  # set when the window provably is a block
+    not_block: bool  # set when it provably is not one
+    reason: str = ""
+
+
+def window_of(use: IndexUse) -> Window:
+    env: Env = use.env  # type: ignore[assignment]
+    if use.kind != "ds" or use.start is None:
+        return Window(None, None, None, False, "not a pl.ds window")
+    if use.size is None:
+        return Window(None, None, None, True, "the slice has no static size")
+    if use.size_provenance is not None and use.size_provenance.origin is not Origin.STATIC:
+        return Window(None, None, None, True, f"its size `{env.ctx.code(use.size)}` is traced (dynamic size)")
+    if use.stride is not None and env.static_int(use.stride) not in (None, 1):
+        return Window(None, None, None, True, f"it has stride {env.ctx.code(use.stride)}")
+    hooks = hooks_for(env)
+    start = decompose(use.start, hooks)
+    size_aff = decompose(use.size, hooks)
+    size = size_aff.as_coeff() if size_aff is not None else None
+    if start is None or size is None:
+        return Window(start, size, None, False, "the start is not an affine function of the index")
+    blk = block_index(start, size)
+    if blk is not None:
+        return Window(start, size, blk, False)
+    if provably_not_block(start, size):
+        return Window(
+            start,
+            size,
+            None,
+            True,
+            f"start `{env.ctx.code(use.start)}` is not a multiple of the window size `{env.ctx.code(use.size)}`"
+            " (overlapping or unaligned windows)",
+        )
+    return Window(start, size, None, False, f"cannot prove `{env.ctx.code(use.start)}` is a multiple of `{env.ctx.code(use.size)}`")
