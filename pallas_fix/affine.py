@@ -104,6 +104,7 @@ class Hooks:
 
     is_dynamic: Callable[[cst.BaseExpression], bool]
     atom_key: Callable[[cst.BaseExpression], Optional[str]]  # a dynamic leaf (loop index, program_id)
+    atom_bounds: Callable[[cst.BaseExpression], tuple]  # (lower, step) expressions of a loop atom
     static_int: Callable[[cst.BaseExpression], Optional[int]]
     inline: Callable[[cst.Name], Optional[cst.BaseExpression]]  # single assignment of a local name
     strip: Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]  # pl.multiple_of(x, n) -> x
@@ -131,7 +132,22 @@ def _dec(expr: cst.BaseExpression, h: Hooks, depth: int) -> Affine:
         return _dec(stripped, h, depth + 1)
     key = h.atom_key(expr)
     if key is not None:
-        return Affine(terms={key: Coeff(1)}, atoms={key: expr})
+        # A loop index is `lower + step * g` in terms of its iteration number g, the quantity a
+        # grid axis provides; program_id is g itself.
+        lower, step = h.atom_bounds(expr)
+        step_coeff = Coeff(1)
+        if step is not None:
+            step_aff = _dec(step, h, depth + 1)
+            step_coeff = step_aff.as_coeff()
+            if step_coeff is None or not step_aff.is_static():
+                raise _NotAffine
+        out = Affine(terms={key: step_coeff}, atoms={key: expr})
+        if lower is not None:
+            low = _dec(lower, h, depth + 1)
+            if not low.is_static():
+                raise _NotAffine
+            out = out.add(low)
+        return out
     if isinstance(expr, cst.BinaryOperation):
         left = _dec(expr.left, h, depth + 1)
         right = _dec(expr.right, h, depth + 1)

@@ -18,6 +18,7 @@ from .context import ModuleContext, walk
 from .model import IndexUse, KernelSite, LoopInfo, Origin, Provenance
 from .provenance import REF, STATIC, Env, Val, describe_loop, find_loops
 
+_DESCRIPTORS = frozenset({N.TPU + ".make_async_copy", N.TPU + ".make_async_remote_copy"})
 _REFLIST = Val(Origin.STATIC, "reflist", "refs")
 
 
@@ -115,10 +116,11 @@ class _Walker:
         try:
             body = fn.body if isinstance(fn, cst.Lambda) else fn.body
             stack = [body]
+            nested: list[cst.FunctionDef] = []
             while stack:
                 node = stack.pop()
                 if isinstance(node, cst.FunctionDef):
-                    self.nested_def(node, env)
+                    nested.append(node)
                     continue
                 if isinstance(node, cst.Lambda):
                     self.nested_lambda(node, env)
@@ -128,6 +130,11 @@ class _Walker:
                 if isinstance(node, cst.Call):
                     self.call(node, env)
                 stack.extend(reversed(node.children))
+            # Nested defs last, loop/when bodies before plain helpers: a helper's parameters come
+            # from its call sites, which may sit inside a lambda or a loop body analysed first.
+            nested.sort(key=lambda d: 0 if self._role_params(d, env) is not None else 1)
+            for d in nested:
+                self.nested_def(d, env)
         finally:
             self.active.discard(fn)
 
@@ -241,7 +248,7 @@ class _Walker:
         if isinstance(ref_expr, cst.Attribute) and ref_expr.attr.value in ("shape", "strides", "at"):
             return
         base_val = env.value(ref_expr)
-        if base_val.vtype == "reflist":
+        if base_val.vtype == "reflist" or self._only_waited(sub):
             return
         is_ref = base_val.is_ref or via_at
         for dim, element in enumerate(sub.slice):
@@ -261,6 +268,8 @@ class _Walker:
                     continue
                 start, size = parts
                 sval = env.value(start)
+                if sval.origin is Origin.TRACED_CONST and _bare_constant(env, start):
+                    sval = STATIC  # jax folds `pl.ds(jnp.int32(3), n)` into a literal start
                 zval = env.value(size) if size is not None else None
                 stride = _ds_stride(ds)
                 if sval.dynamic or (zval is not None and zval.dynamic):
@@ -271,6 +280,23 @@ class _Walker:
             val = env.value(value)
             if val.dynamic and val.vtype in ("array", "array1"):
                 self.record(sub, fn, env, dim, value, value, None, "int_array", val, None, via_at, ref_expr)
+
+    def _only_waited(self, sub: cst.Subscript) -> bool:
+        """`make_async_copy(x.at[...], ...).wait()` rebuilds a descriptor only to wait on its
+        semaphore: no data moves through that slice."""
+        for anc in self.ctx.ancestors(sub):
+            if isinstance(anc, cst.Call) and self.ctx.imports.is_(anc.func, _DESCRIPTORS):
+                attr = self.ctx.parent(anc)
+                call = self.ctx.parent(attr) if attr is not None else None
+                return (
+                    isinstance(attr, cst.Attribute)
+                    and attr.attr.value == "wait"
+                    and isinstance(call, cst.Call)
+                    and call.func is attr
+                )
+            if isinstance(anc, (cst.BaseStatement, cst.FunctionDef, cst.Lambda)):
+                return False
+        return False
 
     def record(self, sub, fn, env, dim, element, start, size, kind, sval: Val, zval: Optional[Val], via_at, ref_expr, stride=None) -> None:
         key = (id(sub), dim)
@@ -297,6 +323,22 @@ class _Walker:
                 kernel_site=self.site,
             )
         )
+
+
+def _bare_constant(env: Env, expr: cst.BaseExpression) -> bool:
+    """`jnp.int32(3)` itself (possibly through a name), not arithmetic on it."""
+    for _ in range(8):
+        if isinstance(expr, cst.Name):
+            value = env.single_assignment(expr.value)
+            if value is None:
+                return False
+            expr = value
+            continue
+        if isinstance(expr, cst.Call) and env.ctx.imports.is_(expr.func, N.MULTIPLE_OF) and expr.args:
+            expr = expr.args[0].value
+            continue
+        break
+    return isinstance(expr, cst.Call) and env.ctx.imports.is_(expr.func, N.INT_DTYPES | N.ARRAY_CTORS)
 
 
 def _ds_stride(call: cst.Call) -> Optional[cst.BaseExpression]:

@@ -333,6 +333,8 @@ class Env:
         if isinstance(expr, cst.BinaryOperation):
             left, right = self.value(expr.left), self.value(expr.right)
             val = combine([left, right])
+            if not val.dynamic and (isinstance(expr.operator, cst.Divide) or "float" in (left.vtype, right.vtype)):
+                return STATIC_FLOAT  # `a / b` of Python ints is a Python float
             if val.dynamic and isinstance(expr.operator, cst.Divide):
                 return replace(val, vtype="float")
             if val.dynamic and (left.vtype == "float" or right.vtype == "float") and val.vtype in ("int", "bool"):
@@ -425,7 +427,11 @@ class Env:
             which = "program_id" if imports.is_(func, N.PROGRAM_ID) else "num_programs"
             return Val(Origin.PROGRAM_ID, "int", f"`pl.{which}({self.ctx.code(args[0]) if args else ''})`", pid_axis=axis)
         if imports.is_(func, N.MULTIPLE_OF) and args:
-            return self.value(args[0])
+            inner = self.value(args[0])
+            if not inner.dynamic:
+                # multiple_of binds a primitive even on a Python int: the result is traced.
+                return Val(Origin.TRACED_CONST, "int", f"the traced constant `{self.ctx.code(call)}`")
+            return inner
         if imports.is_(func, N.DS | N.SLICE):
             return combine([self.value(a) for a in args])
         if imports.is_(func, N.ARANGE):

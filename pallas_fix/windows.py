@@ -30,6 +30,17 @@ def hooks_for(env: Env) -> Hooks:
                     return f"param:{expr.value}@{id(owner.scope)}"
         return None
 
+    def atom_bounds(expr: cst.BaseExpression) -> tuple:
+        if isinstance(expr, cst.Name):
+            owner = env.owner(expr.value)
+            if owner is not None and expr.value in owner.params:
+                loop = owner.params[expr.value].loop
+                if loop is not None and loop.index_name == expr.value:
+                    lower = None if env.static_int(loop.lower) == 0 else loop.lower
+                    step = None if loop.step is None or env.static_int(loop.step) == 1 else loop.step
+                    return lower, step
+        return None, None
+
     def strip(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
         if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.MULTIPLE_OF) and expr.args:
             return expr.args[0].value
@@ -42,6 +53,7 @@ def hooks_for(env: Env) -> Hooks:
     return Hooks(
         is_dynamic=lambda e: env.value(e).dynamic,
         atom_key=atom_key,
+        atom_bounds=atom_bounds,
         static_int=env.static_int,
         inline=lambda n: env.single_assignment(n.value),
         strip=strip,
@@ -72,6 +84,20 @@ def window_of(use: IndexUse) -> Window:
     start = decompose(use.start, hooks)
     size_aff = decompose(use.size, hooks)
     size = size_aff.as_coeff() if size_aff is not None else None
+    if start is not None and size is None and size_aff is not None and size_aff.is_static():
+        # `pl.ds(t * tile, tile + halo)`: the window is the stride plus something, so
+        # consecutive windows overlap (a halo) and cannot be blocks.
+        size_terms = {c.factors: c.mult for c in size_aff.const}
+        for coeff in start.terms.values():
+            if coeff.mult and size_terms.get(coeff.factors) == coeff.mult and len(size_terms) > 1:
+                return Window(
+                    start,
+                    None,
+                    None,
+                    True,
+                    f"the window `{env.ctx.code(use.size)}` is larger than the stride of "
+                    f"`{env.ctx.code(use.start)}`: consecutive windows overlap",
+                )
     if start is None or size is None:
         return Window(start, size, None, False, "the start is not an affine function of the index")
     blk = block_index(start, size)

@@ -1,0 +1,334 @@
+"""Prove a rewrite: run original and rewritten kernels through the Pallas interpreters.
+
+:func:`verify_sources` starts one worker process per file (``python -m pallas_fix.verify.worker``,
+see that module for the protocol) that verifies every example of the file, and kills its process
+group when ``timeout_s`` runs out. This module never imports jax and never writes to the user's
+tree (the worker gets the sources through a temp dir).
+
+What runs, per example:
+
+* reference: the original under ``interpret=True`` (HLO interpreter), once per seed;
+* candidates: the rewrite under ``interpret=True`` and, where the backend's own interpreter can run
+  the rewritten form,
+  - ``tpu-interpret``: ``pltpu.InterpretParams(detect_races=True)`` (auto: any kernel that is not
+    Mosaic GPU or Triton; TPU interpret mode rejects ``plgpu.CompilerParams`` / ``plgpu.SMEM``);
+  - ``tpu-interpret-Ncores``: the same with ``num_cores_or_threads=N`` and another random order of
+    the parallel grid coordinates, when a TPU kernel has a "parallel" grid prefix of P > 1 points;
+    N = min(P, max_cores). N = 2 is not enough in general: the interpreter gives each core a
+    contiguous chunk of the parallel sub-grid, so a reduction axis wrongly marked "parallel" only
+    races when a chunk boundary falls inside it (grid (2, 2, 4) needs 8 cores); one point per core
+    (capped) makes every pair of points concurrent;
+  - ``gpu-interpret``: ``plgpu.InterpretGPUParams()``, only with ``gpu_interpret=True`` (it only
+    runs whole-array blocks; ``pl.program_id`` is silently 0 there).
+* seeds: every array argument gets fresh random values per seed (floats N(0, 1), signed ints
+  in [-4, 4], unsigned in [0, 4], fair bools); every interpreter sees the same inputs. The HLO
+  candidate runs every seed (numerics); the backend interpreters run the first ``backend_seeds``
+  (default 1): what they add (races, out-of-bounds blocks, dimension semantics, uninitialised
+  memory) does not depend on the input values, and each extra seed costs ~0.1-0.3 s there.
+* each interpreter's function is jitted once and reused across seeds (the interpreter choice is
+  part of jax's jit key, so a user's own ``@jax.jit`` entry is re-traced per interpreter).
+* every output leaf is compared (:mod:`pallas_fix.verify.compare`); a race reported by TPU
+  interpret mode is a failure too.
+
+Examples using 64-bit dtypes (f64, i64, u64) switch on ``jax_enable_x64`` for the whole worker
+(all examples of that file).
+
+The first failing interpreter (in the order above; a data race first) decides the status: ``"mismatch"`` for output
+differences, ``"error"`` for exceptions and data races; the message names the interpreter, the
+seed, the output leaf and the errors, and lists what the other interpreters caught.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from pallas_fix.verify.examples import Example, example_to_json
+
+__all__ = ["Verdict", "verify_sources", "verify_file", "format_verdict", "STATUSES", "JSON_KEYS"]
+
+STATUSES = ("verified", "mismatch", "error", "unverified", "timeout")
+JSON_KEYS = (
+    "entry",
+    "status",
+    "max_abs_err",
+    "max_rel_err",
+    "seeds",
+    "interpreters",
+    "dynamic_slices_before",
+    "dynamic_slices_after",
+    "seconds",
+    "message",
+)
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@dataclass
+class Verdict:
+    entry: str
+    status: str  # one of STATUSES
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    seeds: list = field(default_factory=list)
+    interpreters: list = field(default_factory=list)  # "interpret", "tpu-interpret", ...
+    dynamic_slices_before: Optional[int] = None
+    dynamic_slices_after: Optional[int] = None
+    seconds: float = 0.0
+    message: str = ""
+    # Not part of to_json(): the example text and the worker's per-interpreter details
+    # (timings, outcomes, traced pallas_calls, notes).
+    example: str = ""
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "verified"
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in JSON_KEYS}
+
+    @classmethod
+    def from_worker(cls, d: dict) -> "Verdict":
+        details = dict(d.get("details") or {})
+        return cls(
+            entry=d.get("entry", ""),
+            status=d.get("status", "error"),
+            max_abs_err=d.get("max_abs_err"),
+            max_rel_err=d.get("max_rel_err"),
+            seeds=list(d.get("seeds") or []),
+            interpreters=list(d.get("interpreters") or []),
+            dynamic_slices_before=d.get("dynamic_slices_before"),
+            dynamic_slices_after=d.get("dynamic_slices_after"),
+            seconds=float(d.get("seconds") or 0.0),
+            message=d.get("message", ""),
+            example=details.get("example", ""),
+            details=details,
+        )
+
+
+def _fmt_err(x: Optional[float]) -> str:
+    if x is None:
+        return "n/a"
+    if x == 0:
+        return "0.0"
+    return f"{x:.3g}"
+
+
+def _slices(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    return str(n)
+
+
+def format_verdict(v: Verdict) -> str:
+    """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)``."""
+    interps = f" ({', '.join(v.interpreters)})" if v.interpreters else ""
+    if v.status == "verified":
+        if v.dynamic_slices_before is None and v.dynamic_slices_after is None:
+            counts = "dynamic slices not counted"
+        else:
+            noun = "dynamic slice" if v.dynamic_slices_before == 1 else "dynamic slices"
+            counts = f"{_slices(v.dynamic_slices_before)} {noun} -> {_slices(v.dynamic_slices_after)}"
+        return f"verified {v.entry}: {counts}, max abs err {_fmt_err(v.max_abs_err)}{interps}"
+    name = v.entry or "(no entry)"
+    if v.status == "unverified":
+        return f"unverified {name}: {v.message}"
+    return f"{v.status} {name}: {v.message}{interps}"
+
+
+def _unverified(path: str, seeds: Sequence[int]) -> Verdict:
+    return Verdict(
+        entry="",
+        status="unverified",
+        seeds=list(seeds),
+        message=(
+            f"not verified: no example call for {path} (add a directive such as"
+            " `# pallas-fix: example matmul(f32[256, 512], f32[512, 256])`, pass --example, or"
+            " configure [tool.pallas-fix.examples] in pyproject.toml)"
+        ),
+    )
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    pp = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + pp if pp else "")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass
+
+
+def _tail(path: str, n: int = 1500) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def verify_sources(
+    original_src: str,
+    rewritten_src: str,
+    examples: list[Example],
+    *,
+    path: str = "<kernel>",
+    timeout_s: float = 120,
+    seeds: Sequence[int] = (0, 1, 2),
+    gpu_interpret: bool = False,
+    tpu_interpret: Optional[bool] = None,
+    max_cores: int = 16,
+    backend_seeds: Optional[int] = 1,
+    python: Optional[str] = None,
+) -> list[Verdict]:
+    """Verify ``rewritten_src`` against ``original_src`` on every example; one Verdict each.
+
+    No examples -> a single ``"unverified"`` Verdict (entry ``""``). ``tpu_interpret``: ``None``
+    = automatic (see the module docstring), ``True``/``False`` force it on/off. ``timeout_s`` bounds
+    the whole worker (all examples); examples not finished in time get status ``"timeout"``.
+    ``max_cores`` caps the multi-core TPU pass. ``backend_seeds``: how many of the seeds the
+    backend interpreters (TPU / GPU interpret mode) run (None = all); the HLO candidate always runs
+    every seed. ``python``: the interpreter for the worker (default: this one).
+    """
+    seeds = [int(s) for s in seeds]
+    if not examples:
+        return [_unverified(path, seeds)]
+    tmpdir = tempfile.mkdtemp(prefix="pallas-fix-verify-")
+    job_path = os.path.join(tmpdir, "job.json")
+    out_path = os.path.join(tmpdir, "results.jsonl")
+    err_path = os.path.join(tmpdir, "stderr.txt")
+    job = {
+        "original": {"source": original_src, "path": path},
+        "rewritten": {"source": rewritten_src, "path": path},
+        "examples": [example_to_json(e) for e in examples],
+        "seeds": seeds,
+        "gpu_interpret": bool(gpu_interpret),
+        "tpu_interpret": tpu_interpret,
+        "max_cores": int(max_cores),
+        "backend_seeds": backend_seeds,
+        "tmpdir": os.path.join(tmpdir, "src"),
+    }
+    try:
+        with open(job_path, "w", encoding="utf-8") as f:
+            json.dump(job, f)
+        cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker", "--job", job_path, "--out", out_path]
+        t0 = time.perf_counter()
+        with open(err_path, "wb") as err:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=_worker_env(),
+                start_new_session=True,
+            )
+            timed_out = False
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                rc = proc.returncode
+        elapsed = time.perf_counter() - t0
+        records = _read_records(out_path)
+        return _assemble(records, examples, seeds, timed_out=timed_out, rc=rc, elapsed=elapsed,
+                         timeout_s=timeout_s, stderr_tail=_tail(err_path))
+    finally:
+        if not os.environ.get("PALLAS_FIX_KEEP_TMP"):
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _read_records(out_path: str) -> list[dict]:
+    records = []
+    try:
+        with open(out_path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass  # a line cut short by the kill
+    except OSError:
+        pass
+    return records
+
+
+def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, stderr_tail) -> list[Verdict]:
+    by_index: dict[int, Verdict] = {}
+    begun: set[int] = set()
+    fatal = None
+    for r in records:
+        t = r.get("type")
+        if t == "verdict":
+            by_index[int(r["index"])] = Verdict.from_worker(r)
+        elif t == "begin":
+            begun.add(int(r["index"]))
+        elif t == "fatal":
+            fatal = r.get("message", "")
+    done_seconds = sum(v.seconds for v in by_index.values())
+    out = []
+    for i, ex in enumerate(examples):
+        if i in by_index:
+            v = by_index[i]
+            if not v.example:
+                v.example = ex.text
+            out.append(v)
+            continue
+        if timed_out:
+            where = "while verifying it" if i in begun else "before it started"
+            msg = f"verification exceeded timeout_s={timeout_s:g}s (worker killed {where}; {elapsed:.1f}s elapsed)"
+            status = "timeout"
+        else:
+            status = "error"
+            why = fatal or (stderr_tail.splitlines()[-1] if stderr_tail else f"exit code {rc}")
+            msg = f"verification worker died (exit code {rc}): {why}"
+        out.append(Verdict(entry=ex.entry, status=status, seeds=list(seeds), seconds=round(
+            max(0.0, elapsed - done_seconds) if i in begun or not by_index else 0.0, 3), message=msg,
+            example=ex.text, details={"stderr_tail": stderr_tail}))
+    return out
+
+
+def verify_file(
+    path: str,
+    rewritten_src: str,
+    *,
+    cli_examples: Sequence[str] = (),
+    original_src: Optional[str] = None,
+    **kwargs,
+) -> list[Verdict]:
+    """Convenience: collect the file's examples (:func:`collect_examples`) and verify."""
+    from pallas_fix.verify.examples import collect_examples
+
+    if original_src is None:
+        original_src = Path(path).read_text(encoding="utf-8")
+    examples = collect_examples(path, original_src, cli_examples=cli_examples)
+    return verify_sources(original_src, rewritten_src, examples, path=str(path), **kwargs)
