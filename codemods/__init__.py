@@ -5,3 +5,5 @@ Installed as `pallas_fix.codemods` (the folder is mapped in pyproject.toml, so n
 planner with `pallas_fix.fixes`; each module also defines a `Codemod` class that LibCST's own
 runner can execute: `python -m libcst.tool codemod -x pallas_fix.codemods.<module>.<Class> FILE`.
 """
+
+from . import lift_loop  # noqa: E402,F401

@@ -60,6 +60,7 @@ class FileReport:
     fix_error: Optional[str] = None
     skipped: bool = False
     config: Optional[Config] = None
+    notebook: Optional[object] = None  # notebook.NotebookEdit: what --apply writes into a .ipynb
 
 
 def _config_for(path: str, opts: Options) -> Config:
@@ -76,6 +77,13 @@ def _config_for(path: str, opts: Options) -> Config:
 
 def analyse_file(path: str, opts: Options) -> FileReport:
     """Everything short of writing: pure, so it can run in a worker process."""
+    try:
+        return _analyse_file(path, opts)
+    except Exception as exc:  # a bug on one file must not stop the run (or lose the other files)
+        return FileReport(path=path, error=f"internal error ({type(exc).__name__}: {exc}); please report it with this file")
+
+
+def _analyse_file(path: str, opts: Options) -> FileReport:
     report = FileReport(path=path)
     if path.endswith(".ipynb"):
         from .notebook import analyse_notebook
@@ -186,7 +194,7 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
             if report.findings and fmt is Format.text and not opts.diff_only:
                 print(render_text(report.findings))
             if report.proposed is not None and fmt is Format.text:
-                _print_diff(unified_diff(report.path, report.original or "", report.proposed), color)
+                _print_diff(_diff(report), color)
             continue
         # --apply
         if report.proposed is None:
@@ -228,6 +236,14 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
     return exit_code
 
 
+def _diff(report: FileReport) -> str:
+    if report.notebook is not None:
+        from .notebook import notebook_diff
+
+        return notebook_diff(report)
+    return unified_diff(report.path, report.original or "", report.proposed or "")
+
+
 def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], machine: bool) -> str:
     """Verify and write one file. Returns written | refused | error."""
     from .verify.runner import format_verdict
@@ -253,10 +269,15 @@ def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], mac
             return "refused"
         err.print(f"not verified {report.path}: {why}")
     try:
-        src = read_source(report.path)
-        if src.text != report.original:
-            raise FileError("file changed on disk since it was read; not written")
-        write_source(src, report.proposed or "")
+        if report.notebook is not None:
+            from .notebook import write_notebook
+
+            write_notebook(report)
+        else:
+            src = read_source(report.path)
+            if src.text != report.original:
+                raise FileError("file changed on disk since it was read; not written")
+            write_source(src, report.proposed or "")
     except FileError as exc:
         err.print(f"[bold red]error[/]: {report.path}: {exc}", markup=True)
         return "error"

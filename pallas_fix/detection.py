@@ -51,7 +51,12 @@ def _enclosing_env(ctx: ModuleContext, fn: cst.FunctionDef, module_env: Env, loo
     chain = [s for s in ctx.scope_chain(fn) if not isinstance(s, cst.Module)]
     env = module_env
     for scope in reversed(chain):
-        env = _StaticEnv(ctx, scope, env, {}, loops)
+        params = {}
+        if isinstance(scope, cst.FunctionDef):
+            ps = scope.params
+            for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]:
+                params[p.name.value] = STATIC
+        env = _StaticEnv(ctx, scope, env, params, loops)
     return env
 
 
@@ -163,7 +168,7 @@ class _Walker:
         loop = self.result.loops.get(fn)
         if loop is not None:
             params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop") for n in names[1:]}
-            params[names[0]] = Val(Origin.LOOP, "int", describe_loop(self.ctx, loop), loop=loop)
+            params[names[0]] = Val(Origin.LOOP, "int", describe_loop(self.ctx, loop), loop=loop, is_index=True)
             # Loop bounds that are traced make the index take their origin too.
             bound = env.value(loop.lower) if loop.lower is not None else STATIC
             if bound.origin is Origin.REF_LOAD:

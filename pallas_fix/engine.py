@@ -189,6 +189,7 @@ def fix_source(
     *,
     unsafe: Optional[bool] = None,
     only: Optional[set[tuple[int, int]]] = None,
+    codemods: Optional[set[str]] = None,
 ) -> FixResult:
     """Apply every enabled fix, one kernel at a time, re-analysing after each round.
 
@@ -202,6 +203,8 @@ def fix_source(
     for round_no in range(MAX_ROUNDS):
         analysis = analyze_source(current, path, config)
         plans = [p for p in analysis.plans if allow_unsafe or p.safety is FixSafety.SAFE]
+        if codemods is not None:
+            plans = [p for p in plans if p.codemod in codemods]
         if only is not None:
             if round_no > 0:
                 plans = []

@@ -25,6 +25,7 @@ class Val:
     words: str = ""
     loop: Optional[LoopInfo] = None
     pid_axis: Optional[int] = None
+    is_index: bool = False  # the loop's induction variable itself, not arithmetic on it
 
     @property
     def dynamic(self) -> bool:

@@ -13,6 +13,10 @@ from .model import IndexUse, Origin
 from .provenance import Env
 
 
+def loop_key(loop) -> str:
+    return f"loop:{id(loop.call)}"
+
+
 def hooks_for(env: Env) -> Hooks:
     ctx = env.ctx
 
@@ -24,8 +28,8 @@ def hooks_for(env: Env) -> Hooks:
             owner = env.owner(expr.value)
             if owner is not None and expr.value in owner.params:
                 val = owner.params[expr.value]
-                if val.origin is Origin.LOOP and val.loop is not None and val.loop.index_name == expr.value:
-                    return f"loop:{expr.value}@{id(val.loop.call)}"
+                if val.origin is Origin.LOOP and val.loop is not None and val.is_index:
+                    return loop_key(val.loop)
                 if val.dynamic:
                     return f"param:{expr.value}@{id(owner.scope)}"
         return None
@@ -34,8 +38,9 @@ def hooks_for(env: Env) -> Hooks:
         if isinstance(expr, cst.Name):
             owner = env.owner(expr.value)
             if owner is not None and expr.value in owner.params:
-                loop = owner.params[expr.value].loop
-                if loop is not None and loop.index_name == expr.value:
+                val = owner.params[expr.value]
+                loop = val.loop
+                if loop is not None and val.is_index:
                     lower = None if env.static_int(loop.lower) == 0 else loop.lower
                     step = None if loop.step is None or env.static_int(loop.step) == 1 else loop.step
                     return lower, step

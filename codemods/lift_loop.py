@@ -1,0 +1,165 @@
+"""R1 — lift an independent loop into a grid axis (fixes PF101).
+
+Before:
+    def kernel(x_ref, o_ref):
+        def body(i, carry):
+            o_ref[pl.ds(i * BS, BS), :] = jnp.tanh(x_ref[pl.ds(i * BS, BS), :])
+            return carry
+        lax.fori_loop(0, x_ref.shape[0] // BS, body, None)
+
+After:
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jnp.tanh(x_ref[...])
+    pl.pallas_call(kernel, ..., grid=(x.shape[0] // BS,),
+                   in_specs=[pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))],
+                   out_specs=pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0)))
+
+Recipe: match a fori_loop / pl.loop that carries nothing and whose index drives block-shaped
+windows; check that each iteration touches only its own block of each lifted ref, that nothing
+else in the kernel would change meaning when it runs once per grid step, and that every size
+can be written at the call site; then inline the body in place of the loop, turn the windows into
+whole-block accesses, and give the pallas_call a new innermost grid axis with BlockSpecs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.blockplan import BlockIndexExpr, CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
+from pallas_fix.callsite import CallSite, CallSiteError
+from pallas_fix.context import walk
+from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
+from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.rewriting import apply_edits
+from pallas_fix.translate import Translator
+
+from ._loops import (
+    strip_leading_blank_lines,
+    LoopRegion,
+    RegionError,
+    block_index_of,
+    check_kernel_ref_uses,
+    grid_translator,
+    loop_region,
+    ref_accesses,
+)
+
+NAME = "lift-loop"
+
+
+class _Refuse(Exception):
+    pass
+
+
+def plan_loop(analysis, loop: LoopInfo, uses: list[IndexUse]) -> Outcome:
+    try:
+        return _plan(analysis, loop, uses)
+    except (_Refuse, CallSiteError, RegionError) as exc:
+        return Refusal(NAME, str(exc))
+
+
+def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
+    ctx = analysis.ctx
+    site = uses[0].kernel_site
+    if loop.carries:
+        raise _Refuse("the loop carries a value (a reduction): see PF102")
+    if site is None or site.kernel is None:
+        raise _Refuse("the kernel is not defined in this module")
+    if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
+        raise _Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+    kernel_env = analysis.detection.envs.get(site.kernel)
+    cs = CallSite(ctx, site, kernel_env)
+    region = loop_region(analysis, site, loop)
+    accesses = ref_accesses(analysis, region, loop)
+    translate = grid_translator(ctx, site, cs)
+
+    blocks: list[RefBlock] = []
+    for ref, group in accesses.items():
+        slot = cs.slots.get(ref)
+        if slot is None:
+            raise _Refuse(f"`{ref}` is not a kernel parameter pallas-fix can map to an operand")
+        if not group.lifted:
+            if group.written:
+                raise _Refuse(
+                    f"`{ref}` is written at the same place on every iteration (a dependency between iterations)"
+                )
+            continue
+        if slot.kind not in ("in", "out"):
+            raise _Refuse(f"`{ref}` is a {slot.kind} buffer; only inputs and outputs can get BlockSpecs")
+        if group.unlifted_accesses:
+            raise _Refuse(f"`{ref}` is also accessed without the loop index inside the loop")
+        dim, size_expr, size_env, index = block_index_of(group, loop, ref)
+        size = translate(size_expr, size_env)
+        if size is None:
+            raise _Refuse(f"the block size `{code(size_expr)}` of `{ref}` cannot be written at the pallas_call")
+        blocks.append(RefBlock(ref, dim, size, index, [(s, {dim}) for s in group.subscripts]))
+    if not blocks:
+        raise _Refuse("no ref is sliced by the loop index in block-shaped windows")
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
+
+    trip = region.trip_count(translate)
+    if trip is None:
+        raise _Refuse(
+            f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
+        )
+    axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
+    call_edits = CallEdits(cs, blocks, axis)
+    edits = call_edits.build()
+    new_axis_pos = len(cs.grid)
+    pl = cs.pl_alias()
+    for b in blocks:
+        for sub, dims in b.subscripts:
+            edits[sub] = kernel_subscript_edit(dims)
+    lifted_ids = {id(el) for b in blocks for sub, dims in b.subscripts for n, el in enumerate(sub.slice) if n in dims}
+    edits.update(region.inline_edits(f"{pl}.program_id({new_axis_pos})", lifted_ids))
+    edits[site.kernel] = strip_leading_blank_lines
+
+    description = (
+        f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
+        f" ({', '.join(b.param for b in blocks)} in blocks)"
+    )
+    needs_import = cs.needs_pallas_import()
+
+    def rewrite(module: cst.Module) -> cst.Module:
+        new, _ = apply_edits(module, edits)
+        if needs_import:
+            new = _add_pallas_import(new)
+        return new
+
+    return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _add_pallas_import(module: cst.Module) -> cst.Module:
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, "jax.experimental", "pallas", "pl")
+    return AddImportsVisitor(context).transform_module(module)
+
+
+def planner(analysis) -> dict:
+    out: dict = {}
+    by_loop: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
+    for use in analysis.uses:
+        loop = use.provenance.loop
+        if use.provenance.origin is not Origin.LOOP or loop is None or loop.carries:
+            continue
+        by_loop.setdefault(id(loop.call), (loop, []))[1].append(use)
+    for loop, uses in by_loop.values():
+        outcome = plan_loop(analysis, loop, uses)
+        for use in uses:
+            out[use_key(use)] = outcome
+    return out
+
+
+planner.name = NAME  # type: ignore[attr-defined]
+planner.codes = frozenset({"PF101"})  # type: ignore[attr-defined]
+register(planner)
+
+
+from ._runner import make_codemod  # noqa: E402
+
+LiftIndependentLoop = make_codemod(NAME, "Lift independent fori_loop / pl.loop loops into grid axes (R1, PF101).")

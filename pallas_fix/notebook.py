@@ -1,0 +1,382 @@
+"""Jupyter notebooks: the code cells analysed and fixed as one virtual module.
+
+A kernel defined in one cell is often called in another, so cells are not analysed one by one:
+the code cells are joined, in order, into one module, each preceded by a marker comment line
+(`# <pallas-fix cell 3>`, 3 being the cell's index in the notebook's `cells` list, markdown cells
+included). Findings map back to `nb.ipynb:cell[3]:LINE:COL`, lines counted inside the cell.
+
+IPython syntax is not Python: in a cell that does not parse, magic and shell lines (`%time`,
+`!pip ...`, `x = !ls`, `obj?`) become placeholder comments (`# <pallas-fix ipython 0>`) that keep
+the line count; a cell magic (`%%bash`) or a cell that still does not parse is left out whole
+(every line a placeholder) with a warning. A cell that parses is taken as written.
+
+Writing back edits only the `source` of the cells whose text changed (outputs, metadata, cell ids
+and all other cells untouched) and keeps the file's JSON layout (nbformat writes indent 1,
+non-ASCII as is, a final newline). The markers and placeholders must come back from the rewrite
+exactly once each and in order; otherwise the rewrite moved code across cells and the notebook is
+left unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import libcst as cst
+
+from .engine import SourceError, analyze_source, fix_source
+from .files import FileError, read_source, write_source
+from .model import Finding, Span
+from .output import unified_diff
+
+_MARKER = "# <pallas-fix cell {}>"
+_MARKER_RE = re.compile(r"^# <pallas-fix cell (\d+)>\r?\n?$")
+_PLACEHOLDER = "# <pallas-fix ipython {}>"
+_PLACEHOLDER_RE = re.compile(r"^[ \t]*# <pallas-fix ipython (\d+)>[ \t]*(\r?\n)?$")
+# Line forms IPython accepts and Python does not: magics, shell escapes, help, captured output.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_MAGIC_LINE = re.compile(
+    r"""^[ \t]*(?:
+        [%!?]                                     # %magic, !shell, ?obj
+      | [\w.\[\]]+[ \t]*\?\??[ \t]*$              # obj? / obj??
+      | [\w.,\[\]() \t]+=[ \t]*[%!]               # x = !ls / x = %time f()
+    )""",
+    re.VERBOSE,
+)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their endings, split where Python and LibCST split them (not at form feeds)."""
+    return _LINE.findall(text)
+
+
+class NotebookError(FileError):
+    """The notebook cannot be read, or a rewrite cannot be written back into it."""
+
+
+@dataclass
+class _Cell:
+    index: int  # position in the notebook's `cells` list
+    text: str  # the source as written
+    as_list: bool  # `source` stored as a list of lines (nbformat's own form) or one string
+    magic_lines: list[str] = field(default_factory=list)  # original lines behind the placeholders
+    appended_newline: bool = False  # the virtual module added the newline the cell lacked
+    skipped: Optional[str] = None  # why the whole cell was left out
+
+
+@dataclass
+class VirtualModule:
+    text: str
+    cells: list[_Cell]
+    warnings: list[str]
+
+
+@dataclass
+class NotebookEdit:
+    """What `--apply` writes: new sources of the changed cells, and the bytes they were read from."""
+
+    raw: bytes
+    changes: dict[int, tuple[str, str]]  # cell index -> (old text, new text)
+    as_list: dict[int, bool]
+    style: dict
+
+
+# -- reading ------------------------------------------------------------------------------------------
+def load_notebook(text: str) -> dict:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotebookError(f"not a notebook: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        if isinstance(nb, dict) and "worksheets" in nb:
+            raise NotebookError(f"nbformat {nb.get('nbformat', '?')} notebooks are not supported (convert to nbformat 4)")
+        raise NotebookError("not a notebook: no `cells` list")
+    return nb
+
+
+def is_python(nb: dict) -> bool:
+    meta = nb.get("metadata") or {}
+    lang = (meta.get("language_info") or {}).get("name") or (meta.get("kernelspec") or {}).get("language")
+    return lang is None or str(lang).lower() in ("python", "python3", "ipython", "ipython3")
+
+
+def _cell_text(source) -> tuple[str, bool]:
+    if isinstance(source, list):
+        return "".join(str(s) for s in source), True
+    return str(source or ""), False
+
+
+def _parses(text: str) -> Optional[cst.ParserSyntaxError]:
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        return exc
+    except Exception as exc:  # LibCST raises a few other errors on odd input; treat them alike
+        return cst.ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0)
+    return None
+
+
+def _placeholder_lines(cell: _Cell, lines: list[str], which: set[int]) -> list[str]:
+    out = []
+    for n, line in enumerate(lines):
+        if n not in which:
+            out.append(line)
+            continue
+        body = line.rstrip("\r\n")
+        ending = line[len(body) :]
+        indent = body[: len(body) - len(body.lstrip(" \t"))]
+        out.append(indent + _PLACEHOLDER.format(len(cell.magic_lines)) + ending)
+        cell.magic_lines.append(line)
+    return out
+
+
+def _virtual_cell(cell: _Cell) -> tuple[str, Optional[str]]:
+    """The cell as Python, and a warning when part of it had to be left out."""
+    text = cell.text
+    if not text.endswith("\n"):
+        text += "\n"
+        cell.appended_newline = True
+    if _parses(text) is None:
+        return text, None
+    lines = _split_lines(text)
+    if text.lstrip().startswith("%%"):
+        cell.skipped = "cell magic"
+        return "".join(_placeholder_lines(cell, lines, set(range(len(lines))))), None
+    magic: set[int] = set()
+    for n, line in enumerate(lines):
+        if n in magic or _MAGIC_LINE.match(line):
+            magic.add(n)
+            if line.rstrip("\r\n").endswith("\\") and n + 1 < len(lines):
+                magic.add(n + 1)  # the magic goes on on the next line
+    candidate = "".join(_placeholder_lines(cell, lines, magic))
+    err = _parses(candidate)
+    if err is None:
+        return candidate, None
+    cell.magic_lines = []
+    cell.skipped = f"syntax error on line {err.raw_line}"
+    blanked = "".join(_placeholder_lines(cell, lines, set(range(len(lines)))))
+    return blanked, f"cell[{cell.index}]: not analysed ({cell.skipped})"
+
+
+def build_virtual(nb: dict) -> VirtualModule:
+    parts: list[str] = []
+    cells: list[_Cell] = []
+    warnings: list[str] = []
+    for index, raw_cell in enumerate(nb["cells"]):
+        if not isinstance(raw_cell, dict) or raw_cell.get("cell_type") != "code":
+            continue
+        text, as_list = _cell_text(raw_cell.get("source", ""))
+        cell = _Cell(index, text, as_list)
+        body, warning = _virtual_cell(cell)
+        if warning:
+            warnings.append(warning)
+        parts.append(_MARKER.format(index) + "\n" + body)
+        cells.append(cell)
+    return VirtualModule("".join(parts), cells, warnings)
+
+
+# -- positions ----------------------------------------------------------------------------------------
+def line_map(virtual_text: str) -> list[tuple[int, int]]:
+    """For each virtual line (index = line - 1): (cell index, line inside the cell); -1 before any cell."""
+    out = []
+    cell, n = -1, 0
+    for line in _split_lines(virtual_text):
+        m = _MARKER_RE.match(line)
+        if m:
+            cell, n = int(m.group(1)), 0
+            out.append((cell, 0))
+            continue
+        n += 1
+        out.append((cell, n))
+    return out
+
+
+def _locate(lmap: list[tuple[int, int]], line: int) -> tuple[int, int]:
+    if 1 <= line <= len(lmap):
+        return lmap[line - 1]
+    return (lmap[-1][0], lmap[-1][1] + line - len(lmap)) if lmap else (-1, line)
+
+
+def cell_path(path: str, cell: int) -> str:
+    return f"{path}:cell[{cell}]"
+
+
+def map_findings(findings: list[Finding], path: str, virtual_text: str) -> list[Finding]:
+    lmap = line_map(virtual_text)
+    out = []
+    for f in findings:
+        cell, line = _locate(lmap, f.span.line)
+        end_cell, end_line = _locate(lmap, f.span.end_line)
+        if end_cell != cell:
+            end_line = line
+        span = Span(line, f.span.column, end_line, f.span.end_column)
+        out.append(replace(f, path=cell_path(path, cell), span=span))
+    return out
+
+
+# -- rewrites back into cells -------------------------------------------------------------------------
+def split_cells(vm: VirtualModule, new_text: str) -> dict[int, str]:
+    """The new text of every code cell, from a rewritten virtual module.
+
+    Raises NotebookError when a marker or a placeholder did not survive the rewrite exactly once.
+    """
+    chunks: dict[int, list[str]] = {}
+    order: list[int] = []
+    current: Optional[list[str]] = None
+    prefix: list[str] = []
+    for line in _split_lines(new_text):
+        m = _MARKER_RE.match(line)
+        if m:
+            idx = int(m.group(1))
+            if idx in chunks:
+                raise NotebookError(f"the rewrite repeated the start of cell[{idx}]")
+            current = chunks[idx] = []
+            order.append(idx)
+            continue
+        (prefix if current is None else current).append(line)
+    expected = [c.index for c in vm.cells]
+    if order != expected:
+        raise NotebookError("the rewrite moved code across notebook cells")
+    if prefix and expected:
+        chunks[expected[0]][:0] = prefix  # text put above everything belongs to the first cell
+    out = {}
+    for cell in vm.cells:
+        out[cell.index] = _restore(cell, "".join(chunks[cell.index]))
+    return out
+
+
+def _restore(cell: _Cell, text: str) -> str:
+    lines = _split_lines(text)
+    used: set[int] = set()
+    for n, line in enumerate(lines):
+        m = _PLACEHOLDER_RE.match(line)
+        if not m:
+            continue
+        k = int(m.group(1))
+        if k >= len(cell.magic_lines) or k in used:
+            raise NotebookError(f"the rewrite duplicated an IPython line of cell[{cell.index}]")
+        used.add(k)
+        lines[n] = cell.magic_lines[k].rstrip("\r\n") + (m.group(2) or "")
+    if len(used) != len(cell.magic_lines):
+        raise NotebookError(f"the rewrite dropped an IPython line of cell[{cell.index}]")
+    text = "".join(lines)
+    if cell.appended_newline and text.endswith("\n"):
+        text = text[:-1]
+    return text
+
+
+# -- JSON layout --------------------------------------------------------------------------------------
+def json_style(text: str, nb: dict) -> dict:
+    """json.dumps arguments that reproduce the file, or nbformat's layout when none does."""
+    plain = text.replace("\r\n", "\n")
+    tail = "\n" if plain.endswith("\n") else ""
+    for indent in (1, 2, 4, None, 3, "\t"):
+        for ensure_ascii in (False, True):
+            style = {"indent": indent, "ensure_ascii": ensure_ascii, "tail": tail, "exact": True}
+            if dump_notebook(nb, style) == plain:
+                return style
+    return {"indent": 1, "ensure_ascii": False, "tail": tail or "\n", "exact": False}
+
+
+def dump_notebook(nb: dict, style: dict) -> str:
+    return json.dumps(nb, indent=style["indent"], ensure_ascii=style["ensure_ascii"]) + style["tail"]
+
+
+def _as_source(text: str, as_list: bool):
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text) if as_list else text
+
+
+# -- the CLI's entry points ---------------------------------------------------------------------------
+def analyse_notebook(path: str, opts, report):
+    """`cli.analyse_file` for a notebook: fills and returns the FileReport."""
+    from .cli import _config_for
+    from .config import ConfigError
+
+    try:
+        src = read_source(path)
+        nb = load_notebook(src.text)
+    except FileError as exc:
+        report.error = str(exc)
+        return report
+    if not is_python(nb):
+        report.skipped = True
+        return report
+    vm = build_virtual(nb)
+    try:
+        config = _config_for(path, opts)
+    except ConfigError as exc:
+        report.error = f"configuration: {exc}"
+        return report
+    report.config = config
+    report.original = vm.text
+    if "pallas_call" not in vm.text:
+        report.skipped = True
+        return report
+    try:
+        analysis = analyze_source(vm.text, path, config)
+    except SourceError as exc:
+        cell, line = _locate(line_map(vm.text), exc.line)
+        report.error = f"cell[{cell}]: {exc.reason} (line {line}, column {exc.column + 1})"
+        return report
+    report.findings = map_findings(analysis.findings, path, vm.text)
+    notes = list(vm.warnings)
+    if any(f.fixable for f in analysis.findings):
+        fixed = fix_source(vm.text, path, config)
+        if fixed.error:
+            notes.append(fixed.error)
+        elif fixed.changed:
+            try:
+                new_cells = split_cells(vm, fixed.source)
+            except NotebookError as exc:
+                notes.append(f"{exc}; the notebook is left unchanged")
+            else:
+                changes = {c.index: (c.text, new_cells[c.index]) for c in vm.cells if new_cells[c.index] != c.text}
+                report.proposed = fixed.source
+                report.applied = fixed.applied
+                report.remaining = map_findings(fixed.remaining, path, fixed.source)
+                style = json_style(src.text, nb)
+                if not style["exact"]:
+                    notes.append("the notebook's JSON layout is not nbformat's; writing re-formats the whole file")
+                report.notebook = NotebookEdit(
+                    raw=src.raw,
+                    changes=changes,
+                    as_list={c.index: c.as_list for c in vm.cells},
+                    style=style,
+                )
+    if report.proposed is None:
+        report.remaining = report.findings
+    if notes:
+        report.fix_error = "; ".join(notes)
+    return report
+
+
+def notebook_diff(report) -> str:
+    """One unified diff per changed cell, named `nb.ipynb:cell[3]`."""
+    edit: NotebookEdit = report.notebook
+    out = []
+    for index in sorted(edit.changes):
+        old, new = edit.changes[index]
+        # Cells rarely end with a newline; without one the diff's last lines would run together.
+        out.append(unified_diff(cell_path(report.path, index), _nl(old), _nl(new)))
+    return "".join(out)
+
+
+def _nl(text: str) -> str:
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def write_notebook(report) -> None:
+    """Write the changed cells' sources; everything else in the file stays as it was."""
+    edit: NotebookEdit = report.notebook
+    src = read_source(report.path)
+    if src.raw != edit.raw:
+        raise FileError("file changed on disk since it was read; not written")
+    nb = load_notebook(src.text)
+    for index, (old, new) in edit.changes.items():
+        cell = nb["cells"][index]
+        if _cell_text(cell.get("source", ""))[0] != old:
+            raise FileError(f"cell[{index}] changed since it was read; not written")
+        cell["source"] = _as_source(new, edit.as_list.get(index, True))
+    write_source(src, dump_notebook(nb, edit.style))

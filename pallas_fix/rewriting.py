@@ -1,0 +1,52 @@
+"""Identity-addressed tree edits: the analysis names nodes, a plan maps them to replacements.
+
+Each edit is a function of the *updated* node (children already edited), so an edit inside a
+statement that another edit moves elsewhere is carried along. `Capture` keeps a removed
+statement's updated form for an edit that runs later in the traversal (a loop body def that is
+deleted where it stands and re-inserted where the loop call was).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import libcst as cst
+
+Edit = Callable[[cst.CSTNode], Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]]
+
+
+class NodeReplacer(cst.CSTTransformer):
+    def __init__(self, edits: dict[cst.CSTNode, Edit]) -> None:
+        super().__init__()
+        self.edits = edits
+        self.captured: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.applied: set[int] = set()
+
+    def on_leave(self, original_node, updated_node):
+        edit = self.edits.get(original_node)
+        if edit is None:
+            return updated_node
+        self.applied.add(id(original_node))
+        self.captured[original_node] = updated_node
+        return edit(updated_node)
+
+
+class EditFailed(Exception):
+    pass
+
+
+def apply_edits(module: cst.Module, edits: dict[cst.CSTNode, Edit]) -> tuple[cst.Module, NodeReplacer]:
+    replacer = NodeReplacer(edits)
+    new = module.visit(replacer)
+    missing = [n for n in edits if id(n) not in replacer.applied]
+    if missing:
+        raise EditFailed(f"{len(missing)} planned edit(s) found no node (the tree changed under the plan)")
+    return new, replacer
+
+
+def parse_expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+def parse_stmt(text: str) -> cst.BaseStatement:
+    return cst.parse_statement(text)

@@ -1,0 +1,130 @@
+"""Rewrite a kernel-side static expression so that it means the same at the pallas_call site.
+
+Block sizes and trip counts are written inside kernels (`bs`, `x_ref.shape[0] // bs`) but grids
+and BlockSpecs live at the call site, where `bs` may be `block_size` (bound by
+functools.partial) and `x_ref` is the argument `x`. Returns None when some name has no
+call-site meaning; the caller then refuses the rewrite.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import libcst as cst
+
+from .context import ModuleContext
+from .model import KernelSite
+from .provenance import Env, _Unpack
+
+RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
+
+
+class Translator:
+    def __init__(self, ctx: ModuleContext, site: KernelSite, ref_shape: RefShape) -> None:
+        self.ctx = ctx
+        self.site = site
+        self.ref_shape = ref_shape
+        self.call_scopes = ctx.scope_chain(site.call)
+
+    def __call__(self, expr: cst.BaseExpression, env: Env, depth: int = 0) -> Optional[cst.BaseExpression]:
+        if depth > 16:
+            return None
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return expr
+        if isinstance(expr, cst.Name):
+            return self._name(expr, env, depth)
+        if isinstance(expr, cst.Subscript):
+            return self._shape_dim(expr, env)
+        if isinstance(expr, cst.BinaryOperation):
+            left = self(expr.left, env, depth + 1)
+            right = self(expr.right, env, depth + 1)
+            if left is None or right is None:
+                return None
+            return expr.with_changes(left=_paren(left), right=_paren(right))
+        if isinstance(expr, cst.UnaryOperation):
+            inner = self(expr.expression, env, depth + 1)
+            return None if inner is None else expr.with_changes(expression=_paren(inner))
+        if isinstance(expr, cst.Call) and self._module_level_callable(expr.func):
+            args = []
+            for a in expr.args:
+                v = self(a.value, env, depth + 1)
+                if v is None:
+                    return None
+                args.append(a.with_changes(value=v))
+            return expr.with_changes(args=args)
+        return None
+
+    def _module_level_callable(self, func: cst.BaseExpression) -> bool:
+        # `pl.cdiv`, `math.ceil`, `min`: names that mean the same everywhere in the module.
+        if isinstance(func, cst.Name):
+            return func.value in ("min", "max", "int", "abs") or self.ctx.imports.qualify(func) is not None
+        return self.ctx.imports.qualify(func) is not None
+
+    def _name(self, name: cst.Name, env: Env, depth: int) -> Optional[cst.BaseExpression]:
+        owner = env.owner(name.value)
+        if owner is None:
+            # Module-level (or builtin): the same name works at the call site unless shadowed.
+            if self._shadowed_at_call(name.value):
+                return None
+            return name
+        if isinstance(owner.scope, cst.Module):
+            return None if self._shadowed_at_call(name.value) else name
+        if owner.scope in self.call_scopes:
+            # A wrapper's name seen from a nested kernel: visible at the call too, if assigned
+            # before it. We accept it only when the call sits in that same wrapper.
+            return name
+        if name.value in owner.params:
+            bound = owner.param_exprs.get(name.value)
+            if bound is None:
+                return None
+            if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
+                return bound  # written at the call site already
+            return self(bound, owner.parent or owner, depth + 1)  # a default value
+        binds = owner.bindings().get(name.value, [])
+        if len(binds) != 1 or binds[0][0] != "assign":
+            return None
+        value = binds[0][1]
+        if isinstance(value, _Unpack):
+            # `rows, cols = x_ref.shape`
+            inner = value.value
+            if (
+                isinstance(inner, cst.Attribute)
+                and inner.attr.value == "shape"
+                and isinstance(inner.value, cst.Name)
+            ):
+                return self.ref_shape(inner.value.value, value.index)
+            return None
+        if owner.value(value).dynamic:
+            return None
+        return self(value, owner, depth + 1)
+
+    def _shape_dim(self, sub: cst.Subscript, env: Env) -> Optional[cst.BaseExpression]:
+        base = sub.value
+        if not (isinstance(base, cst.Attribute) and base.attr.value == "shape" and isinstance(base.value, cst.Name)):
+            return None
+        if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+            return None
+        dim = env.static_int(sub.slice[0].slice.value)
+        if dim is None:
+            return None
+        return self.ref_shape(base.value.value, dim)
+
+    def _shadowed_at_call(self, name: str) -> bool:
+        for scope in self.call_scopes:
+            if isinstance(scope, cst.Module):
+                return False
+            if isinstance(scope, cst.FunctionDef):
+                params = {p.name.value for p in scope.params.params} | {p.name.value for p in scope.params.kwonly_params}
+                if name in params or self.ctx.assignments(name, scope):
+                    return True
+        return False
+
+
+def _paren(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)) and not expr.lpar:
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr
+
+
+def simplify_text(code: str) -> str:
+    return code
