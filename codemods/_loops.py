@@ -17,7 +17,7 @@ from pallas_fix.callsite import CallSite
 from pallas_fix.context import ModuleContext, walk
 from pallas_fix.fixes import use_key
 from pallas_fix.model import IndexUse, KernelSite, LoopInfo
-from pallas_fix.rewriting import Edit
+from pallas_fix.rewriting import Edit, remove_statement
 from pallas_fix.translate import Translator
 from pallas_fix.windows import loop_key, window_of
 
@@ -27,7 +27,7 @@ class RegionError(Exception):
 
 
 def grid_translator(ctx: ModuleContext, site: KernelSite, cs: CallSite) -> Translator:
-    return Translator(ctx, site, cs.shape_dim)
+    return Translator(ctx, site, cs.kernel_shape_dim)
 
 
 def _stmts(fn: cst.FunctionDef) -> list[cst.BaseStatement]:
@@ -111,12 +111,21 @@ class LoopRegion:
                 stmts[-1] = last.with_changes(body=last.body[:-1])
         return stmts
 
+    def dead_slice_statements(self, lifted_elements: set[int]) -> list[cst.BaseStatement]:
+        """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window: it goes too."""
+        from pallas_fix.blockplan import dead_assignments
+
+        return dead_assignments(self.ctx, list(self.functions), lifted_elements)
+
     def index_needed(self, lifted_elements: set[int]) -> bool:
-        """Does the index name survive once the lifted windows are gone?"""
+        """Does the index name survive once the lifted windows (and dead named slices) are gone?"""
         name = self.loop.index_name
         body = self.body
+        dead = {id(s) for s in self.dead_slice_statements(lifted_elements)}
         for node in walk(body.body if isinstance(body, cst.FunctionDef) else body.body):
             if isinstance(node, cst.Name) and node.value == name and not self._inside(node, lifted_elements):
+                if any(id(a) in dead for a in self.ctx.ancestors(node)):
+                    continue
                 return True
         return False
 
@@ -169,8 +178,8 @@ class LoopRegion:
             return cst.FlattenSentinel(stmts)
 
         edits[self.statement] = replace_loop
-        for stmt in self.bound_stmts:
-            edits[stmt] = lambda _n: cst.RemovalSentinel.REMOVE
+        for stmt in self.dead_slice_statements(lifted_elements) + list(self.bound_stmts):
+            remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
         return edits
 
 
@@ -194,7 +203,9 @@ def _p(text: str) -> str:
     return text if text.replace("_", "").replace(".", "").isalnum() else f"({text})"
 
 
-def loop_region(analysis, site: KernelSite, loop: LoopInfo) -> LoopRegion:
+def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool = False) -> LoopRegion:
+    """The loop's statement, body and helpers. `reduction` admits a used result, code after the
+    loop and a used carry (R2 handles those); R1 refuses them."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
@@ -205,7 +216,10 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo) -> LoopRegion:
     body = loop.body
     body_def_stmt = None
     if loop.kind == "fori_loop":
-        if not _is_bare_loop_statement(statement, loop.call):
+        if reduction:
+            if not _is_result_statement(statement, loop.call):
+                raise RegionError("the loop's result is used inside a larger expression; assign it to names first")
+        elif not _is_bare_loop_statement(statement, loop.call):
             raise RegionError("the loop's result is used; only a loop run for its effects can become a grid axis")
         if isinstance(body, cst.FunctionDef):
             if body not in stmts:
@@ -228,9 +242,25 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo) -> LoopRegion:
     region.after = [s for s in stmts[index + 1 :] if not _is_trivial(s)]
     region.functions = [body] + _helpers(ctx, kernel, body)
     region.bound_stmts = _bound_only_statements(ctx, kernel, loop, region.before)
-    _check_body(region)
-    check_before_loop(region)
+    _check_body(region, carry_used_ok=reduction)
+    if not reduction:
+        check_before_loop(region)
     return region
+
+
+def _is_result_statement(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """`fori_loop(...)`, `acc = fori_loop(...)` or `m, l = fori_loop(...)`."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr):
+        return small.value is call
+    if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+        t = small.targets[0].target
+        if isinstance(t, cst.Name):
+            return True
+        return isinstance(t, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in t.elements)
+    return False
 
 
 def _bound_only_statements(ctx: ModuleContext, kernel, loop: LoopInfo, before) -> list[cst.BaseStatement]:
@@ -289,15 +319,16 @@ def _helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body) -> list[cst.CSTN
     return found
 
 
-def _check_body(region: LoopRegion) -> None:
+def _check_body(region: LoopRegion, carry_used_ok: bool = False) -> None:
     body = region.body
     if isinstance(body, cst.FunctionDef):
         stmts = _stmts(body)
         for n, stmt in enumerate(stmts):
             for node in _own(stmt):
-                if isinstance(node, cst.Return) and not (n == len(stmts) - 1 and _returns_carry(node, region.carry_name)):
+                last = n == len(stmts) - 1 and node is stmt.body[-1] if isinstance(stmt, cst.SimpleStatementLine) else False
+                if isinstance(node, cst.Return) and not (last and (carry_used_ok or _returns_carry(node, region.carry_name))):
                     raise RegionError("the loop body returns early")
-    if region.carry_name is not None:
+    if region.carry_name is not None and not carry_used_ok:
         target = body.body
         for node in walk(target):
             if isinstance(node, cst.Name) and node.value == region.carry_name:
@@ -550,3 +581,17 @@ def check_before_loop(region: LoopRegion) -> None:
             f"the kernel has code after the loop (line {ctx.span(region.after[0]).line}); "
             "after lifting it would run on every grid step"
         )
+
+
+def add_pallas_import(module: cst.Module) -> cst.Module:
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor
+
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, "jax.experimental", "pallas", "pl")
+    return AddImportsVisitor(context).transform_module(module)
+
+
+def siblings_of(ctx: ModuleContext, stmt: cst.CSTNode) -> list:
+    parent = ctx.parent(stmt)
+    return list(getattr(parent, "body", ())) if parent is not None else []

@@ -36,6 +36,7 @@ from pallas_fix.rewriting import apply_edits
 from pallas_fix.translate import Translator
 
 from ._loops import (
+    add_pallas_import,
     strip_leading_blank_lines,
     LoopRegion,
     RegionError,
@@ -125,19 +126,10 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     def rewrite(module: cst.Module) -> cst.Module:
         new, _ = apply_edits(module, edits)
         if needs_import:
-            new = _add_pallas_import(new)
+            new = add_pallas_import(new)
         return new
 
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
-
-
-def _add_pallas_import(module: cst.Module) -> cst.Module:
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor
-
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, "jax.experimental", "pallas", "pl")
-    return AddImportsVisitor(context).transform_module(module)
 
 
 def planner(analysis) -> dict:

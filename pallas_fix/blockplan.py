@@ -142,7 +142,8 @@ class CallEdits:
             rest = [f"_s{n}" for n in range(self.cs.num_prefetch)] if self.cs.num_prefetch else []
         if self.new_axis is not None:
             name = self.axis_names["new"]
-            while name in grid or name in rest:
+            used = _names_in(spec.index_map) if spec.index_map is not None else set()
+            while name in grid or name in rest or name in used:
                 name += "_"
             grid.append(name)
         return grid, rest
@@ -246,7 +247,7 @@ class CallEdits:
                     lam = spec.index_map
                     if lam in self.edits:
                         continue
-                    self.edits[lam] = _add_lambda_param(self.ngrid, self._fresh(spec.index_params))
+                    self.edits[lam] = _add_lambda_param(self.ngrid, self._fresh(spec.index_params + sorted(_names_in(lam))))
                 else:
                     node = spec.index_map
                     grid, rest = self.params_text(Spec(None, None, None))
@@ -326,7 +327,7 @@ class CallEdits:
             new = "arbitrary" if self.cs.backend().value == "tpu" else "sequential"
         value = self.cs.ctx.resolve_value(arg.value, self.cs.site.call)
         quote = '"'
-        if isinstance(value, (cst.Tuple, cst.List)) and value.elements:
+        if isinstance(value, (cst.Tuple, cst.List)) and value.elements:  # keep the user's quoting / enum style
             first = value.elements[0].value
             if isinstance(first, cst.SimpleString):
                 quote = first.quote[0] if first.quote else '"'
@@ -345,7 +346,10 @@ class CallEdits:
             return
         target = self.cs.site.grid_spec if self.cs.site.grid_spec is not None else self.cs.site.call
         kws = list(self.new_keywords)
-        anchor = "out_shape" if target is self.cs.site.call else None
+        present = {a.keyword.value for a in target.args if a.keyword is not None}
+        anchor = next((k for k in ("out_specs", "in_specs", "grid", "out_shape") if k in present), None)
+        if anchor is None and target is self.cs.site.call:
+            anchor = "out_shape"
         existing = self.edits.get(target)
 
         def edit(node: cst.CSTNode, kws=kws, anchor=anchor, existing=existing) -> cst.CSTNode:
@@ -362,6 +366,12 @@ class CallEdits:
         self.write_semantics()
         self.write_keywords()
         return self.edits
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    from .context import walk
+
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
 def _is_literal_zero(expr: cst.BaseExpression) -> bool:
@@ -425,4 +435,75 @@ def insert_keywords(call: cst.Call, kws: list[tuple[str, str]], anchor: Optional
         prev = args[pos - 1]
         if not isinstance(prev.comma, cst.Comma):
             args[pos - 1] = prev.with_changes(comma=sep)
-    return call.with_changes(args=args[:pos] + new_args + args[pos:])
+    out = call.with_changes(args=args[:pos] + new_args + args[pos:])
+    if _one_line(call) and len(code(out)) > 80:
+        out = explode_args(out)
+    return out
+
+
+def _one_line(call: cst.Call) -> bool:
+    return "\n" not in code(call.with_changes(func=cst.Name("f")))
+
+
+def explode_args(call: cst.Call) -> cst.Call:
+    """One argument per line, as hand-written pallas_calls are laid out."""
+    def nl(last: str = "    ") -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(last)
+        )
+
+    args = []
+    for n, a in enumerate(call.args):
+        last = n == len(call.args) - 1
+        comma = cst.Comma(whitespace_after=nl("" if last else "    "))
+        args.append(a.with_changes(comma=comma))
+    return call.with_changes(whitespace_before_args=nl(), args=args)
+
+
+_PURE_CALLS = None
+
+
+def dead_assignments(ctx, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:
+    """Simple `name = <pure index arithmetic>` statements nobody reads once `removed` elements are
+    gone (`start = pid * bs` after its window became a BlockSpec). Iterates: `pid` may die next."""
+    from . import names as N
+    from .context import walk
+
+    pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES
+
+    def pure(expr: cst.CSTNode) -> bool:
+        for n in walk(expr):
+            if isinstance(n, cst.Call) and not ctx.imports.is_(n.func, pure_calls):
+                return False
+            if isinstance(n, (cst.Lambda, cst.Await, cst.Yield, cst.NamedExpr)):
+                return False
+        return True
+
+    candidates: list[tuple[cst.SimpleStatementLine, cst.Name]] = []
+    for fn in functions:
+        body = getattr(fn, "body", None)
+        if not isinstance(body, cst.IndentedBlock):
+            continue
+        for stmt in body.body:
+            if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+                a = stmt.body[0]
+                if len(a.targets) == 1 and isinstance(a.targets[0].target, cst.Name) and pure(a.value):
+                    candidates.append((stmt, a.targets[0].target))
+    dead: list[cst.BaseStatement] = []
+    gone = set(removed)
+    changed = True
+    while changed:
+        changed = False
+        for stmt, target in candidates:
+            if stmt in dead:
+                continue
+            readers = [
+                n for fn in functions for n in walk(fn)
+                if isinstance(n, cst.Name) and n.value == target.value and n is not target
+            ]
+            live = [r for r in readers if not any(id(a) in gone for a in [r, *ctx.ancestors(r)])]
+            if readers and not live:
+                dead.append(stmt)
+                gone.add(id(stmt))
+                changed = True
+    return dead

@@ -217,7 +217,7 @@ class CallSite:
         if slot is None:
             return None
         if slot.kind in ("in", "prefetch"):
-            if not _is_plain_name(slot.arg):
+            if not _is_plain_name(slot.arg) or not self.args_visible_at_call():
                 return None
             return _shape_index(slot.arg, dim)
         if slot.kind == "out":
@@ -234,6 +234,29 @@ class CallSite:
             if isinstance(shape, cst.Attribute) and shape.attr.value == "shape" and _is_plain_name(shape.value):
                 return _shape_index(shape.value, dim)
         return None
+
+    def kernel_shape_dim(self, param: str, dim: int) -> Optional[cst.BaseExpression]:
+        """What `param.shape[dim]` means inside the kernel, written at the call site: the block's
+        size when the ref has a BlockSpec (squeezed `None` dims vanish from the kernel's view),
+        the array's size otherwise."""
+        slot = self.slots.get(param)
+        if slot is None or slot.kind not in ("in", "out", "prefetch"):
+            return None
+        if slot.kind == "prefetch":
+            return self.shape_dim(param, dim)
+        spec = self.spec_of(slot)
+        if spec.block is None:
+            return self.shape_dim(param, dim) if spec.whole else None
+        visible = [b for b in spec.block if not (isinstance(b, cst.Name) and b.value == "None")]
+        if any(self.ctx.imports.qualify(b.func) if isinstance(b, cst.Call) else False for b in visible):
+            return None  # pl.Squeezed() / pl.Element(...) block dims: not plain sizes
+        return visible[dim] if dim < len(visible) else None
+
+    def args_visible_at_call(self) -> bool:
+        """Can the call's arguments be named where pallas_call is written? (Not in the decorator
+        form, nor when a builder function returns the pallas_call for someone else to call.)"""
+        inv = self.site.invocation
+        return inv is not None and self.ctx.scope_of(inv) is self.ctx.scope_of(self.site.call)
 
     def rank(self, param: str) -> Optional[int]:
         slot = self.slots.get(param)
@@ -326,13 +349,10 @@ class CallSite:
 
     # -- writing ------------------------------------------------------------------------------------
     def pl_alias(self) -> str:
-        for local, full in self.ctx.imports.bindings.items():
-            if full == N.PALLAS:
-                return local
-        return "pl"
+        return pallas_alias(self.ctx)
 
     def needs_pallas_import(self) -> bool:
-        return not any(full == N.PALLAS for full in self.ctx.imports.bindings.values())
+        return pallas_alias(self.ctx) == "pl" and self.ctx.imports.bindings.get("pl") != N.PALLAS
 
     def dimension_semantics(self) -> tuple[Optional[cst.Call], Optional[cst.Arg], Optional[list[str]]]:
         params = self.site.kw("compiler_params")
@@ -378,3 +398,13 @@ def _shape_index(arr: cst.BaseExpression, dim: int) -> cst.BaseExpression:
         value=cst.Attribute(value=arr, attr=cst.Name("shape")),
         slice=[cst.SubscriptElement(cst.Index(cst.Integer(str(dim))))],
     )
+
+
+def pallas_alias(ctx: ModuleContext) -> str:
+    """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
+    for local, full in ctx.imports.bindings.items():
+        if full == N.PALLAS:
+            return local
+    if N.PALLAS in ctx.imports.modules and ctx.imports.bindings.get("jax") == "jax":
+        return N.PALLAS
+    return "pl"

@@ -50,3 +50,38 @@ def parse_expr(text: str) -> cst.BaseExpression:
 
 def parse_stmt(text: str) -> cst.BaseStatement:
     return cst.parse_statement(text)
+
+
+def _with_leading(node, comments: list) -> object:
+    if isinstance(node, cst.FlattenSentinel):
+        nodes = list(node.nodes)
+        if nodes and hasattr(nodes[0], "leading_lines"):
+            nodes[0] = nodes[0].with_changes(leading_lines=[*comments, *nodes[0].leading_lines])
+            return cst.FlattenSentinel(nodes)
+        return node
+    if isinstance(node, cst.RemovalSentinel) or not hasattr(node, "leading_lines"):
+        return node
+    return node.with_changes(leading_lines=[*comments, *node.leading_lines])
+
+
+def remove_statement(edits: dict, stmt: cst.CSTNode, siblings: list) -> None:
+    """Remove `stmt`, handing its comment lines to the statement after it (comments survive)."""
+    try:
+        nxt = siblings[siblings.index(stmt) + 1]
+    except (ValueError, IndexError):
+        edits[stmt] = lambda _n: cst.RemovalSentinel.REMOVE
+        return
+    carried: list = []
+
+    def remove(updated):
+        carried.extend(l for l in getattr(updated, "leading_lines", ()) if l.comment is not None)
+        return cst.RemovalSentinel.REMOVE
+
+    edits[stmt] = remove
+    inner = edits.get(nxt)
+
+    def receive(updated, inner=inner):
+        out = inner(updated) if inner is not None else updated
+        return _with_leading(out, carried) if carried else out
+
+    edits[nxt] = receive

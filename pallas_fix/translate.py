@@ -35,6 +35,16 @@ class Translator:
             return self._name(expr, env, depth)
         if isinstance(expr, cst.Subscript):
             return self._shape_dim(expr, env)
+        if isinstance(expr, cst.Attribute) and self.ctx.imports.qualify(expr) is not None:
+            return expr  # `jnp.float32`: an imported name means the same everywhere
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            items = []
+            for el in expr.elements:
+                v = self(el.value, env, depth + 1)
+                if v is None:
+                    return None
+                items.append(el.with_changes(value=v))
+            return expr.with_changes(elements=items)
         if isinstance(expr, cst.BinaryOperation):
             left = self(expr.left, env, depth + 1)
             right = self(expr.right, env, depth + 1)
