@@ -152,15 +152,25 @@ def _verify(report: FileReport, opts: Options, *, gpu: bool):
         return None, str(exc)
     if not examples:
         return [], None
-    verdicts = verify_sources(
-        report.original or "",
-        report.proposed or "",
-        examples,
-        path=report.path,
-        timeout_s=opts.verify_timeout,
-        gpu_interpret=gpu,
-    )
+    with _progress(f"verifying {report.path} ({len(examples)} example(s))"):
+        verdicts = verify_sources(
+            report.original or "",
+            report.proposed or "",
+            examples,
+            path=report.path,
+            timeout_s=opts.verify_timeout,
+            gpu_interpret=gpu,
+        )
     return verdicts, None
+
+
+def _progress(message: str):
+    """A spinner on a terminal while the interpreters run; nothing when output is piped."""
+    import contextlib
+
+    if not sys.stderr.isatty() or os.environ.get("CI"):
+        return contextlib.nullcontext()
+    return _console(stderr=True).status(message, spinner="dots")
 
 
 def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ignore: bool, color: bool) -> int:

@@ -167,12 +167,19 @@ class _Walker:
         names = [p.name.value for p in fn.params.params]
         loop = self.result.loops.get(fn)
         if loop is not None:
-            params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop") for n in names[1:]}
-            params[names[0]] = Val(Origin.LOOP, "int", describe_loop(self.ctx, loop), loop=loop, is_index=True)
+            idx = names.index(loop.index_name) if loop.index_name in names else 0
+            params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop") for n in names[idx + 1:]}
+            # Parameters functools.partial binds before the index take the partial's arguments.
+            bound = _partial_bindings(self.ctx, loop.call, names, env)
+            for n in names[:idx]:
+                params[n] = bound.get(n, STATIC)
+            for n, v in bound.items():
+                params.setdefault(n, v)
+            params[names[idx]] = Val(Origin.LOOP, "int", describe_loop(self.ctx, loop), loop=loop, is_index=True)
             # Loop bounds that are traced make the index take their origin too.
             bound = env.value(loop.lower) if loop.lower is not None else STATIC
             if bound.origin is Origin.REF_LOAD:
-                params[names[0]] = Val(Origin.REF_LOAD, "int", f"a loop index whose bounds are {bound.words}", loop=loop)
+                params[names[idx]] = Val(Origin.REF_LOAD, "int", f"a loop index whose bounds are {bound.words}", loop=loop)
             return params
         if isinstance(fn, cst.FunctionDef):
             for dec in fn.decorators:
@@ -232,6 +239,14 @@ class _Walker:
 
     # -- calls into module-level helpers ----------------------------------------------------------
     def call(self, call: cst.Call, env: Env) -> None:
+        if self.ctx.imports.is_(call.func, N.FORI_LOOP):
+            # A loop body defined at module level (often bound with functools.partial).
+            for body, loop in self.result.loops.items():
+                if loop.call is call and isinstance(body, cst.FunctionDef) and body not in self.active:
+                    if self.ctx.scope_of(body) is self.ctx.module:
+                        params = self._role_params(body, env) or {}
+                        self.function(body, Env(self.ctx, body, self.module_env, params, self.result.loops))
+            return
         if not isinstance(call.func, cst.Name):
             return
         target = self.ctx.resolve_def(call.func.value, call)
@@ -328,6 +343,25 @@ class _Walker:
                 kernel_site=self.site,
             )
         )
+
+
+def _partial_bindings(ctx: ModuleContext, call: cst.Call, names: list[str], env: Env) -> dict[str, Val]:
+    """`lax.fori_loop(lo, hi, functools.partial(body, x_ref, bs=bs), init)`: what body's leading
+    parameters are bound to, evaluated where the partial is written."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    fun = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "body_fun"), None)
+    if fun is None and len(positional) > 2:
+        fun = positional[2].value
+    if not (isinstance(fun, cst.Call) and ctx.imports.is_(fun.func, N.PARTIAL)):
+        return {}
+    out: dict[str, Val] = {}
+    pos = [a for a in fun.args[1:] if a.keyword is None and not a.star]
+    for n, a in zip(names, pos):
+        out[n] = env.value(a.value)
+    for a in fun.args[1:]:
+        if a.keyword is not None:
+            out[a.keyword.value] = env.value(a.value)
+    return out
 
 
 def _bare_constant(env: Env, expr: cst.BaseExpression) -> bool:

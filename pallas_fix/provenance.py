@@ -98,6 +98,7 @@ def _fori_loop(ctx: ModuleContext, call: cst.Call) -> Optional[LoopInfo]:
     if lower is None or upper is None or body_expr is None:
         return None
     body: Optional[cst.FunctionDef | cst.Lambda] = None
+    bound: set[str] = set()  # parameters functools.partial fills before the loop's (i, carry)
     if isinstance(body_expr, cst.Lambda):
         body = body_expr
     elif isinstance(body_expr, cst.Name):
@@ -106,9 +107,16 @@ def _fori_loop(ctx: ModuleContext, call: cst.Call) -> Optional[LoopInfo]:
         inner = body_expr.args[0].value
         if isinstance(inner, cst.Name):
             body = ctx.resolve_def(inner.value, call)
-    if body is None or len(_params(body)) < 1:
+        if body is not None:
+            names = _params(body)
+            n_pos = sum(1 for a in body_expr.args[1:] if a.keyword is None and not a.star)
+            bound = set(names[:n_pos]) | {a.keyword.value for a in body_expr.args[1:] if a.keyword is not None}
+    if body is None:
         return None
-    carries = _body_carries(ctx, body, init)
+    free = [p for p in _params(body) if p not in bound]
+    if not free:
+        return None
+    carries = _body_carries(ctx, body, init, free)
     stmt = ctx.statement_of(call)
     target = None
     parent = ctx.parent(call)
@@ -118,7 +126,7 @@ def _fori_loop(ctx: ModuleContext, call: cst.Call) -> Optional[LoopInfo]:
         kind="fori_loop",
         call=call,
         body=body,
-        index_name=_params(body)[0],
+        index_name=free[0],
         lower=lower,
         upper=upper,
         step=None,
@@ -148,10 +156,10 @@ def _pl_loop(ctx: ModuleContext, fn: cst.FunctionDef, dec: cst.Call) -> Optional
     )
 
 
-def _body_carries(ctx: ModuleContext, body, init) -> bool:
+def _body_carries(ctx: ModuleContext, body, init, params: Optional[list[str]] = None) -> bool:
     if init is None or (isinstance(init, cst.Name) and init.value == "None"):
         return False
-    params = _params(body)
+    params = params if params is not None else _params(body)
     if len(params) < 2:
         return True
     carry = params[1]
