@@ -134,6 +134,7 @@ class CallSite:
         grid = self.site.kw("grid")
         if grid is None:
             return []
+        self._refuse_if_mutated(grid, "grid")
         value = self.ctx.resolve_value(grid, self.site.call)
         items = _elements(value)
         if items is not None:
@@ -154,7 +155,32 @@ class CallSite:
         spec = self.site.kw(key)
         if spec is None:
             return None
+        self._refuse_if_mutated(spec, key)
         return self.ctx.resolve_value(spec, self.site.call)
+
+    def _refuse_if_mutated(self, expr: cst.BaseExpression, what: str) -> None:
+        """`in_specs = [...]; in_specs.insert(3, ...)`: the literal is not what pallas_call gets."""
+        if not isinstance(expr, cst.Name):
+            return
+        name = expr.value
+        for node in walk(self.ctx.scope_of(self.site.call)):
+            if (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value == name
+                and node.func.attr.value in ("append", "insert", "extend", "pop", "remove", "clear", "reverse", "sort")
+            ):
+                raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads only literal lists")
+            if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name) and node.target.value == name:
+                raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads only literal lists")
+            if (
+                isinstance(node, cst.AssignTarget)
+                and isinstance(node.target, cst.Subscript)
+                and isinstance(node.target.value, cst.Name)
+                and node.target.value.value == name
+            ):
+                raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads only literal lists")
 
     def spec_list(self, kind: str) -> Optional[list[Optional[cst.BaseExpression]]]:
         """Spec expressions per slot of `kind` ('in' / 'out'); None entries = absent specs."""
