@@ -1,0 +1,196 @@
+"""Unit tests for discovery, provenance and window arithmetic, on small inline kernels."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pallas_fix.context import ModuleContext
+from pallas_fix.discovery import discover
+from pallas_fix.engine import analyze_source
+from pallas_fix.model import Backend, Origin
+
+HEADER = """
+import functools
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+"""
+
+
+def _findings(body: str):
+    src = HEADER + textwrap.dedent(body)
+    return src, analyze_source(src, "k.py").findings
+
+
+def _codes(body: str) -> list[str]:
+    return [f.code for f in _findings(body)[1]]
+
+
+def test_analysis_never_imports_jax():
+    code = (
+        "import sys\n"
+        "from pallas_fix.engine import analyze_source\n"
+        f"analyze_source({(HEADER + 'def k(x_ref, o_ref):\\n    o_ref[pl.ds(pl.program_id(0) * 8, 8)] = x_ref[...]\\n').__repr__()}, 'k.py')\n"
+        "print(any(m == 'jax' or m.startswith('jax.') for m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "compiler_params, imports, expected",
+    [
+        ("pltpu.CompilerParams()", "from jax.experimental.pallas import tpu as pltpu", Backend.TPU),
+        ("plgpu.CompilerParams()", "from jax.experimental.pallas import mosaic_gpu as plgpu", Backend.MOSAIC_GPU),
+        ("pltr.CompilerParams(num_warps=4)", "from jax.experimental.pallas import triton as pltr", Backend.TRITON),
+        ("dict(mosaic=dict())", "", Backend.TPU),
+        ("{'triton': {}}", "", Backend.TRITON),
+        ("None", "from jax.experimental.pallas import tpu as pltpu", Backend.TPU),
+        ("None", "", Backend.UNKNOWN),
+    ],
+)
+def test_backend_detection(compiler_params, imports, expected):
+    src = HEADER + imports + textwrap.dedent(
+        f"""
+        def k(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+        def f(x):
+            return pl.pallas_call(k, out_shape=x, compiler_params={compiler_params})(x)
+        """
+    )
+    [site] = discover(ModuleContext(src))
+    assert site.backend is expected
+
+
+def test_discovery_forms():
+    src = HEADER + textwrap.dedent(
+        """
+        from jax.experimental.pallas import pallas_call as PC
+        def k(x_ref, o_ref, *, bs):
+            o_ref[...] = x_ref[...]
+        def direct(x):
+            return pl.pallas_call(functools.partial(k, bs=8), out_shape=x)(x)
+        def stored(x):
+            call = PC(k, out_shape=x, grid_spec=pl.GridSpec(grid=(2,), in_specs=[None]))
+            return call(x)
+        @functools.partial(pl.pallas_call, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32))
+        def deco(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+        def use(x):
+            return deco(x)
+        """
+    )
+    sites = discover(ModuleContext(src))
+    forms = {(s.form, s.kernel_name) for s in sites}
+    assert forms == {("direct", "k"), ("stored", "k"), ("decorator", "deco")}
+    direct = next(s for s in sites if s.form == "direct")
+    assert set(direct.partial_kwargs) == {"bs"} and direct.invocation is not None
+    stored = next(s for s in sites if s.form == "stored")
+    assert stored.grid_spec is not None and "grid" in stored.grid_spec_keywords and stored.invocation is not None
+
+
+def test_partial_bound_and_default_sizes_are_static():
+    codes = _codes(
+        """
+        BS = 16
+        def k(x_ref, o_ref, *, bs, n=2):
+            for j in range(n):
+                o_ref[pl.ds(j * bs, bs)] = x_ref[pl.ds(BS * j, BS)]
+        def f(x):
+            return pl.pallas_call(functools.partial(k, bs=8), out_shape=x)(x)
+        """
+    )
+    assert codes == []
+
+
+@pytest.mark.parametrize(
+    "start, code",
+    [
+        ("i * 8", "PF101"),
+        ("pl.multiple_of(i * 8, 8)", "PF101"),
+        ("(i + 1) * 8", "PF101"),
+        ("i * 8 + 3", "PF106"),
+        ("i * 4", "PF106"),
+        ("i.astype(jnp.float32) * 8", "PF107"),
+        ("jnp.int32(3) * 8", "PF104"),
+        ("idx_ref[i]", "PF105"),
+    ],
+)
+def test_start_classification(start, code):
+    codes = _codes(
+        f"""
+        def k(idx_ref, x_ref, o_ref):
+            def body(i, c):
+                o_ref[pl.ds(0, 8)] += x_ref[pl.ds({start}, 8)]
+                return c
+            lax.fori_loop(0, 4, body, None)
+        def f(i, x):
+            return pl.pallas_call(k, out_shape=x)(i, x)
+        """
+    )
+    assert codes == [code]
+
+
+def test_helper_parameters_take_their_arguments_provenance():
+    src, findings = _findings(
+        """
+        def load_block(ref, j, size):
+            return ref[pl.ds(j * size, size), :]
+        def k(x_ref, o_ref):
+            def body(i, acc):
+                return acc + load_block(x_ref, i, 8)
+            o_ref[...] = lax.fori_loop(0, 4, body, jnp.zeros((8, 128), jnp.float32))
+        def f(x):
+            return pl.pallas_call(k, out_shape=x)(x)
+        """
+    )
+    [f] = findings
+    assert f.code == "PF102" and f.origin == Origin.LOOP.value
+    assert src.splitlines()[f.span.line - 1].strip().startswith("return ref[pl.ds(")
+
+
+def test_suppression_comment():
+    _, findings = _findings(
+        """
+        def k(x_ref, o_ref):
+            o_ref[pl.ds(pl.program_id(0) * 8, 8)] = x_ref[...]  # pallas-fix: ignore[PF103]
+            o_ref[pl.ds(pl.program_id(0) * 8, 8)] += 1  # pallas-fix: ignore[PF101]
+        def f(x):
+            return pl.pallas_call(k, out_shape=x, grid=(2,))(x)
+        """
+    )
+    assert [f.code for f in findings] == ["PF103"]
+
+
+def test_block_index_arithmetic():
+    from pallas_fix.affine import Coeff, block_index, decompose, Hooks
+    import libcst as cst
+
+    def hooks():
+        return Hooks(
+            is_dynamic=lambda e: isinstance(e, cst.Name) and e.value == "i",
+            atom_key=lambda e: "i" if isinstance(e, cst.Name) and e.value == "i" else None,
+            atom_bounds=lambda e: (None, None),
+            static_int=lambda e: None,
+            inline=lambda n: None,
+            strip=lambda e: None,
+            code=lambda n: cst.Module([]).code_for_node(n),
+        )
+
+    def blk(start: str, size: str):
+        s = decompose(cst.parse_expression(start), hooks())
+        z = decompose(cst.parse_expression(size), hooks()).as_coeff()
+        return block_index(s, z)
+
+    b = blk("(i - 1) * bs + 2 * bs", "bs")
+    assert b is not None and b.atoms == {"i": 1} and b.offset == 1
+    assert blk("i * bs", "bk") is None
+    b = blk("2 * i * 64", "64")
+    assert b.atoms == {"i": 2} and b.offset == 0
+    assert blk("i * 8 + 4", "8") is None
+    assert Coeff(6, ("bs",)).divide(Coeff(3, ("bs",))) == 2
