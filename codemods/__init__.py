@@ -7,3 +7,9 @@ runner can execute: `python -m libcst.tool codemod -x pallas_fix.codemods.<modul
 """
 
 from . import lift_loop  # noqa: E402,F401
+from . import program_id_blocks  # noqa: E402,F401
+from . import scalar_start  # noqa: E402,F401
+from . import traced_constant  # noqa: E402,F401
+from . import lift_reduction  # noqa: E402,F401
+from . import grid_to_loop  # noqa: E402,F401
+from . import static_unroll  # noqa: E402,F401

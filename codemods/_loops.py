@@ -149,6 +149,8 @@ class LoopRegion:
         if self.body_def_stmt is not None:
             def remove_def(updated: cst.CSTNode) -> cst.RemovalSentinel:
                 holder["body"] = updated
+                # Comments above `def body` move with the body's statements.
+                holder["comments"] = [l for l in updated.leading_lines if l.comment is not None]  # type: ignore[attr-defined]
                 return cst.RemovalSentinel.REMOVE
 
             edits[self.body_def_stmt] = remove_def
@@ -172,7 +174,11 @@ class LoopRegion:
             if not stmts:
                 stmts = [cst.SimpleStatementLine([cst.Pass()])]
             first = stmts[0]
-            leading = list(getattr(updated, "leading_lines", ())) + list(getattr(first, "leading_lines", ()))
+            leading = (
+                list(getattr(updated, "leading_lines", ()))
+                + list(holder.get("comments", []))  # type: ignore[arg-type]
+                + list(getattr(first, "leading_lines", ()))
+            )
             if hasattr(first, "leading_lines"):
                 stmts[0] = first.with_changes(leading_lines=leading)
             return cst.FlattenSentinel(stmts)
@@ -324,18 +330,43 @@ def _check_body(region: LoopRegion, carry_used_ok: bool = False) -> None:
     if isinstance(body, cst.FunctionDef):
         stmts = _stmts(body)
         for n, stmt in enumerate(stmts):
+            if isinstance(stmt, cst.FunctionDef):
+                continue  # a nested def's returns are its own
             for node in _own(stmt):
                 last = n == len(stmts) - 1 and node is stmt.body[-1] if isinstance(stmt, cst.SimpleStatementLine) else False
                 if isinstance(node, cst.Return) and not (last and (carry_used_ok or _returns_carry(node, region.carry_name))):
                     raise RegionError("the loop body returns early")
     if region.carry_name is not None and not carry_used_ok:
         target = body.body
-        for node in walk(target):
+        for node in _walk_binding(target, region.carry_name):
             if isinstance(node, cst.Name) and node.value == region.carry_name:
                 parent = region.ctx.parent(node)
-                if isinstance(parent, cst.Return) or (isinstance(body, cst.Lambda) and node is body.body):
+                if isinstance(parent, cst.Return) and _enclosing_def(region.ctx, node) is body:
+                    continue
+                if isinstance(body, cst.Lambda) and node is body.body:
+                    continue
+                if isinstance(parent, cst.Param):
                     continue
                 raise RegionError(f"the loop body uses its carry `{region.carry_name}`")
+
+
+def _walk_binding(node: cst.CSTNode, name: str):
+    """Walk `node` without entering nested functions that rebind `name` as a parameter."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if isinstance(cur, (cst.FunctionDef, cst.Lambda)) and cur is not node:
+            if any(p.name.value == name for p in cur.params.params):
+                continue
+        stack.extend(cur.children)
+
+
+def _enclosing_def(ctx: ModuleContext, node: cst.CSTNode):
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return anc
+    return None
 
 
 def _returns_carry(ret: cst.Return, carry: Optional[str]) -> bool:

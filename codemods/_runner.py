@@ -8,11 +8,11 @@ produce the same text. Verification is the CLI's job: LibCST's runner cannot run
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod import Codemod, SkipFile
+from libcst.codemod import CodemodCommand, SkipFile
 
 
-def make_codemod(name: str, description: str) -> type[Codemod]:
-    class _PallasFixCodemod(Codemod):
+def make_codemod(name: str, description: str) -> type[CodemodCommand]:
+    class _PallasFixCodemod(CodemodCommand):
         DESCRIPTION = description
 
         def transform_module_impl(self, tree: cst.Module) -> cst.Module:

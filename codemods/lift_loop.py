@@ -77,14 +77,19 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     translate = grid_translator(ctx, site, cs)
 
     blocks: list[RefBlock] = []
+    dyn_subs = {id(u.subscript) for u in analysis.uses}
     for ref, group in accesses.items():
         slot = cs.slots.get(ref)
         if slot is None:
             raise _Refuse(f"`{ref}` is not a kernel parameter pallas-fix can map to an operand")
         if not group.lifted:
             if group.written:
+                dynamic = any(id(s) in dyn_subs for s in group.unlifted_accesses)
                 raise _Refuse(
-                    f"`{ref}` is written at the same place on every iteration (a dependency between iterations)"
+                    f"`{ref}` is written inside the loop at a window that does not follow the loop index "
+                    "(data-dependent), so iterations may collide"
+                    if dynamic
+                    else f"`{ref}` is written at the same place on every iteration (a dependency between iterations)"
                 )
             continue
         if slot.kind not in ("in", "out"):

@@ -93,7 +93,8 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
                 raise _Refuse(f"pl.program_id({axis}) is beyond the grid's {len(cs.grid)} axes")
             axes[axis] = mult
         index = BlockIndexExpr(axes, window.block.offset)
-        entry = (use.dim, code(use.size), index.key())
+        squeezed = _program_id_scalars(node, use, len(cs.grid))
+        entry = (use.dim, code(use.size), index.key(), tuple(sorted(squeezed.items())))
         if found is None:
             found = (entry, use, index)
         elif found[0] != entry:
@@ -102,16 +103,17 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
     if found is None:
         raise _Refuse(f"no program_id window on `{ref}`")
     _check_other_uses(ctx, site.kernel, ref, {id(_ref_base(s)) for s in subscripts}, found[1].dim, kernel_env)
-    _, use, index = found
+    entry, use, index = found
+    squeezed = dict(entry[3])
     size = Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise _Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in subscripts])
+    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in subscripts], squeezed)
     edits = CallEdits(cs, [block], None).build()
     removed = set()
     for sub, dims in block.subscripts:
-        edits[sub] = kernel_subscript_edit(dims)
-        removed |= {id(el) for n, el in enumerate(sub.slice) if n in dims}
+        edits[sub] = kernel_subscript_edit(dims, frozenset(squeezed))
+        removed |= {id(el) for n, el in enumerate(sub.slice) if n in dims or n in squeezed}
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
@@ -126,6 +128,33 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
         return add_pallas_import(new) if needs_import else new
 
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:
+    """Dims of `sub` indexed by exactly `pl.program_id(k)` (directly or through a name): those
+    become squeezed (None) block dims whose index_map entry is grid axis k."""
+    from pallas_fix.affine import decompose
+    from pallas_fix.windows import hooks_for
+
+    out: dict[int, int] = {}
+    env = use.env
+    for n, el in enumerate(sub.slice):
+        if n == use.dim or not isinstance(el.slice, cst.Index):
+            continue
+        value = el.slice.value
+        if not env.value(value).dynamic:
+            continue
+        aff = decompose(value, hooks_for(env))
+        if aff is None or aff.const and any(c.mult for c in aff.const):
+            continue
+        terms = {k: c for k, c in aff.terms.items() if c.mult}
+        if len(terms) == 1:
+            (key, coeff), = terms.items()
+            if key.startswith("pid:") and coeff.mult == 1 and not coeff.factors:
+                axis = int(key.split(":")[1])
+                if axis < ngrid:
+                    out[n] = axis
+    return out
 
 
 def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> None:

@@ -44,6 +44,8 @@ class RefBlock:
     size: cst.BaseExpression  # call-site expression of the block size
     index: BlockIndexExpr
     subscripts: list[tuple[cst.Subscript, set[int]]] = field(default_factory=list)
+    # Kernel dims indexed by exactly `pl.program_id(axis)`: squeezed out of the block (None).
+    squeezed: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,13 +62,16 @@ def code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
-def kernel_subscript_edit(dims: set[int]) -> Edit:
-    """Replace the elements at `dims` by full slices; `x[:, :]` -> `x[...]`; `x.at[...]` -> `x`."""
+def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset()) -> Edit:
+    """Replace the elements at `dims` by full slices and remove those at `drop` (squeezed dims);
+    `x[:, :]` -> `x[...]`; `x.at[...]` -> `x`."""
 
     def edit(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Subscript)
         elements = []
         for n, el in enumerate(node.slice):
+            if n in drop:
+                continue
             if n in dims:
                 elements.append(el.with_changes(slice=cst.Slice(lower=None, upper=None)))
             else:
@@ -190,8 +195,15 @@ class CallEdits:
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
         if rank is None:
             raise CallSiteError(f"cannot tell the rank of `{slot.param}` at the call site")
-        if block.dim >= rank:
-            raise CallSiteError(f"`{slot.param}` is sliced along dim {block.dim} but has rank {rank}")
+        # The kernel sees only the non-squeezed (non-None) dims: map its dim to the array's.
+        visible = [
+            e for e in range(rank)
+            if spec.block is None or not (isinstance(spec.block[e], cst.Name) and spec.block[e].value == "None")
+        ]
+        if block.dim >= len(visible):
+            raise CallSiteError(f"`{slot.param}` is sliced along dim {block.dim} but its block has {len(visible)} dims")
+        array_dim = visible[block.dim]
+        squeeze = {visible[d]: axis for d, axis in block.squeezed.items() if d < len(visible)}
         grid, rest = self.params_text(spec)
         names = dict(self.axis_names)
         for n in range(self.ngrid):
@@ -205,12 +217,16 @@ class CallEdits:
             old_block = spec.block[e] if spec.block is not None else None
             old_index = spec.index_exprs[e] if spec.index_exprs is not None else None
             if old_block is not None and isinstance(old_block, cst.Name) and old_block.value == "None":
-                if e == block.dim:
-                    raise CallSiteError(f"dim {e} of `{slot.param}` is squeezed (None) in its BlockSpec")
                 dims.append("None")
                 idx.append(code(old_index) if old_index is not None else "0")
                 continue
-            if e == block.dim:
+            if e in squeeze:
+                if old_index is not None and not _is_literal_zero(old_index):
+                    raise CallSiteError(f"dim {e} of `{slot.param}` already has a block index")
+                dims.append("None")
+                idx.append(names[squeeze[e]])
+                continue
+            if e == array_dim:
                 dims.append(code(block.size))
                 if old_index is None or _is_literal_zero(old_index):
                     idx.append(new_index)
@@ -228,9 +244,29 @@ class CallEdits:
                     raise CallSiteError(f"cannot write the size of dim {e} of `{slot.param}` at the call site")
                 dims.append(code(dim))
             idx.append(code(old_index) if old_index is not None else "0")
+        if slot.kind == "out":
+            self._check_residency(slot, spec, block, grid)
         shape = "(" + ", ".join(dims) + ("," if rank == 1 else "") + ")"
         index = "(" + ", ".join(idx) + ("," if rank == 1 else "") + ")"
         return f"{self.pl}.BlockSpec({shape}, lambda {', '.join(grid + rest)}: {index})"
+
+    def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock, grid: list[str]) -> None:
+        """An output block must not be revisited: grid axes its index ignores must all be inner
+        to the ones it uses. Otherwise the output was resident across an axis (an accumulator)
+        and moving its block would write partial results back and start over."""
+        used: set[int] = {a for a in block.index.axes if isinstance(a, int)} | set(block.squeezed.values())
+        if self.new_axis is not None:
+            used.add(self.ngrid)
+        if spec.index_exprs is not None and spec.index_params:
+            names = {n for e in spec.index_exprs for n in _names_in(e)}
+            used |= {n for n, p in enumerate(spec.index_params[: self.ngrid]) if p in names}
+        total = self.ngrid + (1 if self.new_axis is not None else 0)
+        unused = [a for a in range(total) if a not in used]
+        if unused and max(used, default=-1) > min(unused):
+            raise CallSiteError(
+                f"the output `{slot.param}` stays resident across grid axis {min(unused)} "
+                "(an accumulator or a block shared by several steps); blocking it would revisit blocks"
+            )
 
     def extend_index_maps(self) -> None:
         """Existing specs that stay: their index_maps take one more (ignored) grid parameter."""
@@ -346,10 +382,7 @@ class CallEdits:
             return
         target = self.cs.site.grid_spec if self.cs.site.grid_spec is not None else self.cs.site.call
         kws = list(self.new_keywords)
-        present = {a.keyword.value for a in target.args if a.keyword is not None}
-        anchor = next((k for k in ("out_specs", "in_specs", "grid", "out_shape") if k in present), None)
-        if anchor is None and target is self.cs.site.call:
-            anchor = "out_shape"
+        anchor = "out_shape" if target is self.cs.site.call else None
         existing = self.edits.get(target)
 
         def edit(node: cst.CSTNode, kws=kws, anchor=anchor, existing=existing) -> cst.CSTNode:
@@ -399,14 +432,32 @@ def _add_lambda_param(position: int, name: str) -> Edit:
     return edit
 
 
+_KEYWORD_ORDER = ("out_shape", "grid", "in_specs", "out_specs", "scratch_shapes")
+
+
 def insert_keywords(call: cst.Call, kws: list[tuple[str, str]], anchor: Optional[str]) -> cst.Call:
-    """Insert `kw=value` arguments after `anchor` (or at the end), copying the call's layout."""
+    """Insert `kw=value` arguments where a hand-written call has them (grid, in_specs, out_specs,
+    scratch_shapes after out_shape, in that order), copying the call's layout."""
+    for kw in kws:
+        call = _insert_keyword(call, kw, anchor)
+    return call
+
+
+def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str]) -> cst.Call:
+    kws = [kw]
     args = list(call.args)
     pos = len(args)
-    if anchor is not None:
-        for n, a in enumerate(args):
-            if (a.keyword is not None and a.keyword.value == anchor) or (a.keyword is None and n == 1 and anchor == "out_shape"):
-                pos = n + 1
+    order = _KEYWORD_ORDER.index(kw[0]) if kw[0] in _KEYWORD_ORDER else len(_KEYWORD_ORDER)
+    for n, a in enumerate(args):
+        name = a.keyword.value if a.keyword is not None else ("out_shape" if n == 1 and anchor == "out_shape" else None)
+        if name in _KEYWORD_ORDER and _KEYWORD_ORDER.index(name) < order:
+            pos = n + 1
+        elif name is None and anchor is None and a.keyword is None:
+            pos = n + 1
+    if anchor is not None and pos == len(args) and not any(
+        (a.keyword is not None and a.keyword.value in _KEYWORD_ORDER) for a in args
+    ):
+        pos = min(2, len(args))
     # Separator: reuse the comma that follows the first argument (keeps multi-line layouts).
     sep = None
     for a in args[:-1]:
@@ -480,7 +531,8 @@ def dead_assignments(ctx, functions: list[cst.CSTNode], removed: set[int]) -> li
         return True
 
     candidates: list[tuple[cst.SimpleStatementLine, cst.Name]] = []
-    for fn in functions:
+    nested = [n for fn in functions for n in walk(fn) if isinstance(n, cst.FunctionDef)]
+    for fn in list(dict.fromkeys([*functions, *nested])):
         body = getattr(fn, "body", None)
         if not isinstance(body, cst.IndentedBlock):
             continue

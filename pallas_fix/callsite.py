@@ -203,6 +203,17 @@ class CallSite:
         expr = self.ctx.resolve_value(expr, self.site.call)
         return isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.BLOCK_SPEC)
 
+    def _is_full_shape(self, block: cst.BaseExpression, slot: Slot) -> bool:
+        if not (isinstance(block, cst.Attribute) and block.attr.value == "shape"):
+            return False
+        text = self.ctx.code(block.value)
+        if slot.kind == "in" and slot.arg is not None:
+            return self.ctx.code(slot.arg) == text and self.args_visible_at_call()
+        if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
+            shape = _arg_value(slot.out_shape, 0, "shape")
+            return shape is not None and self.ctx.code(shape) == self.ctx.code(block)
+        return False
+
     def spec_of(self, slot: Slot) -> Spec:
         if slot.kind not in ("in", "out"):
             raise CallSiteError(f"`{slot.param}` is a {slot.kind} operand; only inputs and outputs have BlockSpecs")
@@ -218,10 +229,13 @@ class CallSite:
         index_map = _arg_value(node, 1, "index_map")
         spec = Spec(node, None, index_map)
         if block is not None and not (isinstance(block, cst.Name) and block.value == "None"):
-            items = _elements(self.ctx.resolve_value(block, self.site.call))
-            if items is None:
-                raise CallSiteError(f"cannot read the block shape of `{slot.param}`")
-            spec.block = items
+            if self._is_full_shape(block, slot):
+                block = None  # `pl.BlockSpec(x.shape, ...)`: the whole array
+            else:
+                items = _elements(self.ctx.resolve_value(block, self.site.call))
+                if items is None:
+                    raise CallSiteError(f"cannot read the block shape of `{slot.param}`")
+                spec.block = items
         if index_map is not None:
             lam = self.ctx.resolve_value(index_map, self.site.call)
             if isinstance(lam, cst.Lambda):

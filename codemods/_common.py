@@ -1,0 +1,313 @@
+"""Small helpers the expression-level codemods share: which uses a planner owns, where a name is
+bound and read, whether a value only ever feeds slice starts, and how to splice an expression
+back into the tree with the parentheses it needs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Iterable, Optional
+
+import libcst as cst
+from libcst.metadata import Assignment, ClassScope, GlobalScope, MetadataWrapper, Scope, ScopeProvider
+
+from pallas_fix import names as N
+from pallas_fix.context import ModuleContext, walk
+from pallas_fix.model import IndexUse, Origin
+from pallas_fix.rules import classify
+from pallas_fix.windows import window_of
+
+# Integer operators under which a scalar stays a scalar integer (true division makes a float).
+INT_OPS = (
+    cst.Add,
+    cst.Subtract,
+    cst.Multiply,
+    cst.FloorDivide,
+    cst.Modulo,
+    cst.Power,
+    cst.LeftShift,
+    cst.RightShift,
+    cst.BitAnd,
+    cst.BitOr,
+    cst.BitXor,
+)
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
+
+
+def reported_uses(analysis, code: str) -> list[IndexUse]:
+    """The dynamic indices the rules file under `code`: a planner rewrites only what is reported."""
+    out = []
+    for use in analysis.uses:
+        rule, _ = classify(use, window_of(use))
+        if rule.code == code:
+            out.append(use)
+    return out
+
+
+def line(ctx: ModuleContext, node: cst.CSTNode) -> int:
+    return ctx.span(node).line
+
+
+def env_at(analysis, node: cst.CSTNode, fallback):
+    """The detection environment of the function holding `node` (names resolve as they do there)."""
+    envs = analysis.detection.envs if analysis.detection is not None else {}
+    for anc in analysis.ctx.ancestors(node):
+        if anc in envs:
+            return envs[anc]
+    return fallback
+
+
+# -- scopes -------------------------------------------------------------------------------------
+_SCOPES: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
+
+
+def scopes(ctx: ModuleContext):
+    """LibCST's scope analysis of the analysed tree (same node identities), computed once and only
+    for modules where a planner actually has something to look at."""
+    found = _SCOPES.get(ctx)
+    if found is None:
+        found = MetadataWrapper(ctx.module, unsafe_skip_copy=True).resolve(ScopeProvider)
+        _SCOPES[ctx] = found
+    return found
+
+
+def scope_at(ctx: ModuleContext, node: cst.CSTNode) -> Optional[Scope]:
+    return scopes(ctx).get(node)
+
+
+def single_binding(ctx: ModuleContext, name: cst.Name) -> tuple[Optional[Assignment], Optional[cst.Assign], str]:
+    """The one plain `name = value` assignment a read of `name` sees, or the reason there is none."""
+    scope = scope_at(ctx, name)
+    if scope is None:
+        return None, None, f"pallas-fix cannot resolve `{name.value}`"
+    found = [a for a in scope[name.value] if isinstance(a, Assignment)]
+    if len(found) != 1:
+        where = "is assigned more than once" if len(found) > 1 else "is not assigned in the kernel"
+        return None, None, f"`{name.value}` {where}"
+    assignment = found[0]
+    target = assignment.node
+    holder = ctx.parent(target)
+    stmt = ctx.parent(holder) if isinstance(holder, cst.AssignTarget) else None
+    if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.targets[0].target is target):
+        return assignment, None, f"`{name.value}` is not bound by a plain `{name.value} = ...` assignment"
+    if isinstance(assignment.scope, (GlobalScope, ClassScope)):
+        return assignment, None, f"`{name.value}` is bound outside the kernel"
+    return assignment, stmt, ""
+
+
+def reads(assignment: Assignment) -> list[cst.Name]:
+    return [a.node for a in assignment.references if isinstance(a.node, cst.Name)]
+
+
+def same_binding(ctx: ModuleContext, name: str, here: cst.CSTNode, there: cst.CSTNode) -> bool:
+    """`name` means the same binding at `here` as at `there` (for moving an expression)."""
+    a, b = scope_at(ctx, here), scope_at(ctx, there)
+    if a is None or b is None:
+        return False
+    return set(map(id, a[name])) == set(map(id, b[name])) and len(a[name]) == 1
+
+
+# -- what a value flows into ---------------------------------------------------------------------
+def _is_start_arg(ctx: ModuleContext, arg: cst.Arg, call: cst.Call) -> bool:
+    if not ctx.imports.is_(call.func, N.DS | N.SLICE):
+        return False
+    if arg.keyword is not None:
+        return arg.keyword.value == "start"
+    positional = [a for a in call.args if a.keyword is None]
+    return bool(positional) and positional[0] is arg
+
+
+def flows_only_into_starts(ctx: ModuleContext, name: cst.Name, operand_ok, depth: int = 0) -> Optional[str]:
+    """None when every read of the value bound to `name` (the assignment target) ends up as a slice
+    start, through integer arithmetic (`third * BS + 1`), `pl.multiple_of` and plain re-binding
+    (`off = third * BS`); otherwise the first other use, in words. `operand_ok(expr)` judges the
+    other operands met on the way (they must keep the arithmetic scalar and integer)."""
+    if depth > 6:
+        return f"`{name.value}` flows through too many names"
+    scope = scope_at(ctx, name)
+    assignment = next((a for a in (scope[name.value] if scope else ()) if isinstance(a, Assignment) and a.node is name), None)
+    if assignment is None:
+        return f"pallas-fix cannot follow the uses of `{name.value}`"
+    for ref in reads(assignment):
+        cur: cst.CSTNode = ref
+        while True:
+            parent = ctx.parent(cur)
+            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, INT_OPS):
+                other = parent.right if parent.left is cur else parent.left
+                if not operand_ok(other):
+                    return _use_words(ctx, ref, parent, f"is combined with `{ctx.code(other)}`")
+                cur = parent
+                continue
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, (cst.Minus, cst.Plus)):
+                cur = parent
+                continue
+            if isinstance(parent, cst.Arg):
+                call = ctx.parent(parent)
+                if isinstance(call, cst.Call) and _is_start_arg(ctx, parent, call):
+                    break
+                if (
+                    isinstance(call, cst.Call)
+                    and ctx.imports.is_(call.func, N.MULTIPLE_OF)
+                    and call.args
+                    and call.args[0] is parent
+                ):
+                    cur = call
+                    continue
+            if isinstance(parent, cst.Assign) and parent.value is cur:
+                targets = parent.targets
+                if len(targets) == 1 and isinstance(targets[0].target, cst.Name):
+                    why = flows_only_into_starts(ctx, targets[0].target, operand_ok, depth + 1)
+                    if why is not None:
+                        return why
+                    break
+            return _use_words(ctx, ref, parent, "is used as a value")
+    return None
+
+
+def _use_words(ctx: ModuleContext, ref: cst.Name, at: Optional[cst.CSTNode], how: str) -> str:
+    shown = ctx.code(at if at is not None and not isinstance(at, cst.BaseStatement) else ref).strip()
+    stmt = next((a for a in ctx.ancestors(ref) if isinstance(a, cst.BaseSmallStatement)), None)
+    if stmt is not None and len(ctx.code(stmt).strip()) <= 70:
+        shown = ctx.code(stmt).strip()
+    return f"`{ref.value}` {how} on line {line(ctx, ref)} (`{shown}`)"
+
+
+# -- integers ----------------------------------------------------------------------------------
+def provably_int(env, expr: cst.BaseExpression, size_names: frozenset[str] = frozenset(), depth: int = 0) -> bool:
+    """A Python int at trace time: literals, shapes, integer arithmetic on them, and names bound to
+    such values (module constants, partial-bound or default kernel parameters, wrapper parameters
+    annotated `int`). `size_names`: names the kernel passes as a `pl.ds` size, which Pallas only
+    accepts as ints."""
+    if depth > 12:
+        return False
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus, cst.BitInvert)):
+        return provably_int(env, expr.expression, size_names, depth + 1)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, INT_OPS):
+        return provably_int(env, expr.left, size_names, depth + 1) and provably_int(env, expr.right, size_names, depth + 1)
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape":
+        return all(isinstance(e.slice, cst.Index) and provably_int(env, e.slice.value, size_names, depth + 1) for e in expr.slice)
+    if isinstance(expr, cst.Attribute) and expr.attr.value in ("ndim", "size", "itemsize"):
+        return True
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("len", "int"):
+        return True
+    if isinstance(expr, cst.Name):
+        if expr.value in size_names:
+            return True
+        value = env.static_value_expr(expr.value)
+        if value is not None:
+            return provably_int(env, value, size_names, depth + 1)
+        return _int_annotated_param(env.ctx, expr)
+    return False
+
+
+def _int_annotated_param(ctx: ModuleContext, name: cst.Name) -> bool:
+    """A wrapper parameter declared `bs: int` (a closure of a nested kernel: the author's type), or
+    the variable of a Python `for ... in range(...)` loop unrolled at trace time."""
+    scope = scope_at(ctx, name)
+    found = list(scope[name.value]) if scope is not None else []
+    if len(found) != 1:
+        return False
+    node = found[0].node
+    if isinstance(node, cst.Param):
+        ann = node.annotation
+        return ann is not None and isinstance(ann.annotation, cst.Name) and ann.annotation.value == "int"
+    loop = ctx.parent(node)
+    return (
+        isinstance(loop, cst.For)
+        and loop.target is node
+        and isinstance(loop.iter, cst.Call)
+        and isinstance(loop.iter.func, cst.Name)
+        and loop.iter.func.value == "range"
+        and not any(isinstance(a, Assignment) for a in scope["range"])  # type: ignore[index]
+    )
+
+
+def ds_size_names(ctx: ModuleContext, root: cst.CSTNode) -> frozenset[str]:
+    out = set()
+    for node in walk(root):
+        if isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.DS | N.SLICE):
+            positional = [a for a in node.args if a.keyword is None]
+            for a in node.args:
+                if (a.keyword is not None and a.keyword.value == "size") or (len(positional) > 1 and a is positional[1]):
+                    if isinstance(a.value, cst.Name):
+                        out.add(a.value.value)
+    return frozenset(out)
+
+
+def scalar_int_traced(env, expr: cst.BaseExpression) -> bool:
+    """A traced int32 scalar pallas-fix can name: a loop index over Python bounds or program_id."""
+    val = env.value(expr)
+    if not val.dynamic or val.vtype != "int":
+        return False
+    if val.origin is Origin.PROGRAM_ID:
+        return True
+    if val.origin is Origin.LOOP and val.loop is not None:
+        loop = val.loop
+        bounds = [b for b in (loop.lower, loop.upper, loop.step) if b is not None]
+        return all(not env.value(b).dynamic for b in bounds)
+    return False
+
+
+# -- splicing ----------------------------------------------------------------------------------
+def code_of(node: cst.CSTNode) -> str:
+    """Source text of a node that is not (or no longer) part of the analysed module."""
+    return cst.Module([]).code_for_node(node)
+
+
+def parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if expr.lpar or isinstance(expr, _ATOMS):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def fit_into(parent: Optional[cst.CSTNode], expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` as it must be written where its parent is an operator or an attribute access."""
+    if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute, cst.Subscript, cst.Call, cst.Await)):
+        return parenthesized(expr)
+    return expr
+
+
+def module_alias(ctx: ModuleContext, module: str) -> Optional[str]:
+    """A name bound to `module` by a module-level import (what every function of the file sees)."""
+    for stmt in _top_level(ctx.module.body):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if N.dotted(alias.name) == module and alias.asname is not None:
+                            return alias.asname.name.value  # type: ignore[union-attr]
+                        if N.dotted(alias.name) == module and "." not in module:
+                            return module
+                elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+                    base = N.dotted(small.module)
+                    if isinstance(small.names, cst.ImportStar):
+                        continue
+                    for alias in small.names:
+                        if f"{base}.{N.dotted(alias.name)}" == module:
+                            return alias.asname.name.value if alias.asname is not None else N.dotted(alias.name)  # type: ignore[union-attr]
+    return None
+
+
+def _top_level(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
+    """Module statements, including those under a module-level `if` / `try` (guarded imports)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (cst.If, cst.Try)):
+            blocks = [stmt.body]
+            if isinstance(stmt, cst.Try):
+                blocks += [h.body for h in stmt.handlers]
+            orelse = stmt.orelse
+            if isinstance(orelse, cst.If):
+                yield from _top_level([orelse])
+            elif orelse is not None:
+                blocks.append(orelse.body)
+            for block in blocks:
+                if isinstance(block, cst.IndentedBlock):
+                    yield from _top_level(block.body)
+
+
+def name_is_free(ctx: ModuleContext, name: str) -> bool:
+    """No node of the module spells `name`: a new import of it shadows nothing."""
+    return not any(isinstance(n, cst.Name) and n.value == name for n in walk(ctx.module))
