@@ -18,7 +18,7 @@ from pallas_fix.context import ModuleContext, walk
 from pallas_fix.fixes import use_key
 from pallas_fix.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.rewriting import Edit, remove_statement
-from pallas_fix.translate import Translator
+from pallas_fix.translate import Translator, simplify
 from pallas_fix.windows import loop_key, window_of
 
 
@@ -83,7 +83,7 @@ class LoopRegion:
                 return None
             pl = CallSitePl.alias(self.ctx)
             text = f"{pl}.cdiv({text}, {code(step)})"
-        return cst.parse_expression(text)
+        return simplify(cst.parse_expression(text))
 
     # -- inlining ----------------------------------------------------------------------------------
     def index_value_text(self, program_id: str) -> str:
@@ -626,3 +626,14 @@ def add_pallas_import(module: cst.Module) -> cst.Module:
 def siblings_of(ctx: ModuleContext, stmt: cst.CSTNode) -> list:
     parent = ctx.parent(stmt)
     return list(getattr(parent, "body", ())) if parent is not None else []
+
+
+def drop_unused_loop_imports(module: cst.Module) -> cst.Module:
+    """`from jax import lax` / `from jax.lax import fori_loop` that only served the lifted loop."""
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    context = CodemodContext()
+    RemoveImportsVisitor.remove_unused_import(context, "jax", "lax")
+    RemoveImportsVisitor.remove_unused_import(context, "jax.lax", "fori_loop")
+    return RemoveImportsVisitor(context).transform_module(module)

@@ -33,9 +33,10 @@ from pallas_fix.context import walk
 from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
 from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.rewriting import apply_edits
-from pallas_fix.translate import Translator
+from pallas_fix.translate import Translator, simplify
 
 from ._loops import (
+    drop_unused_loop_imports,
     add_pallas_import,
     strip_leading_blank_lines,
     LoopRegion,
@@ -98,6 +99,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
             raise _Refuse(f"`{ref}` is also accessed without the loop index inside the loop")
         dim, size_expr, size_env, index = block_index_of(group, loop, ref)
         size = translate(size_expr, size_env)
+        size = simplify(size) if size is not None else None
         if size is None:
             raise _Refuse(f"the block size `{code(size_expr)}` of `{ref}` cannot be written at the pallas_call")
         blocks.append(RefBlock(ref, dim, size, index, [(s, {dim}) for s in group.subscripts]))
@@ -132,7 +134,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         new, _ = apply_edits(module, edits)
         if needs_import:
             new = add_pallas_import(new)
-        return new
+        return drop_unused_loop_imports(new)
 
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 

@@ -47,6 +47,7 @@ from pallas_fix.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.rewriting import apply_edits, remove_statement
 
 from ._loops import (
+    drop_unused_loop_imports,
     RegionError,
     _own,
     _stmts,
@@ -237,7 +238,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
             new = add_pallas_import(new)
         if scratch_import is not None:
             new = _add_import(new, *scratch_import)
-        return new
+        return drop_unused_loop_imports(new)
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {ax}"

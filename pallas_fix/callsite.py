@@ -310,7 +310,7 @@ class CallSite:
                 if items is not None:
                     return len(items)
                 if isinstance(shape, cst.Attribute) and shape.attr.value == "shape" and _is_plain_name(shape.value):
-                    found = self._rank_of_name(shape.value)
+                    found = self._rank_of_name(shape.value) or self._rank_from_examples(shape.value)
                     if found is not None:
                         return found
                     # `ShapeDtypeStruct(x.shape, ...)`: the same rank as the input `x`.
@@ -322,6 +322,9 @@ class CallSite:
                                 return found
         if slot.kind in ("in", "prefetch") and _is_plain_name(slot.arg):
             found = self._rank_of_name(slot.arg)
+            if found is not None:
+                return found
+            found = self._rank_from_examples(slot.arg)
             if found is not None:
                 return found
         spec = None
@@ -358,6 +361,36 @@ class CallSite:
                     if used and len(used) == len(dims):
                         return len(dims)
         return None
+
+    def _rank_from_examples(self, name_expr: cst.BaseExpression) -> Optional[int]:
+        """The file's `# pallas-fix: example entry(f32[256], ...)` directives name the rank of the
+        entry's array parameters; an argument that is such a parameter, passed straight through,
+        has that rank. All directives for the entry must agree."""
+        if not isinstance(name_expr, cst.Name) or "pallas-fix: example" not in self.ctx.source:
+            return None
+        fn = self.ctx.enclosing_function(self.site.invocation) if self.site.invocation is not None else None
+        if fn is None or self.ctx.assignments(name_expr.value, fn):
+            return None
+        params = [p.name.value for p in [*fn.params.posonly_params, *fn.params.params]]
+        if name_expr.value not in params:
+            return None
+        position = params.index(name_expr.value)
+        from .verify.examples import ArgSpec, ExampleSyntaxError, extract_directives, parse_example
+
+        ranks = set()
+        for d in extract_directives(self.ctx.source):
+            if d.kind != "example":
+                continue
+            try:
+                ex = parse_example(d.text)
+            except (ExampleSyntaxError, ValueError):
+                continue
+            if ex.entry != fn.name.value:
+                continue
+            value = ex.kwargs.get(name_expr.value, ex.args[position] if position < len(ex.args) else None)
+            if isinstance(value, ArgSpec):
+                ranks.add(len(value.shape))
+        return ranks.pop() if len(ranks) == 1 else None
 
     def _rank_from_kernel(self, param: str) -> Optional[int]:
         """Every access to the ref spells out the same number of indices and no `...`."""

@@ -138,3 +138,44 @@ def _paren(expr: cst.BaseExpression) -> cst.BaseExpression:
 
 def simplify_text(code: str) -> str:
     return code
+
+
+def simplify(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """Simplify, then drop parentheses around the whole result (it stands alone)."""
+    out = _simplify(expr)
+    return out.with_changes(lpar=[], rpar=[]) if getattr(out, "lpar", None) else out
+
+
+def _simplify(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """Undo the arithmetic that translation stacks up: `(n + 1) - 1` -> `n`, `(n * bs) // bs` -> `n`,
+    and parentheses around atoms. Only identities that hold for every integer."""
+
+    def code(node: cst.CSTNode) -> str:
+        return cst.Module([]).code_for_node(node.with_changes(lpar=[], rpar=[]) if hasattr(node, "lpar") else node)
+
+    def bare(node: cst.BaseExpression) -> cst.BaseExpression:
+        if isinstance(node, (cst.Name, cst.Attribute, cst.Subscript, cst.Integer, cst.Call)) and node.lpar:
+            return node.with_changes(lpar=[], rpar=[])
+        return node
+
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = _simplify(expr.left), _simplify(expr.right)
+        expr = expr.with_changes(left=left, right=right)
+        inner = left
+        if isinstance(expr.operator, cst.Subtract) and isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Add):
+            if code(inner.right) == code(right):
+                return _keep_parens(bare(inner.left), expr)
+        if isinstance(expr.operator, cst.FloorDivide) and isinstance(inner, cst.BinaryOperation) and isinstance(inner.operator, cst.Multiply):
+            if code(inner.right) == code(right):
+                return _keep_parens(bare(inner.left), expr)
+            if code(inner.left) == code(right):
+                return _keep_parens(bare(inner.right), expr)
+        return expr.with_changes(left=bare(expr.left) if not isinstance(expr.left, cst.BinaryOperation) else expr.left,
+                                 right=bare(expr.right) if not isinstance(expr.right, cst.BinaryOperation) else expr.right)
+    return bare(expr)
+
+
+def _keep_parens(result: cst.BaseExpression, original: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(result, cst.BinaryOperation) and getattr(original, "lpar", None):
+        return result.with_changes(lpar=original.lpar, rpar=original.rpar)
+    return result
