@@ -330,7 +330,8 @@ class _Planner:
 register(_Planner())
 
 
-class ScalarStart(make_codemod(NAME, "Make slice starts integer scalars: scalar loads instead of one-element slices, int32 casts of float/bool starts (PF107).")):  # type: ignore[misc]
-    @staticmethod
-    def add_args(arg_parser) -> None:
-        """LibCST's runner asks every command for its options; this one has none."""
+ScalarStart = make_codemod(
+    NAME,
+    "Make slice starts integer scalars: scalar loads instead of one-element slices, int32 casts of"
+    " float/bool starts (PF107).",
+)

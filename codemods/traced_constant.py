@@ -349,7 +349,4 @@ class _Planner:
 register(_Planner())
 
 
-class TracedConstantToInt(make_codemod(NAME, "Write traced constants in slice starts as Python ints (R4, PF104).")):  # type: ignore[misc]
-    @staticmethod
-    def add_args(arg_parser) -> None:
-        """LibCST's runner asks every command for its options; this one has none."""
+TracedConstantToInt = make_codemod(NAME, "Write traced constants in slice starts as Python ints (R4, PF104).")

@@ -94,20 +94,19 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     except FileError as exc:
         report.error = str(exc)
         return report
+    report.original = src.text
+    if "pallas_call" not in src.text:
+        report.skipped = True
+        return report
     try:
         config = _config_for(path, opts)
     except ConfigError as exc:
         report.error = f"configuration: {exc}"
         return report
     report.config = config
-    report.original = src.text
-    if "pallas_call" not in src.text:
-        report.skipped = True
-        return report
     try:
         analysis = analyze_source(src.text, path, config)
     except SourceError as exc:
-        report.error = str(exc).split(": ", 1)[-1] if str(exc).startswith(path) else str(exc)
         report.error = exc.reason + f" (line {exc.line}, column {exc.column + 1})"
         return report
     report.findings = analysis.findings
@@ -127,7 +126,15 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    # markup=False: paths and messages are printed as they are (`[...]` in them is not markup);
+    # lines that want style escape what they interpolate (`_e`).
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+
+
+def _e(value) -> str:
+    from rich.markup import escape
+
+    return escape(str(value))
 
 
 def _print_diff(text: str, color: bool) -> None:
@@ -182,6 +189,9 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
         else:
             targets.append(path)
     if workers > 1 and len(targets) > 1:
+        from .fixes import planners
+
+        planners()  # import the codemods (and libcst.codemod, slow to import) once, before forking
         with ProcessPoolExecutor(max_workers=workers) as pool:
             reports.extend(pool.map(analyse_file, targets, [opts] * len(targets), chunksize=8))
     else:
@@ -194,11 +204,11 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
     machine = fmt is not Format.text
     for report in reports:
         if report.error:
-            err.print(f"[bold red]error[/]: {report.path}: {report.error}", markup=True)
+            err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(report.error)}", markup=True)
             exit_code = 2
             continue
         if report.fix_error:
-            err.print(f"[yellow]warning[/]: {report.path}: {report.fix_error}", markup=True)
+            err.print(f"[yellow]warning[/]: {_e(report.path)}: {_e(report.fix_error)}", markup=True)
         if not opts.apply:
             all_findings.extend(report.findings)
             if report.findings and fmt is Format.text and not opts.diff_only:
@@ -263,19 +273,22 @@ def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], mac
     if opts.verify:
         verdicts, problem = _verify(report, opts, gpu=gpu)
         if problem:
-            err.print(f"[bold red]error[/]: {report.path}: example: {problem}", markup=True)
+            err.print(f"[bold red]error[/]: {_e(report.path)}: example: {_e(problem)}", markup=True)
             return "error"
     if verdicts:
         verdict_json.extend({"path": report.path, **v.to_json()} for v in verdicts)
         for v in verdicts:
             err.print(format_verdict(v))
-        if not all(v.status == "verified" for v in verdicts):
-            err.print(f"[bold red]not written[/]: {report.path}: verification failed; the file is unchanged", markup=True)
+        if any(v.status not in ("verified", "unverified") for v in verdicts):
+            err.print(f"[bold red]not written[/]: {_e(report.path)}: verification failed; the file is unchanged", markup=True)
+            return "refused"
+        if opts.require_verified and not all(v.status == "verified" for v in verdicts):
+            err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
             return "refused"
     else:
         why = "verification disabled" if not opts.verify else "no example call (add `# pallas-fix: example entry(f32[...])`)"
         if opts.require_verified:
-            err.print(f"[yellow]not written[/]: {report.path}: not verified ({why}) and --require-verified is set", markup=True)
+            err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
             return "refused"
         err.print(f"not verified {report.path}: {why}")
     try:
@@ -289,7 +302,7 @@ def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], mac
                 raise FileError("file changed on disk since it was read; not written")
             write_source(src, report.proposed or "")
     except FileError as exc:
-        err.print(f"[bold red]error[/]: {report.path}: {exc}", markup=True)
+        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
         return "error"
     for line in report.applied:
         err.print(f"fixed {report.path}: {line}")

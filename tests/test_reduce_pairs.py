@@ -1,0 +1,276 @@
+"""R2 (lift-reduction, PF102): a fori_loop reduction becomes a sequential grid axis with scratch
+carries, `_init` / `_finalize` under `pl.when`.
+
+Fixtures: tests/fixtures/reduce/ (conventions in tests/pair_harness.py). R2's fixes are unsafe, so
+every rewrite here runs with unsafe fixes on. Every pair is checked four ways: the rewrite is the
+golden text; both kernels agree in the interpreters (TPU kernels also under TPU interpret mode with
+race detection, on one and on several cores; Mosaic GPU kernels only under the HLO interpreter,
+since TPU interpret mode rejects them); the jaxpr oracle finds no dynamic slice left in the
+after-file; a second run changes nothing.
+
+hazard_*.py files are kernels for which R2 must either refuse or produce a rewrite that verifies;
+it does neither yet (strict xfail).
+
+BLOCKED pairs are kernels R2 should rewrite but does not, or rewrites into a broken file: their
+after-file is written by hand in the tool's style (and verified like the others), and only the
+golden-text test is a strict xfail naming the bug. Once the bug is fixed that test XPASSes and
+fails: regenerate the after-file with the tool, read it, and drop the entry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pair_harness as H
+from kernel_loading import FIXTURES
+from pallas_fix.config import Config
+from pallas_fix.engine import analyze_source
+from pallas_fix.model import FixSafety
+
+FIX = FIXTURES / "reduce"
+PAIRS = H.pairs(FIX)
+REFUSALS = H.refusals(FIX)
+CODEMOD = "lift-reduction"
+UNSAFE = {"unsafe": True}
+
+BLOCKED = {
+    "flash_attention_causal": (
+        "BROKEN REWRITE: the trip count is the name `upper`; R2 deletes `upper = (qi + 1) * block_q //"
+        " block_k` as a bound-only statement, but its guard `pl.when(j < upper)` still reads it"
+        " (NameError when traced)"
+    ),
+    "matmul_augassign_carry": (
+        "a body that rebinds its carry and returns it (`acc += ...; return acc`) reads as carrying"
+        " nothing (provenance._body_carries only compares the returned name with the parameter), so"
+        " the loop gets PF101 instead of PF102 and R2 never sees it"
+    ),
+    "matmul_mosaic_gpu_default_semantics": (
+        "WRONG REWRITE that verification cannot see: with `plgpu.CompilerParams(...)` but no"
+        " dimension_semantics (or no compiler_params), R2 adds the K axis without declaring it;"
+        " Mosaic GPU's pallas_call then defaults every axis to \"parallel\""
+        " (jax/_src/pallas/mosaic_gpu/pallas_call.py), and the HLO interpreter ignores semantics"
+    ),
+    "matmul_ref_shape_carry": (
+        "the carry `jnp.zeros(o_ref.shape, jnp.float32)` is refused ('the carry shape `o_ref.shape`"
+        " cannot be written at the pallas_call'): the translator knows `o_ref.shape[d]`, not the whole"
+        " `o_ref.shape`, which is the BlockSpec's (bm, bn)"
+    ),
+}
+
+# Blocked because detection gives the loop another code than PF102.
+MISCLASSIFIED = {"matmul_augassign_carry"}
+
+# The forms issue 5 asks for.
+REQUIRED = {
+    "matmul_tpu", "matmul_mosaic_gpu", "row_moments", "flash_attention", "flash_attention_causal",
+    "scaled_linear", "bias_grad_bf16",
+}
+REQUIRED_REFUSALS = {"refuse_triton", "refuse_output_block_moves", "refuse_zeros_like_carry", "refuse_traced_carry_shape"}
+
+
+def _mosaic_gpu(pair: H.Pair) -> bool:
+    return "pallas import mosaic_gpu" in pair.before_source
+
+
+def _pf102(source: str, path: Path) -> list:
+    return [f for f in analyze_source(source, str(path), Config()).findings if f.code == "PF102"]
+
+
+PAIR_PARAMS = [pytest.param(p, id=p.name) for p in PAIRS]
+
+# VerdictPool picks the session's items by test name alone: a name of our own keeps it from also
+# verifying the pairs of test_lift_pairs.py (and that module's pool from verifying ours).
+_POOL = H.VerdictPool("test_reduce_pair_verified_in_the_interpreters")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _start_interpreter_runs(request):
+    # Interpreter runs are worker processes: start them first so that they overlap with the
+    # in-process tests.
+    _POOL.start(request.session)
+
+
+# =========================================================================== the fixture set
+
+
+def test_fixture_set_is_complete():
+    H.check_fixture_set(FIX, min_pairs=7, min_refusals=4, blocked=BLOCKED)
+    names = {p.name for p in PAIRS}
+    assert REQUIRED <= names, sorted(REQUIRED - names)
+    assert REQUIRED_REFUSALS <= {p.stem for p in REFUSALS}
+    assert len(names - set(BLOCKED)) >= 7, "fewer than 7 pairs the tool rewrites exactly"
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=BLOCKED[p.name])] if p.name in MISCLASSIFIED else [])
+        for p in PAIRS
+    ],
+)
+def test_pair_is_an_unsafe_r2_fix(pair):
+    # PF102 exactly where the oracle sees a dynamic slice, offered only as an unsafe fix.
+    findings = _pf102(pair.before_source, pair.before)
+    (report,) = H.trace_reports(pair.before)
+    assert {f.span.line for f in findings} == report.lines(str(pair.before))
+    fixable = [f for f in findings if f.fixable]
+    assert all(f.fix_safety is FixSafety.UNSAFE and f.fix_id == CODEMOD for f in fixable)
+    assert H.rewrite(pair.before_source, pair.before).source == pair.before_source, "applied without --unsafe-fixes"
+
+
+# =========================================================================== (1) golden text
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=BLOCKED[p.name])] if p.name in BLOCKED else [])
+        for p in PAIRS
+    ],
+)
+def test_rewrite_matches_golden(pair):
+    H.check_golden(pair, **UNSAFE)
+
+
+# =========================================================================== (2) interpreters
+
+
+@pytest.mark.interp
+@pytest.mark.parametrize("pair", PAIR_PARAMS)
+def test_reduce_pair_verified_in_the_interpreters(request, pair):
+    verdicts = _POOL.get(request, pair)
+    H.check_verdicts(pair, verdicts)
+    for v in verdicts:
+        assert v.dynamic_slices_before and v.dynamic_slices_after == 0
+        assert len(v.seeds) >= 2
+        (call,) = v.details["pallas_calls"]
+        if _mosaic_gpu(pair):
+            # TPU interpret mode rejects Mosaic GPU kernels: only the HLO interpreter checks them.
+            assert v.interpreters == ["interpret"], v.interpreters
+            assert any("smem" in m for m in call["markers"]), call  # the plgpu.SMEM carry
+        else:
+            assert "tpu-interpret" in v.interpreters, v.interpreters
+            assert any(i.startswith("tpu-interpret-") for i in v.interpreters), "no multi-core run"
+            assert call["dimension_semantics"][-1] == "arbitrary", call
+
+
+# =========================================================================== (3) jaxpr oracle
+
+
+@pytest.mark.parametrize("pair", PAIR_PARAMS)
+def test_oracle_counts_no_dynamic_slice_after(pair):
+    H.check_oracle_counts(pair)
+
+
+# =========================================================================== (4) fixed point
+
+
+@pytest.mark.parametrize("pair", PAIR_PARAMS)
+def test_second_run_changes_nothing(pair):
+    H.check_idempotent(pair, **UNSAFE)
+    assert _pf102(pair.after_source, pair.after) == []
+
+
+# =========================================================================== refusals
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in REFUSALS])
+def test_refusal_leaves_the_file_unchanged(path):
+    H.check_refusal(path, **UNSAFE)
+    # Every finding of the loop carries the reason, not just one of them.
+    src = path.read_text()
+    findings = _pf102(src, path)
+    fragment = H.declared_refusal(src)
+    assert findings and all(not f.fixable and fragment in (f.refusal or "") for f in findings), findings
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in REFUSALS])
+def test_refusal_fixture_is_a_real_kernel(path):
+    H.check_real_kernel(path)
+    (report,) = H.trace_reports(path)
+    assert report.lines(str(path)) == {f.span.line for f in _pf102(path.read_text(), path)}
+
+
+# =========================================================================== comments
+
+
+KERNEL_WITH_COMMENTS = '''
+import functools
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def kernel(x_ref, o_ref, *, bc):
+    # Chunks are lane-aligned, so each step is one unmasked load.
+    def body(c, acc):
+        return acc + jnp.sum(x_ref[:, pl.ds(c * bc, bc)], axis=1, keepdims=True)
+
+    # Sum the row in column chunks: the whole row never sits in VMEM.
+    acc = lax.fori_loop(0, x_ref.shape[1] // bc, body, jnp.zeros((8, 1), jnp.float32))
+    o_ref[...] = acc
+
+
+def row_sums(x, bc=128):
+    return pl.pallas_call(
+        functools.partial(kernel, bc=bc),
+        out_shape=jax.ShapeDtypeStruct((x.shape[0], 1), jnp.float32),
+        grid=(x.shape[0] // 8,),
+        in_specs=[pl.BlockSpec((8, x.shape[1]), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 1), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x)
+'''
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="R2 drops the comment lines above the loop statement and above the body's def"
+    " (lift_reduction.replace_loop and remove_def ignore their leading_lines)",
+)
+def test_comments_above_the_loop_and_its_body_survive():
+    result = H.rewrite(KERNEL_WITH_COMMENTS, Path("commented_loop.py"), **UNSAFE)
+    assert result.changed
+    assert "# Chunks are lane-aligned, so each step is one unmasked load." in result.source
+    assert "# Sum the row in column chunks: the whole row never sits in VMEM." in result.source
+
+
+# =========================================================================== hazards
+
+
+@pytest.mark.interp
+@pytest.mark.xfail(
+    strict=True,
+    reason="WRONG REWRITE: R2 moves `centre_ref[...] = ...` (a ref write before the loop) into `_init`,"
+    " after `centre = centre_ref[...]`, which then reads uninitialised VMEM on the first step"
+    " (_side_effect_statements reorders effects past the reads that follow them)",
+)
+def test_effect_before_a_read_keeps_its_place():
+    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.verify.runner import verify_sources
+
+    path = FIX / "hazard_effect_then_read.py"
+    src = path.read_text()
+    result = H.rewrite(src, path, **UNSAFE)
+    assert result.error is None
+    if result.changed:
+        verdicts = verify_sources(src, result.source, collect_examples(path, src, pyproject=False), path=str(path))
+        assert [v.status for v in verdicts] == ["verified"], [v.message for v in verdicts]
+
+
+# =========================================================================== LibCST's own runner
+
+
+def test_libcst_runner_gives_the_golden_text(tmp_path: Path):
+    # The runner reads [tool.pallas-fix] from the nearest pyproject.toml: opting in to unsafe fixes
+    # there is how a LibCST user gets R2.
+    pair = next(p for p in PAIRS if p.name == "matmul_tpu")
+    (tmp_path / "pyproject.toml").write_text("[tool.pallas-fix]\nunsafe-fixes = true\n")
+    produced = H.run_libcst_codemod(
+        "pallas_fix.codemods.lift_reduction.LiftReduction", pair.before_source, tmp_path, pair.before.name
+    )
+    assert produced == pair.after_source, H.text_diff(pair.after_source, produced, pair.name)
