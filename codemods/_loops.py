@@ -27,7 +27,7 @@ class RegionError(Exception):
 
 
 def grid_translator(ctx: ModuleContext, site: KernelSite, cs: CallSite) -> Translator:
-    return Translator(ctx, site, cs.kernel_shape_dim)
+    return Translator(ctx, site, cs.kernel_shape_dim, cs.kernel_rank)
 
 
 def _stmts(fn: cst.FunctionDef) -> list[cst.BaseStatement]:

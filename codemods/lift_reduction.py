@@ -186,6 +186,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     if region.body_def_stmt is not None:
         def remove_def(updated):
             body_holder["body"] = updated
+            body_holder["comments"] = [l for l in updated.leading_lines if l.comment is not None]
             return cst.RemovalSentinel.REMOVE
 
         edits[region.body_def_stmt] = remove_def
@@ -199,16 +200,27 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
             raise RegionError("the loop body is defined after the loop")
         stmts, result = _body_and_result(body, region)
         out: list[cst.BaseStatement] = []
+        step_id = pid
         if need_index:
             out.append(_stmt(f"{loop.index_name} = {region.index_value_text(pid)}"))
+            if region.index_value_text(pid) == pid:
+                step_id = loop.index_name
         init_body = list(holder["effects"]) + [_stmt(f"{l.ref}[...] = {code(l.init)}") for l in leaves]
-        out.append(_when_def(pl, f"{pid} == 0", "_init", init_body))
+        out.append(_when_def(pl, f"{step_id} == 0", "_init", init_body))
         step = _load(carry_names, leaves) + stmts + _store(result, leaves)
         if guard is not None:
             out.append(_when_def(pl, f"{loop.index_name} < {guard}", "_step", step))
         else:
             step[0] = _with_blank_line(step[0])
             out.extend(step)
+        # Comments above the loop and above `def body` stay with the code that replaces them.
+        comments = [l for l in getattr(updated, "leading_lines", ()) if l.comment is not None]
+        comments += body_holder.get("comments", [])  # type: ignore[arg-type]
+        if comments and hasattr(out[0], "leading_lines"):
+            first = out[0]
+            lines = list(first.leading_lines)
+            blank = [l for l in lines if l.comment is None][:1]
+            out[0] = first.with_changes(leading_lines=blank + comments + [l for l in lines if l.comment is not None])
         return cst.FlattenSentinel(out)
 
     edits[region.statement] = replace_loop
@@ -219,7 +231,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         fn = _add_params(fn, [l.ref for l in leaves])
         after = list(holder["after"])
         if after or target_names:
-            loads = [_stmt(f"{name} = {leaf.ref}[...]") for name, leaf in zip(target_names, leaves) if name] if after else []
+            used = {x.value for st in after for x in walk(st) if isinstance(x, cst.Name)}
+            loads = [_stmt(f"{name} = {leaf.ref}[...]") for name, leaf in zip(target_names, leaves) if name in used]
             if after:
                 last = f"{pid} == {pl}.num_programs({ax}) - 1"
                 fdef = _when_def(pl, last, "_finalize", loads + after)
@@ -228,7 +241,11 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         return strip_leading_blank_lines(fn)
 
     edits[site.kernel] = finish_kernel
-    for stmt in region.dead_slice_statements(lifted_ids) + list(region.bound_stmts):
+    removable = list(region.dead_slice_statements(lifted_ids))
+    if guard is None:
+        removable += list(region.bound_stmts)  # the causal guard still reads the bound
+    removable += [st for st in _init_only_statements(ctx, region, loop) if st not in removable and st not in effects]
+    for stmt in removable:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needs_pl = cs.needs_pallas_import()
 
@@ -273,6 +290,8 @@ def _carry_leaves(analysis, region, loop: LoopInfo, cs: CallSite, translate) -> 
         if isinstance(shape_cs, cst.Tuple) and not shape_cs.elements:
             raise _Refuse("scalar carries are not lifted yet (give the carry a shape such as (1, 1))")
         ref = f"{name}_ref"
+        if ref in taken:
+            ref = f"{name}_scratch_ref"
         while ref in taken:
             ref = f"{ref}_"
         taken.add(ref)
@@ -461,6 +480,22 @@ def _side_effect_statements(ctx, region) -> list[cst.BaseStatement]:
             if isinstance(node, cst.FunctionDef) and node.decorators:
                 raise _Refuse(f"the kernel runs decorated `{node.name.value}` before the loop")
         if effect:
+            written = {
+                _base_name(t.target)
+                for n in _own(stmt)
+                if isinstance(n, cst.Assign)
+                for t in n.targets
+                if isinstance(t.target, cst.Subscript)
+            } | {_base_name(n.target) for n in _own(stmt) if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Subscript)}
+            later = region.before[region.before.index(stmt) + 1 :]
+            for other in later:
+                names = {x.value for x in walk(other) if isinstance(x, cst.Name)}
+                clash = sorted(w for w in written if w and w in names)
+                if clash:
+                    raise _Refuse(
+                        f"`{clash[0]}` is written before the loop and read again before it; moving the write to the "
+                        "first grid step would reorder them"
+                    )
             assigned = {
                 t.target.value
                 for n in _own(stmt)
@@ -472,6 +507,40 @@ def _side_effect_statements(ctx, region) -> list[cst.BaseStatement]:
                 raise _Refuse(f"a statement before the loop both writes a ref and defines {sorted(assigned)}")
             out.append(stmt)
     return out
+
+
+def _base_name(target: cst.BaseExpression) -> Optional[str]:
+    base = target.value if isinstance(target, cst.Subscript) else target
+    if isinstance(base, cst.Attribute) and base.attr.value == "at":
+        base = base.value
+    return base.value if isinstance(base, cst.Name) else None
+
+
+def _init_only_statements(ctx, region, loop: LoopInfo) -> list[cst.BaseStatement]:
+    """`acc = jnp.zeros(...)` before the loop whose only reader is the loop's init: the value moves
+    into `_init`, so the statement would be dead."""
+    if loop.init is None:
+        return []
+    kernel = region.site.kernel
+    found = []
+    for stmt in region.before:
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+            continue
+        assign = stmt.body[0]
+        targets = assign.targets[0].target if len(assign.targets) == 1 else None
+        names = [targets] if isinstance(targets, cst.Name) else [e.value for e in getattr(targets, "elements", [])]
+        if not names or not all(isinstance(n, cst.Name) for n in names):
+            continue
+        ok = True
+        init_leaves = [loop.init] + [e.value for e in getattr(loop.init, "elements", [])]
+        for n in names:
+            readers = [x for x in walk(kernel) if isinstance(x, cst.Name) and x.value == n.value and x is not n]
+            # Only the init itself may read it (`(o, m, l)`), not arithmetic that builds it.
+            if not readers or not all(any(r is leaf for leaf in init_leaves) for r in readers):
+                ok = False
+        if ok:
+            found.append(stmt)
+    return found
 
 
 def _add_params(fn: cst.FunctionDef, names: list[str]) -> cst.FunctionDef:

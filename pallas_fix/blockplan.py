@@ -354,6 +354,7 @@ class CallEdits:
             return
         call, arg, values = self.cs.dimension_semantics()
         if arg is None:
+            self._declare_semantics(call)
             return
         assert values is not None
         if len(values) != self.ngrid:
@@ -376,6 +377,28 @@ class CallEdits:
         items = [f"{quote}{v}{quote}" for v in values] + [f"{quote}{new}{quote}"]
         text = "(" + ", ".join(items) + ")"
         self.edits[value] = lambda _n, t=text: cst.parse_expression(t)
+
+    def _declare_semantics(self, params_call: Optional[cst.Call]) -> None:
+        """No dimension_semantics written. TPU treats every axis as "arbitrary" (sequential), so
+        nothing is needed; Mosaic GPU treats every axis as "parallel", so a sequential axis must
+        be declared, keeping the existing axes parallel as they were."""
+        if self.new_axis is None or self.new_axis.semantics == "parallel":
+            return
+        if self.cs.backend().value != "mosaic_gpu":
+            return
+        values = ", ".join(['"parallel"'] * self.ngrid + [f'"{self.new_axis.semantics}"'])
+        semantics = f"({values},)" if self.ngrid == 0 else f"({values})"
+        if params_call is not None:
+            if params_call in self.edits:
+                raise CallSiteError("compiler_params is edited twice")
+            self.edits[params_call] = lambda n, t=semantics: insert_keywords(n, [("dimension_semantics", t)], None, explode=False)
+            return
+        from . import names as N
+
+        alias = next((k for k, v in self.cs.ctx.imports.bindings.items() if v == N.MOSAIC_GPU), None)
+        if alias is None:
+            raise CallSiteError("cannot name jax.experimental.pallas.mosaic_gpu to declare the sequential axis")
+        self.new_keywords.append(("compiler_params", f"{alias}.CompilerParams(dimension_semantics={semantics})"))
 
     def write_keywords(self) -> None:
         if not self.new_keywords:
@@ -432,18 +455,18 @@ def _add_lambda_param(position: int, name: str) -> Edit:
     return edit
 
 
-_KEYWORD_ORDER = ("out_shape", "grid", "in_specs", "out_specs", "scratch_shapes")
+_KEYWORD_ORDER = ("out_shape", "grid", "in_specs", "out_specs", "scratch_shapes", "compiler_params")
 
 
-def insert_keywords(call: cst.Call, kws: list[tuple[str, str]], anchor: Optional[str]) -> cst.Call:
+def insert_keywords(call: cst.Call, kws: list[tuple[str, str]], anchor: Optional[str], explode: bool = True) -> cst.Call:
     """Insert `kw=value` arguments where a hand-written call has them (grid, in_specs, out_specs,
     scratch_shapes after out_shape, in that order), copying the call's layout."""
     for kw in kws:
-        call = _insert_keyword(call, kw, anchor)
+        call = _insert_keyword(call, kw, anchor, explode)
     return call
 
 
-def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str]) -> cst.Call:
+def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], explode: bool = True) -> cst.Call:
     kws = [kw]
     args = list(call.args)
     pos = len(args)
@@ -478,8 +501,9 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str]) 
     if pos == len(args) and args:
         last = args[-1]
         trailing = last.comma
-        args[-1] = last.with_changes(comma=sep)
-        new_args[-1] = new_args[-1].with_changes(comma=trailing)
+        # The whitespace before `)` belongs to the last argument: hand it to the new last one.
+        args[-1] = last.with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
+        new_args[-1] = new_args[-1].with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg)
     elif pos == len(args):
         new_args[-1] = new_args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     else:
@@ -487,7 +511,7 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str]) 
         if not isinstance(prev.comma, cst.Comma):
             args[pos - 1] = prev.with_changes(comma=sep)
     out = call.with_changes(args=args[:pos] + new_args + args[pos:])
-    if _one_line(call) and len(code(out)) > 80:
+    if explode and _one_line(call) and len(code(out)) > 80:
         out = explode_args(out)
     return out
 

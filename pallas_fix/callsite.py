@@ -292,6 +292,16 @@ class CallSite:
             return None  # pl.Squeezed() / pl.Element(...) block dims: not plain sizes
         return visible[dim] if dim < len(visible) else None
 
+    def kernel_rank(self, param: str) -> Optional[int]:
+        """Rank of the kernel's view of `param` (squeezed block dims excluded)."""
+        slot = self.slots.get(param)
+        if slot is None or slot.kind not in ("in", "out"):
+            return None
+        spec = self.spec_of(slot)
+        if spec.block is not None:
+            return sum(1 for b in spec.block if not (isinstance(b, cst.Name) and b.value == "None"))
+        return self.rank(param)
+
     def args_visible_at_call(self) -> bool:
         """Can the call's arguments be named where pallas_call is written? (Not in the decorator
         form, nor when a builder function returns the pallas_call for someone else to call.)"""

@@ -168,7 +168,19 @@ def _body_carries(ctx: ModuleContext, body, init, params: Optional[list[str]] = 
     returns = [n for n in _own_nodes(body) if isinstance(n, cst.Return)]
     if not returns:
         return True
-    return not all(isinstance(r.value, cst.Name) and r.value.value == carry for r in returns)
+    if not all(isinstance(r.value, cst.Name) and r.value.value == carry for r in returns):
+        return True
+    # `acc += x; return acc` returns the carry's name but a new value.
+    for n in _own_nodes(body):
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == carry:
+            return True
+        if isinstance(n, (cst.Assign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                names = [t] if isinstance(t, cst.Name) else [e.value for e in getattr(t, "elements", [])]
+                if any(isinstance(x, cst.Name) and x.value == carry for x in names):
+                    return True
+    return False
 
 
 def _own_nodes(fn: cst.FunctionDef):

@@ -20,10 +20,11 @@ RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim
 
 
 class Translator:
-    def __init__(self, ctx: ModuleContext, site: KernelSite, ref_shape: RefShape) -> None:
+    def __init__(self, ctx: ModuleContext, site: KernelSite, ref_shape: RefShape, ref_rank=None) -> None:
         self.ctx = ctx
         self.site = site
         self.ref_shape = ref_shape
+        self.ref_rank = ref_rank  # ref param -> rank of the kernel's view, when known
         self.call_scopes = ctx.scope_chain(site.call)
 
     def __call__(self, expr: cst.BaseExpression, env: Env, depth: int = 0) -> Optional[cst.BaseExpression]:
@@ -37,6 +38,8 @@ class Translator:
             return self._shape_dim(expr, env)
         if isinstance(expr, cst.Attribute) and self.ctx.imports.qualify(expr) is not None:
             return expr  # `jnp.float32`: an imported name means the same everywhere
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "shape" and isinstance(expr.value, cst.Name):
+            return self._whole_shape(expr.value.value, env)
         if isinstance(expr, (cst.Tuple, cst.List)):
             items = []
             for el in expr.elements:
@@ -118,6 +121,21 @@ class Translator:
         if dim is None:
             return None
         return self.ref_shape(base.value.value, dim)
+
+    def _whole_shape(self, ref: str, env: Env) -> Optional[cst.BaseExpression]:
+        """`o_ref.shape` as a call-site tuple, dim by dim (the kernel sees the block's shape)."""
+        if self.ref_rank is None:
+            return None
+        rank = self.ref_rank(ref)
+        if rank is None:
+            return None
+        dims = []
+        for d in range(rank):
+            dim = self.ref_shape(ref, d)
+            if dim is None:
+                return None
+            dims.append(cst.Element(dim))
+        return cst.Tuple(dims)
 
     def _shadowed_at_call(self, name: str) -> bool:
         for scope in self.call_scopes:

@@ -35,32 +35,10 @@ REFUSALS = H.refusals(FIX)
 CODEMOD = "lift-reduction"
 UNSAFE = {"unsafe": True}
 
-BLOCKED = {
-    "flash_attention_causal": (
-        "BROKEN REWRITE: the trip count is the name `upper`; R2 deletes `upper = (qi + 1) * block_q //"
-        " block_k` as a bound-only statement, but its guard `pl.when(j < upper)` still reads it"
-        " (NameError when traced)"
-    ),
-    "matmul_augassign_carry": (
-        "a body that rebinds its carry and returns it (`acc += ...; return acc`) reads as carrying"
-        " nothing (provenance._body_carries only compares the returned name with the parameter), so"
-        " the loop gets PF101 instead of PF102 and R2 never sees it"
-    ),
-    "matmul_mosaic_gpu_default_semantics": (
-        "WRONG REWRITE that verification cannot see: with `plgpu.CompilerParams(...)` but no"
-        " dimension_semantics (or no compiler_params), R2 adds the K axis without declaring it;"
-        " Mosaic GPU's pallas_call then defaults every axis to \"parallel\""
-        " (jax/_src/pallas/mosaic_gpu/pallas_call.py), and the HLO interpreter ignores semantics"
-    ),
-    "matmul_ref_shape_carry": (
-        "the carry `jnp.zeros(o_ref.shape, jnp.float32)` is refused ('the carry shape `o_ref.shape`"
-        " cannot be written at the pallas_call'): the translator knows `o_ref.shape[d]`, not the whole"
-        " `o_ref.shape`, which is the BlockSpec's (bm, bn)"
-    ),
-}
+BLOCKED: dict[str, str] = {}
 
 # Blocked because detection gives the loop another code than PF102.
-MISCLASSIFIED = {"matmul_augassign_carry"}
+MISCLASSIFIED: set[str] = set()
 
 # The forms issue 5 asks for.
 REQUIRED = {
@@ -227,11 +205,6 @@ def row_sums(x, bc=128):
 '''
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="R2 drops the comment lines above the loop statement and above the body's def"
-    " (lift_reduction.replace_loop and remove_def ignore their leading_lines)",
-)
 def test_comments_above_the_loop_and_its_body_survive():
     result = H.rewrite(KERNEL_WITH_COMMENTS, Path("commented_loop.py"), **UNSAFE)
     assert result.changed
@@ -243,12 +216,6 @@ def test_comments_above_the_loop_and_its_body_survive():
 
 
 @pytest.mark.interp
-@pytest.mark.xfail(
-    strict=True,
-    reason="WRONG REWRITE: R2 moves `centre_ref[...] = ...` (a ref write before the loop) into `_init`,"
-    " after `centre = centre_ref[...]`, which then reads uninitialised VMEM on the first step"
-    " (_side_effect_statements reorders effects past the reads that follow them)",
-)
 def test_effect_before_a_read_keeps_its_place():
     from pallas_fix.verify.examples import collect_examples
     from pallas_fix.verify.runner import verify_sources
