@@ -271,8 +271,20 @@ class _Walker:
         if base_val.vtype == "reflist" or self._only_waited(sub):
             return
         is_ref = base_val.is_ref or via_at
-        for dim, element in enumerate(sub.slice):
-            sl = element.slice
+        elements = [(dim, e.slice) for dim, e in enumerate(sub.slice)]
+        self.starred = False
+        if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+            packed = sub.slice[0].slice.value
+            if isinstance(packed, (cst.Tuple, cst.List)):
+                # `ref[(*batch, pl.ds(s, 16), slice(None))]`: a tuple built in place. After a starred
+                # element the dims are unknown, so codemods will not touch these windows.
+                self.starred = any(isinstance(e, cst.StarredElement) for e in packed.elements)
+                elements = [
+                    (dim, cst.Index(e.value))
+                    for dim, e in enumerate(packed.elements)
+                    if not isinstance(e, cst.StarredElement)
+                ]
+        for dim, sl in elements:
             if isinstance(sl, cst.Slice):
                 bounds = [b for b in (sl.lower, sl.upper, sl.step) if b is not None]
                 vals = [env.value(b) for b in bounds]
@@ -341,6 +353,7 @@ class _Walker:
                 stride=stride,
                 env=env,
                 kernel_site=self.site,
+                starred=getattr(self, "starred", False),
             )
         )
 

@@ -90,6 +90,7 @@ class IndexUse:
     stride: Optional[cst.BaseExpression] = None
     env: object = None  # provenance.Env of `function`: codemods reuse it to reason about names
     kernel_site: Optional["KernelSite"] = None
+    starred: bool = False  # index tuple built with *unpacking: dims are not known statically
 
 
 @dataclass

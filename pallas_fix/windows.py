@@ -77,6 +77,8 @@ class Window:
 
 def window_of(use: IndexUse) -> Window:
     env: Env = use.env  # type: ignore[assignment]
+    if use.starred:
+        return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
     if use.kind != "ds" or use.start is None:
         return Window(None, None, None, False, "not a pl.ds window")
     if use.size is None:
