@@ -26,6 +26,12 @@ def make_codemod(name: str, description: str) -> type[CodemodCommand]:
             if result.error:
                 raise SkipFile(result.error)
             if not result.changed:
+                unsafe = [f for f in result.remaining if f.fixable and f.fix_id == name]
+                if unsafe:
+                    raise SkipFile(
+                        f"{len(unsafe)} fix(es) here are marked unsafe; set `unsafe-fixes = true` under "
+                        "[tool.pallas-fix] in pyproject.toml to apply them with this runner"
+                    )
                 raise SkipFile("nothing to rewrite")
             return cst.parse_module(result.source)
 
