@@ -99,6 +99,10 @@ def _build_findings(analysis: Analysis) -> None:
     for planner in planners():
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
+    if analysis.config.target == "gpu-interpret":
+        from .kernel_rules import screen_for_gpu_interpret
+
+        outcomes = screen_for_gpu_interpret(analysis, outcomes)
     lines = analysis.source.splitlines()
     plans: dict[int, FixPlan] = {}
     for use in analysis.uses:

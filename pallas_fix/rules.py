@@ -262,6 +262,157 @@ def traced_start(use: IndexUse, window: Window) -> Optional[str]:
     return f"start {_start(use)} of `{use.ref_name}` is traced ({use.provenance.description})"
 
 
+# -- PF2xx: GPU interpret mode hazards ---------------------------------------------------------------
+# Kernel-level rules: pallas_fix/kernel_rules.py produces their findings (a whole kernel, a call site
+# or a BlockSpec is at fault, not one index), so the checks here claim no index. They fire when the
+# module uses `plgpu.InterpretGPUParams` / `force_gpu_interpret_mode`, or under
+# `--target gpu-interpret`. pallas_fix/gpu_interpret.py keeps the jax versions each was seen on.
+
+
+@rule("PF201", "gpu-interpret-program-id", severity="error", ordered=False)
+def gpu_interpret_program_id(use: IndexUse, window: Window) -> Optional[str]:
+    """`pl.program_id` in a grid with more than one step, run in GPU interpret mode: silently wrong.
+
+    What it detects: a call to `pl.program_id(axis)` in a kernel (or a helper it calls) whose
+    pallas_call has a grid axis `axis` of more than one step (or of a size pallas-fix cannot read),
+    in a module that runs in GPU interpret mode (`interpret=plgpu.InterpretGPUParams()`,
+    `plgpu.force_gpu_interpret_mode()`) or under `--target gpu-interpret`.
+
+    Why it matters: GPU interpret mode runs every grid step with `pl.program_id` equal to 0. A
+    kernel that picks its block with `pl.program_id` computes block 0 over and over; the rest of
+    the output is never written (NaN) and nothing raises. Observed on jax 0.10.2 and 0.12.0.1
+    (CPU); `pl.num_programs` is correct there.
+
+    Example:
+        def kernel(x_ref, o_ref):
+            i = pl.program_id(0)                              # PF201: always 0
+            o_ref[pl.ds(i * 16, 16)] = x_ref[pl.ds(i * 16, 16)] + 1
+        pl.pallas_call(kernel, out_shape=..., grid=(4,), interpret=plgpu.InterpretGPUParams())(x)
+
+    What to do: check this kernel with `interpret=True` (or TPU interpret mode) instead, or make
+    the grid an in-kernel loop. Fix (safe, `--target gpu-interpret` only, when every ref is a
+    whole-array block): `grid-to-loop` wraps the kernel body in
+    `def _step(pid, carry): ...; return carry` + `lax.fori_loop(0, n, _step, None)`, replaces
+    `pl.program_id(0)` by the loop index and removes the grid.
+    """
+    return None
+
+
+@rule("PF202", "gpu-interpret-blockspec", ordered=False)
+def gpu_interpret_blockspec(use: IndexUse, window: Window) -> Optional[str]:
+    """A BlockSpec whose window is not the whole array, run in GPU interpret mode: AssertionError.
+
+    What it detects: a `pl.BlockSpec(block_shape, index_map)` in `in_specs` / `out_specs` whose
+    index_map returns anything but literal zeros, or whose block shape pallas-fix cannot prove is
+    the whole array, in a module that runs in GPU interpret mode or under `--target gpu-interpret`.
+
+    Why it matters: GPU interpret mode only accepts whole-array blocks (`has_trivial_window()`:
+    block shape equal to the array shape, index_map returning the literal 0s). Anything else
+    fails with a bare `AssertionError` from `mosaic_gpu/interpret/interpret_pallas_call.py`, even
+    with grid=(1,). Observed on jax 0.10.2 and 0.12.0.1 (CPU).
+
+    Example:
+        in_specs=[pl.BlockSpec((16,), lambda i: (i,))]   # PF202
+
+    What to do: verify BlockSpec kernels with `interpret=True` or TPU interpret mode. To run in
+    GPU interpret mode, drop the BlockSpecs (whole-array refs) and walk the blocks in the kernel
+    (a loop over `pl.ds(i * bs, bs)`); pallas-fix never lifts loops into BlockSpecs under
+    `--target gpu-interpret`. No automatic fix.
+    """
+    return None
+
+
+@rule("PF203", "gpu-interpret-tpu-memory-space", ordered=False)
+def gpu_interpret_memory_space(use: IndexUse, window: Window) -> Optional[str]:
+    """A TPU memory space (VMEM / SMEM scratch, `pl.ANY`), run in GPU interpret mode: KeyError.
+
+    What it detects: `pltpu.VMEM(...)` / `pltpu.SMEM(...)` in `scratch_shapes` or in
+    `pl.run_scoped(...)`, and `memory_space=pltpu.VMEM / pltpu.SMEM / pl.ANY` in a
+    BlockSpec, in a module that runs in GPU interpret mode or under `--target gpu-interpret`.
+
+    Why it matters: GPU interpret mode knows the Mosaic GPU memory spaces only. Observed on jax
+    0.10.2 and 0.12.0.1 (CPU): `KeyError: VMEM` / `KeyError: SMEM` for scratch shapes,
+    `NotImplementedError: Unsupported memory space: vmem` for run_scoped, `KeyError:
+    <MemorySpace.ANY>` for `memory_space=pl.ANY`.
+
+    Example:
+        scratch_shapes=[pltpu.VMEM((128, 128), jnp.float32)]   # PF203
+
+    What to do: a TPU kernel belongs in `interpret=True` or `pltpu.InterpretParams()`. A kernel
+    meant for Mosaic GPU takes `plgpu.SMEM(shape, dtype)` scratch (runs in GPU and HLO interpret
+    mode) and `plgpu.GMEM` / `plgpu.SMEM` memory spaces. No automatic fix: the memory space
+    decides where the kernel can run.
+    """
+    return None
+
+
+@rule("PF204", "gpu-interpret-integer-array-index", ordered=False)
+def gpu_interpret_int_array(use: IndexUse, window: Window) -> Optional[str]:
+    """An integer-array index into a ref, run in GPU interpret mode: TypeError at run time.
+
+    What it detects: `x_ref[idx]` where `idx` is an integer array (`i * 8 + jnp.arange(8)`,
+    a loaded index vector), in a module that runs in GPU interpret mode or under
+    `--target gpu-interpret`. Also reported as PF108 when the indices are traced.
+
+    Why it matters: GPU interpret mode converts each index to a Python scalar and fails with
+    "TypeError: Only scalar arrays can be converted to Python scalars" inside an io_callback,
+    even for a constant `jnp.arange`. Observed on jax 0.10.2 and 0.12.0.1 (CPU). The HLO
+    interpreter (`interpret=True`) runs these gathers.
+
+    Example:
+        o_ref[...] = x_ref[i * 8 + jnp.arange(8)]   # PF204
+
+    What to do: for contiguous indices read a window, `x_ref[pl.ds(i * 8, 8)]` (integer scalar
+    starts run in GPU interpret mode); for a true gather, load the whole ref and index the value
+    (`x_ref[...][idx]`), or check the kernel with `interpret=True`. No automatic fix.
+    """
+    return None
+
+
+@rule("PF205", "gpu-interpret-scalar-prefetch", ordered=False)
+def gpu_interpret_scalar_prefetch(use: IndexUse, window: Window) -> Optional[str]:
+    """Scalar prefetch, run in GPU interpret mode: NotImplementedError.
+
+    What it detects: `pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=n)` with n > 0 (or a
+    count pallas-fix cannot read), in a module that runs in GPU interpret mode or under
+    `--target gpu-interpret`.
+
+    Why it matters: GPU interpret mode rejects scalar arguments: "NotImplementedError: Scalar
+    arguments not (yet) supported on GPU", with or without BlockSpecs. Observed on jax 0.10.2
+    and 0.12.0.1 (CPU).
+
+    Example:
+        grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(n,), ...)   # PF205
+
+    What to do: scalar prefetch is a TPU feature; check the kernel with `interpret=True` or
+    `pltpu.InterpretParams()`. For GPU interpret mode pass the indices as an ordinary input and
+    read them with scalar loads in the kernel (`idx_ref[k]`). No automatic fix.
+    """
+    return None
+
+
+@rule("PF206", "gpu-interpret-vmap", ordered=False)
+def gpu_interpret_vmap(use: IndexUse, window: Window) -> Optional[str]:
+    """`jax.vmap` over a pallas_call, run in GPU interpret mode: TypeError.
+
+    What it detects: `jax.vmap(f)` (call or decorator) where `f` is a pallas_call, or a function
+    of this module that makes one (directly or through the functions it calls), in a module that
+    runs in GPU interpret mode or under `--target gpu-interpret`.
+
+    Why it matters: the pallas_call batching rule fails under GPU interpret mode with
+    "TypeError: _pallas_call_batching_rule() got an unexpected keyword argument
+    'kernel_arg_transforms'". Observed on jax 0.10.2 and 0.12.0.1 (CPU).
+
+    Example:
+        jax.vmap(pl.pallas_call(kernel, out_shape=..., interpret=plgpu.InterpretGPUParams()))(xs)
+
+    What to do: check the batched kernel with `interpret=True`, or in GPU interpret mode add the
+    batch as a dimension of the refs (a loop over it in the kernel) or loop over the batch
+    outside the pallas_call (`for b in range(B)` / `lax.map`). No automatic fix.
+    """
+    return None
+
+
 def classify(use: IndexUse, window: Window) -> tuple[Rule, str]:
     for code in ORDER:
         r = RULES[code]
