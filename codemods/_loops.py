@@ -15,7 +15,6 @@ from pallas_fix import names as N
 from pallas_fix.blockplan import BlockIndexExpr, code
 from pallas_fix.callsite import CallSite
 from pallas_fix.context import ModuleContext, walk
-from pallas_fix.fixes import use_key
 from pallas_fix.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.rewriting import Edit, remove_statement
 from pallas_fix.translate import Translator, simplify
@@ -637,3 +636,16 @@ def drop_unused_loop_imports(module: cst.Module) -> cst.Module:
     RemoveImportsVisitor.remove_unused_import(context, "jax", "lax")
     RemoveImportsVisitor.remove_unused_import(context, "jax.lax", "fori_loop")
     return RemoveImportsVisitor(context).transform_module(module)
+
+
+def uses_by_loop(analysis, *, carries: bool) -> list[tuple[LoopInfo, list[IndexUse]]]:
+    """The dynamic indices driven by each loop index, for loops that do (or do not) carry."""
+    from pallas_fix.model import Origin
+
+    groups: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
+    for use in analysis.uses:
+        loop = use.provenance.loop
+        if use.provenance.origin is not Origin.LOOP or loop is None or loop.carries is not carries:
+            continue
+        groups.setdefault(id(loop.call), (loop, []))[1].append(use)
+    return list(groups.values())

@@ -23,23 +23,20 @@ whole-block accesses, and give the pallas_call a new innermost grid axis with Bl
 
 from __future__ import annotations
 
-from typing import Optional
-
 import libcst as cst
 
-from pallas_fix.blockplan import BlockIndexExpr, CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
+from pallas_fix.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
 from pallas_fix.callsite import CallSite, CallSiteError
-from pallas_fix.context import walk
 from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.rewriting import apply_edits
-from pallas_fix.translate import Translator, simplify
+from pallas_fix.translate import simplify
 
 from ._loops import (
+    uses_by_loop,
     drop_unused_loop_imports,
     add_pallas_import,
     strip_leading_blank_lines,
-    LoopRegion,
     RegionError,
     block_index_of,
     check_kernel_ref_uses,
@@ -141,13 +138,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
 def planner(analysis) -> dict:
     out: dict = {}
-    by_loop: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
-    for use in analysis.uses:
-        loop = use.provenance.loop
-        if use.provenance.origin is not Origin.LOOP or loop is None or loop.carries:
-            continue
-        by_loop.setdefault(id(loop.call), (loop, []))[1].append(use)
-    for loop, uses in by_loop.values():
+    for loop, uses in uses_by_loop(analysis, carries=False):
         outcome = plan_loop(analysis, loop, uses)
         for use in uses:
             out[use_key(use)] = outcome

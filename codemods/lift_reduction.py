@@ -47,6 +47,7 @@ from pallas_fix.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.rewriting import apply_edits, remove_statement
 
 from ._loops import (
+    uses_by_loop,
     drop_unused_loop_imports,
     RegionError,
     _own,
@@ -81,13 +82,7 @@ class Leaf:
 
 def planner(analysis) -> dict:
     out: dict = {}
-    by_loop: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
-    for use in analysis.uses:
-        loop = use.provenance.loop
-        if use.provenance.origin is not Origin.LOOP or loop is None or not loop.carries:
-            continue
-        by_loop.setdefault(id(loop.call), (loop, []))[1].append(use)
-    for loop, uses in by_loop.values():
+    for loop, uses in uses_by_loop(analysis, carries=True):
         try:
             outcome: Outcome = _plan(analysis, loop, uses)
         except (_Refuse, CallSiteError, RegionError) as exc:

@@ -290,7 +290,7 @@ class _Walker:
                 vals = [env.value(b) for b in bounds]
                 dyn = [v for v in vals if v.dynamic]
                 if is_ref and dyn:
-                    self.record(sub, fn, env, dim, element.slice, sl.lower, None, "slice", dyn[0], None, via_at, ref_expr)
+                    self.record(sub, fn, env, dim, sl, sl.lower, None, "slice", dyn[0], None, via_at, ref_expr)
                 continue
             value = sl.value
             ds = env.ds_call(value)

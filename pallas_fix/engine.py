@@ -17,7 +17,7 @@ from .detection import Detection, detect
 from .discovery import discover
 from .fixes import FixPlan, Outcome, Refusal, planners, use_key
 from .model import Finding, FixSafety, IndexUse, KernelSite, Span
-from .rules import RULES, classify
+from .rules import classify
 from .windows import window_of
 
 _SUPPRESS = re.compile(r"#\s*pallas-fix:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")

@@ -329,7 +329,6 @@ class Env:
 
     # -- expressions ----------------------------------------------------------------------------
     def value(self, expr: cst.BaseExpression) -> Val:
-        imports = self.ctx.imports
         if isinstance(expr, (cst.Integer, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
             return STATIC
         if isinstance(expr, (cst.Float, cst.Imaginary)):

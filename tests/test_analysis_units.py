@@ -194,3 +194,18 @@ def test_block_index_arithmetic():
     assert b.atoms == {"i": 2} and b.offset == 0
     assert blk("i * 8 + 4", "8") is None
     assert Coeff(6, ("bs",)).divide(Coeff(3, ("bs",))) == 2
+
+
+def test_python_slices_with_traced_bounds_are_non_block_windows():
+    codes = _codes(
+        """
+        def k(x_ref, o_ref):
+            def body(i, c):
+                o_ref[i * 8:(i + 1) * 8] = x_ref[i * 8:(i + 1) * 8]
+                return c
+            lax.fori_loop(0, 4, body, None)
+        def f(x):
+            return pl.pallas_call(k, out_shape=x)(x)
+        """
+    )
+    assert codes == ["PF106", "PF106"]
