@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,22 +73,60 @@ def load_config(path: Path) -> Config:
     if pyproject is None:
         return Config()
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raw = pyproject.read_bytes()
+    except OSError as exc:
         raise ConfigError(f"{pyproject}: {exc}") from exc
-    table = data.get("tool", {}).get("pallas-fix", {})
+    # One parse per pyproject.toml content, not one per file checked: parsing costs more than
+    # reading a file that has no kernel. Keyed by content so that an edit is always seen (the
+    # language server is long-lived; mtimes can repeat within a clock tick).
+    return _load_pyproject(pyproject, raw)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_pyproject(pyproject: Path, raw: bytes) -> Config:
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{pyproject}: {exc}") from exc
+    tool = data.get("tool", {})
+    table = tool.get("pallas-fix", {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
         raise ConfigError(f"{pyproject}: [tool.pallas-fix] must be a table")
+    try:
+        return _from_table(table, pyproject)
+    except ConfigError as exc:
+        raise ConfigError(f"{pyproject}: {exc}") from None
+
+
+TARGETS = ("default", "gpu-interpret")
+
+
+def _from_table(table: dict, pyproject: Path) -> Config:
     examples = table.get("examples", {})
-    if not isinstance(examples, dict):
-        raise ConfigError(f"{pyproject}: [tool.pallas-fix.examples] must be a table")
+    if not isinstance(examples, dict) or not all(
+        isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in examples.values()
+    ):
+        raise ConfigError("[tool.pallas-fix.examples] must be a table of example strings (or lists of them)")
+    target = table.get("target", "default")
+    if target not in TARGETS:
+        raise ConfigError(f"[tool.pallas-fix] target must be one of {', '.join(TARGETS)}, not {target!r}")
+    unroll_limit = table.get("unroll-limit", 16)
+    # bool is an int subclass; `unroll-limit = true` is a mistake, not 1.
+    if isinstance(unroll_limit, bool) or not isinstance(unroll_limit, int) or unroll_limit < 0:
+        raise ConfigError(f"[tool.pallas-fix] unroll-limit must be a non-negative integer, not {unroll_limit!r}")
+    backend = table.get("backend")
+    if backend is not None and not isinstance(backend, str):
+        raise ConfigError(f"[tool.pallas-fix] backend must be a string, not {backend!r}")
+    unsafe_fixes = table.get("unsafe-fixes", False)
+    if not isinstance(unsafe_fixes, bool):
+        raise ConfigError(f"[tool.pallas-fix] unsafe-fixes must be true or false, not {unsafe_fixes!r}")
     return Config(
         select=_codes(table.get("select", []), "select"),
         ignore=_codes(table.get("ignore", []), "ignore"),
-        backend=parse_backend(table.get("backend")),
-        target=str(table.get("target", "default")),
-        unroll_limit=int(table.get("unroll-limit", 16)),
-        unsafe_fixes=bool(table.get("unsafe-fixes", False)),
+        backend=parse_backend(backend),
+        target=target,
+        unroll_limit=unroll_limit,
+        unsafe_fixes=unsafe_fixes,
         examples={str(k): ([v] if isinstance(v, str) else list(v)) for k, v in examples.items()},
         source=pyproject,
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
+from pathlib import Path
 from typing import Iterable, Optional
+from urllib.parse import quote
 
 from . import __version__
 from .model import Finding
@@ -43,6 +46,14 @@ def _sarif_level(severity: str) -> str:
     return {"error": "error", "warning": "warning"}.get(severity, "note")
 
 
+def sarif_uri(path: str) -> str:
+    """artifactLocation.uri must be a URI: relative paths stay relative (code scanning resolves
+    them against the checkout), absolute ones become file: URIs, and both are percent-encoded."""
+    if os.path.isabs(path):
+        return Path(os.path.abspath(path)).as_uri()
+    return quote(path.replace(os.sep, "/"), safe="/")
+
+
 def render_sarif(findings: list[Finding]) -> str:
     used = sorted({f.code for f in findings} | set(RULES))
     rules = []
@@ -70,7 +81,7 @@ def render_sarif(findings: list[Finding]) -> str:
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": f.path},
+                            "artifactLocation": {"uri": sarif_uri(f.path)},
                             "region": {
                                 "startLine": f.span.line,
                                 "startColumn": f.span.column + 1,
@@ -107,13 +118,18 @@ def _gh_escape(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
+def _gh_escape_property(text: str) -> str:
+    # Properties (file=..., title=...) are also split on "," and ":".
+    return _gh_escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
 def render_github(findings: Iterable[Finding]) -> str:
     out = []
     for f in findings:
         level = "error" if f.severity == "error" else "warning"
         msg = _gh_escape(f"{f.code} {f.message}")
         out.append(
-            f"::{level} file={f.path},line={f.span.line},col={f.span.column + 1},"
+            f"::{level} file={_gh_escape_property(f.path)},line={f.span.line},col={f.span.column + 1},"
             f"endLine={f.span.end_line},title={f.code}::{msg}"
         )
     return "\n".join(out)
