@@ -111,7 +111,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
         return report
     report.findings = analysis.findings
     if any(f.fixable for f in analysis.findings):
-        fixed = fix_source(src.text, path, config)
+        fixed = fix_source(src.text, path, config, analysis=analysis)
         if fixed.error:
             report.fix_error = fixed.error
         elif fixed.changed:

@@ -194,18 +194,21 @@ def fix_source(
     unsafe: Optional[bool] = None,
     only: Optional[set[tuple[int, int]]] = None,
     codemods: Optional[set[str]] = None,
+    analysis: Optional[Analysis] = None,
 ) -> FixResult:
     """Apply every enabled fix, one kernel at a time, re-analysing after each round.
 
     `only` limits the first round to findings at these (line, column) positions (the editor's
-    quick fix for one finding).
+    quick fix for one finding). `analysis`, when the caller already analysed `source` with the
+    same config, stands in for the first round's analysis.
     """
     config = config or Config()
     allow_unsafe = config.unsafe_fixes if unsafe is None else unsafe
     result = FixResult(path=path, original=source, source=source)
     current = source
+    first = analysis if analysis is not None and analysis.source == source and analysis.config == config else None
     for round_no in range(MAX_ROUNDS):
-        analysis = analyze_source(current, path, config)
+        analysis = first if round_no == 0 and first is not None else analyze_source(current, path, config)
         plans = [p for p in analysis.plans if allow_unsafe or p.safety is FixSafety.SAFE]
         if codemods is not None:
             plans = [p for p in plans if p.codemod in codemods]
