@@ -96,7 +96,14 @@ def _build_findings(analysis: Analysis) -> None:
     ctx = analysis.ctx
     assert ctx is not None and analysis.detection is not None
     outcomes: dict[tuple[int, int], list[Outcome]] = {}
+    classified = [(use, window_of(use)) for use in analysis.uses]
+    ruled = [(use, window, *classify(use, window)) for use, window in classified]
+    present = {rule.code for _, _, rule, _ in ruled if analysis.config.enabled(rule.code)}
     for planner in planners():
+        codes = getattr(planner, "codes", frozenset())
+        # Planners cost a rewrite's worth of work; skip those with nothing to fix here.
+        if codes and all(c.startswith("PF1") for c in codes) and not (codes & present):
+            continue
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
     if analysis.config.target == "gpu-interpret":
@@ -105,9 +112,7 @@ def _build_findings(analysis: Analysis) -> None:
         outcomes = screen_for_gpu_interpret(analysis, outcomes)
     lines = analysis.source.splitlines()
     plans: dict[int, FixPlan] = {}
-    for use in analysis.uses:
-        window = window_of(use)
-        rule, message = classify(use, window)
+    for use, window, rule, message in ruled:
         if not analysis.config.enabled(rule.code):
             continue
         if _suppressed(lines, use.span, rule.code):

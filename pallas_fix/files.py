@@ -128,10 +128,11 @@ def _ignored(path: str, is_dir: bool, patterns: list[_Pattern]) -> bool:
     for p in patterns:
         if p.dir_only and not is_dir:
             continue
-        rel = os.path.relpath(path, p.base)
-        if rel.startswith(".." + os.sep) or rel == "..":
+        prefix = p.base.rstrip(os.sep) + os.sep
+        if not path.startswith(prefix):
             continue
-        if p.regex.fullmatch(rel.replace(os.sep, "/")):
+        rel = path[len(prefix) :]
+        if p.regex.fullmatch(rel if os.sep == "/" else rel.replace(os.sep, "/")):
             verdict = not p.negate
     return verdict
 
@@ -283,6 +284,9 @@ def _read_bytes(path: str) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]")  # PEP 263
+
+
 def read_source(path: str) -> SourceFile:
     raw, st = _read_bytes(path)
     if b"\x00" in raw[:8192]:
@@ -290,7 +294,9 @@ def read_source(path: str) -> SourceFile:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     except SyntaxError as exc:
-        raise FileError(f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+        if raw.startswith(b"\xef\xbb\xbf") or any(_COOKIE.match(ln) for ln in raw.splitlines()[:2]):
+            raise FileError(f"bad encoding declaration: {exc.msg}") from None
+        encoding = "utf-8"  # no declaration, just bytes that are not UTF-8: said precisely below
     try:
         text = raw.decode(encoding)
     except UnicodeDecodeError as exc:

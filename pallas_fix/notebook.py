@@ -19,8 +19,10 @@ left unchanged.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -32,9 +34,9 @@ from .model import Finding, Span
 from .output import unified_diff
 
 _MARKER = "# <pallas-fix cell {}>"
-_MARKER_RE = re.compile(r"^# <pallas-fix cell (\d+)>\r?\n?$")
+_MARKER_RE = re.compile(r"^# <pallas-fix cell (\d+)>(?:\r\n|\r|\n)?\Z")
 _PLACEHOLDER = "# <pallas-fix ipython {}>"
-_PLACEHOLDER_RE = re.compile(r"^[ \t]*# <pallas-fix ipython (\d+)>[ \t]*(\r?\n)?$")
+_PLACEHOLDER_RE = re.compile(r"^[ \t]*# <pallas-fix ipython (\d+)>[ \t]*(\r\n|\r|\n)?\Z")
 # Line forms IPython accepts and Python does not: magics, shell escapes, help, captured output.
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _MAGIC_LINE = re.compile(
@@ -88,10 +90,12 @@ def load_notebook(text: str) -> dict:
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise NotebookError(f"not a notebook: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise NotebookError(f"not a notebook: invalid JSON ({exc.msg} at {where})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         if isinstance(nb, dict) and "worksheets" in nb:
-            raise NotebookError(f"nbformat {nb.get('nbformat', '?')} notebooks are not supported (convert to nbformat 4)")
+            version = nb.get("nbformat", "?")
+            raise NotebookError(f"nbformat {version} notebooks are not supported (convert to nbformat 4)")
         raise NotebookError("not a notebook: no `cells` list")
     return nb
 
@@ -116,6 +120,19 @@ def _parses(text: str) -> Optional[cst.ParserSyntaxError]:
     except Exception as exc:  # LibCST raises a few other errors on odd input; treat them alike
         return cst.ParserSyntaxError(str(exc), lines=[""], raw_line=1, raw_column=0)
     return None
+
+
+def _error_line(text: str, err: cst.ParserSyntaxError) -> int:
+    """CPython's line for the error: LibCST sometimes names the line after the real one."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's invalid escapes are not ours to report
+            ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno or err.raw_line
+    except Exception:
+        pass
+    return err.raw_line
 
 
 def _placeholder_lines(cell: _Cell, lines: list[str], which: set[int]) -> list[str]:
@@ -155,7 +172,7 @@ def _virtual_cell(cell: _Cell) -> tuple[str, Optional[str]]:
     if err is None:
         return candidate, None
     cell.magic_lines = []
-    cell.skipped = f"syntax error on line {err.raw_line}"
+    cell.skipped = f"syntax error on line {_error_line(candidate, err)}"
     blanked = "".join(_placeholder_lines(cell, lines, set(range(len(lines)))))
     return blanked, f"cell[{cell.index}]: not analysed ({cell.skipped})"
 
