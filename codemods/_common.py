@@ -209,7 +209,9 @@ def _int_annotated_param(ctx: ModuleContext, name: cst.Name) -> bool:
     found = list(scope[name.value]) if scope is not None else []
     if len(found) != 1:
         return False
-    node = found[0].node
+    node = getattr(found[0], "node", None)  # builtins (`len`, `True`) have no defining node
+    if node is None:
+        return False
     if isinstance(node, cst.Param):
         ann = node.annotation
         return ann is not None and isinstance(ann.annotation, cst.Name) and ann.annotation.value == "int"

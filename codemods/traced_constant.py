@@ -36,6 +36,8 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.context import walk
+
 from pallas_fix import names as N
 from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
 from pallas_fix.model import FixSafety, IndexUse, Origin
@@ -165,6 +167,8 @@ class _Plan:
         def_env = C.env_at(self.analysis, stmt, env)
         if id(stmt) in self.followed:
             return self.followed[id(stmt)]
+        if any(isinstance(n, cst.Name) and n.value == name.value for n in walk(stmt.value)):
+            raise _Refuse(f"`{name.value}` is defined in terms of itself")
         other_use = C.flows_only_into_starts(ctx, target, self._operand_ok)
         if other_use is None:
             self.followed[id(stmt)] = static = self.strip(stmt.value, def_env)

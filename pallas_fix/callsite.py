@@ -477,6 +477,8 @@ def _is_plain_name(expr: Optional[cst.BaseExpression]) -> bool:
 
 
 def _shape_index(arr: cst.BaseExpression, dim: int) -> cst.BaseExpression:
+    if dim < 0:
+        return cst.parse_expression(f"{cst.Module([]).code_for_node(arr)}.shape[{dim}]")
     return cst.Subscript(
         value=cst.Attribute(value=arr, attr=cst.Name("shape")),
         slice=[cst.SubscriptElement(cst.Index(cst.Integer(str(dim))))],

@@ -23,7 +23,8 @@ def hooks_for(env: Env) -> Hooks:
     def atom_key(expr: cst.BaseExpression) -> Optional[str]:
         if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PROGRAM_ID) and expr.args:
             axis = env.static_int(expr.args[0].value)
-            return None if axis is None else f"pid:{axis}"
+            # Negative axes count from the end of a grid the window cannot see: no atom.
+            return None if axis is None or axis < 0 else f"pid:{axis}"
         if isinstance(expr, cst.Name):
             owner = env.owner(expr.value)
             if owner is not None and expr.value in owner.params:

@@ -163,12 +163,6 @@ def f(x):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="codemods/_common.py _int_annotated_param reads `.node` of a BuiltinAssignment "
-    "(`True`, `None`, `len` ... as the argument of jnp.array / jnp.int32); reported to the lead",
-)
 @pytest.mark.parametrize("arg", ["True", "None", "len"])
 def test_builtin_name_inside_a_traced_constant_start(arg):
     source = BUILTIN_IN_TRACED_CONSTANT.replace("jnp.array(True)", f"jnp.array({arg})")
@@ -191,12 +185,6 @@ def f(x):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="codemods/traced_constant.py strip/_name follow `off = f(off)` back into itself forever "
-    "(a name used in its own first assignment); reported to the lead",
-)
 def test_start_defined_in_terms_of_itself():
     assert check_mutant(Mutant("reproducer", (), SELF_REFERENCING_START)) is not None
 
@@ -217,12 +205,6 @@ def f(x):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="pallas_fix/blockplan.py:29 looks grid axis -1 up in a dict keyed by non-negative axes "
-    "(program_id_blocks planner on `pl.program_id(-1)`); reported to the lead",
-)
 @pytest.mark.parametrize("axis", ["-1", "axis=-1"])
 def test_negative_program_id_axis(axis):
     assert check_mutant(Mutant("reproducer", (), NEGATIVE_PROGRAM_ID_AXIS.format(axis=axis))) is not None
@@ -249,12 +231,6 @@ def f(x):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=cst.CSTValidationError,
-    reason="pallas_fix/callsite.py _shape_index builds cst.Integer('-1') for `x_ref.shape[-1]` "
-    "(a trip count over the last dimension); reported to the lead",
-)
 def test_trip_count_from_a_negative_shape_index():
     assert check_mutant(Mutant("reproducer", (), NEGATIVE_SHAPE_INDEX)) is not None
 
