@@ -42,6 +42,7 @@ from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
 from pallas_fix.gpu_interpret import targeted
 from pallas_fix.model import FixSafety, KernelSite, Origin
 from pallas_fix.rewriting import apply_edits
+from pallas_fix.names import call_arg as _arg
 
 NAME = "grid-to-loop"
 
@@ -597,12 +598,6 @@ def _paren(expr: cst.BaseExpression, original: cst.BaseExpression) -> cst.BaseEx
     return expr
 
 
-def _arg(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == name:
-            return a.value
-    return positional[pos].value if pos < len(positional) else None
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

@@ -36,6 +36,7 @@ from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
 from pallas_fix.gpu_interpret import make_codemod, targeted
 from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.rewriting import apply_edits
+from pallas_fix.names import call_arg as _arg
 
 NAME = "static-unroll"
 
@@ -412,12 +413,6 @@ def fresh_index(ctx: ModuleContext, fn: cst.FunctionDef, scope) -> str:
     return name
 
 
-def _arg(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == name:
-            return a.value
-    return positional[pos].value if pos < len(positional) else None
 
 
 StaticUnroll = make_codemod(NAME, "Unroll short fori_loop / pl.loop loops with Python-int bounds (GPU interpret mode; R5).")

@@ -17,6 +17,7 @@ from . import names as N
 from .context import ModuleContext, walk
 from .model import Backend, KernelSite
 from .provenance import Env
+from .names import call_arg as _arg_value
 
 
 class CallSiteError(Exception):
@@ -44,12 +45,6 @@ class Spec:
     whole: bool = True  # block is the whole array and index is zero
 
 
-def _arg_value(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == name:
-            return a.value
-    return positional[pos].value if pos < len(positional) else None
 
 
 def _elements(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:

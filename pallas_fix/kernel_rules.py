@@ -23,6 +23,7 @@ from .fixes import FixPlan, Outcome, Refusal
 from .gpu_interpret import HAZARDS, targeted, trigger, version_note
 from .model import Finding, KernelSite
 from .provenance import Env
+from pallas_fix.names import call_arg as _arg
 
 if TYPE_CHECKING:
     from .engine import Analysis
@@ -419,12 +420,6 @@ class _Rules:
         return None
 
 
-def _arg(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == name:
-            return a.value
-    return positional[pos].value if pos < len(positional) else None
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

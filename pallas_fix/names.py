@@ -148,3 +148,12 @@ class _ImportCollector(cst.CSTVisitor):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self.table.add_import_from(node)
+
+
+def call_arg(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
+    """The argument a call passes for parameter `name`, given by keyword or at position `pos`."""
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == name:
+            return a.value
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    return positional[pos].value if pos < len(positional) else None

@@ -16,6 +16,7 @@ import libcst as cst
 from . import names as N
 from .context import ModuleContext, walk
 from .model import ORIGIN_RANK, LoopInfo, Origin
+from .names import call_arg as _arg
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,6 @@ def find_loops(ctx: ModuleContext) -> dict[cst.CSTNode, LoopInfo]:
     return loops
 
 
-def _arg(call: cst.Call, pos: int, name: str) -> Optional[cst.BaseExpression]:
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    for a in call.args:
-        if a.keyword is not None and a.keyword.value == name:
-            return a.value
-    return positional[pos].value if pos < len(positional) else None
 
 
 def _params(fn: cst.FunctionDef | cst.Lambda) -> list[str]:
