@@ -313,3 +313,14 @@ def _top_level(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
 def name_is_free(ctx: ModuleContext, name: str) -> bool:
     """No node of the module spells `name`: a new import of it shadows nothing."""
     return not any(isinstance(n, cst.Name) and n.value == name for n in walk(ctx.module))
+
+
+def target_names(target: cst.CSTNode) -> set[str]:
+    """Names a target binds: `a`, `a, (b, *c)`; not `x_ref[...]` or `obj.attr`."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(target_names(e.value) for e in target.elements)) if target.elements else set()
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return set()

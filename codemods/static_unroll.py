@@ -37,6 +37,7 @@ from pallas_fix.gpu_interpret import make_codemod, targeted
 from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.rewriting import apply_edits
 from pallas_fix.names import call_arg as _arg
+from ._common import target_names as _target_names
 
 NAME = "static-unroll"
 
@@ -231,15 +232,6 @@ def _own_bound(fn: cst.FunctionDef) -> set[str]:
     return names
 
 
-def _target_names(target: cst.CSTNode) -> set[str]:
-    """Names a target binds: `a`, `a, (b, *c)`; not `x_ref[...]` or `obj.attr`."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_target_names(e.value) for e in target.elements)) if target.elements else set()
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
 
 
 def _within(ctx: ModuleContext, node: cst.CSTNode, container: cst.CSTNode) -> bool:
