@@ -12,8 +12,8 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix import names as N
-from pallas_fix.blockplan import BlockIndexExpr, code
-from pallas_fix.callsite import CallSite
+from pallas_fix.blockplan import BlockIndexExpr, code, paren_text
+from pallas_fix.callsite import CallSite, pallas_alias
 from pallas_fix.context import ModuleContext, walk
 from pallas_fix.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.rewriting import Edit, remove_statement
@@ -75,12 +75,12 @@ class LoopRegion:
         if lower is None or upper is None:
             return None
         low0 = env.static_int(self.loop.lower) == 0
-        text = code(upper) if low0 else f"{_p(code(upper))} - {_p(code(lower))}"
+        text = code(upper) if low0 else f"{paren_text(code(upper))} - {paren_text(code(lower))}"
         if self.loop.step is not None and env.static_int(self.loop.step) != 1:
             step = translate(self.loop.step, env)
             if step is None:
                 return None
-            pl = CallSitePl.alias(self.ctx)
+            pl = pallas_alias(self.ctx)
             text = f"{pl}.cdiv({text}, {code(step)})"
         return simplify(cst.parse_expression(text))
 
@@ -89,9 +89,9 @@ class LoopRegion:
         env = self.analysis.detection.envs.get(self.site.kernel)  # type: ignore[attr-defined]
         text = program_id
         if self.loop.step is not None and env.static_int(self.loop.step) != 1:
-            text = f"{_p(code(self.loop.step))} * {text}"
+            text = f"{paren_text(code(self.loop.step))} * {text}"
         if env.static_int(self.loop.lower) != 0:
-            text = f"{_p(code(self.loop.lower))} + {text}"
+            text = f"{paren_text(code(self.loop.lower))} + {text}"
         return text
 
     def body_statements(self, updated_body: cst.CSTNode) -> list[cst.BaseStatement]:
@@ -188,24 +188,11 @@ class LoopRegion:
         return edits
 
 
-class CallSitePl:
-    @staticmethod
-    def alias(ctx: ModuleContext) -> str:
-        for local, full in ctx.imports.bindings.items():
-            if full == N.PALLAS:
-                return local
-        return "pl"
-
-
 def _find_lambda(node: cst.CSTNode) -> cst.Lambda:
     for n in walk(node):
         if isinstance(n, cst.Lambda):
             return n
     raise RegionError("cannot find the loop's lambda body")
-
-
-def _p(text: str) -> str:
-    return text if text.replace("_", "").replace(".", "").isalnum() else f"({text})"
 
 
 def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool = False) -> LoopRegion:

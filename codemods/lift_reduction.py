@@ -39,7 +39,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix import names as N
-from pallas_fix.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
+from pallas_fix.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit, paren_text
 from pallas_fix.callsite import CallSite, CallSiteError, pallas_alias
 from pallas_fix.context import walk
 from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
@@ -147,7 +147,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         full = cs.kernel_shape_dim(b.param, b.dim)
         if full is None:
             raise _Refuse(f"cannot write the full length of `{b.param}` at the pallas_call for the causal axis")
-        trip = cst.parse_expression(f"{_p(code(full))} // {_p(code(b.size))}")
+        trip = cst.parse_expression(f"{paren_text(code(full))} // {paren_text(code(b.size))}")
         guard = code(loop.upper)
     else:
         trip = region.trip_count(translate)
@@ -584,8 +584,6 @@ def _add_import(module: cst.Module, mod: str, name: str, alias: str) -> cst.Modu
     return AddImportsVisitor(context).transform_module(module)
 
 
-def _p(text: str) -> str:
-    return text if text.replace("_", "").replace(".", "").replace("[", "").replace("]", "").isalnum() else f"({text})"
 
 
 planner.name = NAME  # type: ignore[attr-defined]

@@ -233,8 +233,8 @@ class CallEdits:
                 else:
                     if old_block is None:
                         raise CallSiteError(f"the BlockSpec of `{slot.param}` has an index but no block shape")
-                    ratio = f"({code(old_block)} // {_paren_text(code(block.size))})"
-                    idx.append(f"{_paren_text(code(old_index))} * {ratio} + {_paren_text(new_index)}")
+                    ratio = f"({code(old_block)} // {paren_text(code(block.size))})"
+                    idx.append(f"{paren_text(code(old_index))} * {ratio} + {paren_text(new_index)}")
                 continue
             if old_block is not None:
                 dims.append(code(old_block))
@@ -434,7 +434,8 @@ def _is_literal_zero(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Integer) and int(expr.evaluated_value) == 0
 
 
-def _paren_text(text: str) -> str:
+def paren_text(text: str) -> str:
+    """`text` as an operand: atoms (`bs`, `x.shape[0]`) bare, anything else in parentheses."""
     simple = text.replace("_", "").replace(".", "").replace("[", "").replace("]", "")
     return text if simple.isalnum() else f"({text})"
 
@@ -535,7 +536,6 @@ def explode_args(call: cst.Call) -> cst.Call:
     return call.with_changes(whitespace_before_args=nl(), args=args)
 
 
-_PURE_CALLS = None
 
 
 def dead_assignments(ctx, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:

@@ -145,8 +145,6 @@ class _Walker:
 
     # -- roles of nested functions ---------------------------------------------------------------
     def nested_def(self, fn: cst.FunctionDef, env: Env) -> None:
-        for dec in fn.decorators:
-            self.function_expr_children(dec.decorator, env)
         params = self._role_params(fn, env)
         if params is None:
             params = self._params_from_calls(fn, env)
@@ -157,11 +155,6 @@ class _Walker:
         if params is None:
             params = {p.name.value: Val(Origin.TRACED, "unknown", f"lambda parameter `{p.name.value}`") for p in lam.params.params}
         self.function(lam, Env(self.ctx, lam, env, params, self.result.loops))
-
-    def function_expr_children(self, expr: cst.BaseExpression, env: Env) -> None:
-        for node in walk(expr):
-            if isinstance(node, cst.Subscript):
-                pass  # decorators do not index refs
 
     def _role_params(self, fn, env: Env) -> Optional[dict[str, Val]]:
         names = [p.name.value for p in fn.params.params]
@@ -189,7 +182,6 @@ class _Walker:
                     return {}
         # Passed to pl.run_scoped / pl.core_map style helpers: parameters are refs.
         name = fn.name.value if isinstance(fn, cst.FunctionDef) else None
-        parent = self.ctx.parent(fn)
         for node in walk(env.scope if not isinstance(env.scope, cst.Module) else self.ctx.module):
             if isinstance(node, cst.Call) and (self.ctx.imports.qualify(node.func) or "").endswith("run_scoped"):
                 for a in node.args:
@@ -200,7 +192,6 @@ class _Walker:
                 q = self.ctx.imports.qualify(dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator) or ""
                 if q.endswith("run_scoped"):
                     return {n: REF for n in names}
-        del parent
         return None
 
     def _params_from_calls(self, fn: cst.FunctionDef, env: Env) -> dict[str, Val]:

@@ -154,10 +154,6 @@ def _paren(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def simplify_text(code: str) -> str:
-    return code
-
-
 def simplify(expr: cst.BaseExpression) -> cst.BaseExpression:
     """Simplify, then drop parentheses around the whole result (it stands alone)."""
     out = _simplify(expr)

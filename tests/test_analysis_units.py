@@ -209,3 +209,25 @@ def test_python_slices_with_traced_bounds_are_non_block_windows():
         """
     )
     assert codes == ["PF106", "PF106"]
+
+
+def test_stepped_loop_trip_count_uses_the_modules_spelling_of_pallas():
+    from pallas_fix.engine import fix_source
+
+    src = textwrap.dedent(
+        """
+        import jax
+        import jax.experimental.pallas
+
+        def k(x_ref, o_ref):
+            @jax.experimental.pallas.loop(0, x_ref.shape[0], step=8)
+            def _(r):
+                o_ref[jax.experimental.pallas.ds(r, 8), :] = x_ref[jax.experimental.pallas.ds(r, 8), :] * 2
+
+        def f(x):
+            return jax.experimental.pallas.pallas_call(k, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+        """
+    )
+    out = fix_source(src, "k.py").source
+    assert "jax.experimental.pallas.cdiv(x.shape[0], 8)" in out
+    assert "pl." not in out.replace("jax.experimental.pallas.", "")
