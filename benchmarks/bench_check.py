@@ -201,7 +201,7 @@ def analyse_only(texts: list[tuple[str, str]]) -> int:
 
 
 def check_in_process(root: Path, workers: int) -> int:
-    from pallas_fix.cli import Format, Options, run_check
+    from pallas_fix.frontends.cli import Format, Options, run_check
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return run_check([str(root)], Options(), Format.json, workers, False, False)

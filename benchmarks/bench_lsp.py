@@ -41,8 +41,8 @@ import libcst as cst  # noqa: E402
 from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
-from pallas_fix.config import Config  # noqa: E402
-from pallas_fix.lsp_analysis import analyse, diagnostics  # noqa: E402
+from pallas_fix.core.config import Config  # noqa: E402
+from pallas_fix.frontends.lsp.snapshot import analyse, diagnostics  # noqa: E402
 
 FIXTURES = ["two_kernels.py", "traced_constant.py", "loop_kernel.py"]
 HEADER = "import jax\nimport jax.numpy as jnp\nfrom jax import lax\nfrom jax.experimental import pallas as pl\n\n"

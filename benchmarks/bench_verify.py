@@ -44,7 +44,7 @@ def _baseline_child(pair: str) -> None:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.core.examples import collect_examples
     from pallas_fix.verify.worker import Call, forced_interpreter, install_patches, resolve_entry
 
     install_patches()
@@ -81,7 +81,7 @@ def _baseline(pair: str) -> tuple[float, float]:
 
 def _full(pair: str):
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.core.examples import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     before, after = PAIRS[pair]

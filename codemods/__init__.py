@@ -1,15 +1,31 @@
-"""One LibCST codemod per rewrite recipe.
+"""One LibCST codemod per rewrite recipe, and the order the engine asks them in.
 
 Installed as `pallas_fix.codemods` (the folder is mapped in pyproject.toml, so no top-level
-`codemods` package lands in site-packages). Importing this package registers each codemod's
-planner with `pallas_fix.fixes`; each module also defines a `Codemod` class that LibCST's own
-runner can execute: `python -m libcst.tool codemod -x pallas_fix.codemods.<module>.<Class> FILE`.
+`codemods` package lands in site-packages). Each module reads like its recipe (match, check,
+rewrite) and ends with its `RECIPE`; LibCST's own runner reaches them through
+`pallas_fix.frontends.libcst_commands`.
+
+The order matters: when two recipes plan a fix for the same index, the first one's plan is the
+one offered.
 """
 
-from . import lift_loop  # noqa: E402,F401
-from . import program_id_blocks  # noqa: E402,F401
-from . import scalar_start  # noqa: E402,F401
-from . import traced_constant  # noqa: E402,F401
-from . import lift_reduction  # noqa: E402,F401
-from . import grid_to_loop  # noqa: E402,F401
-from . import static_unroll  # noqa: E402,F401
+from pallas_fix.codemods import (
+    grid_to_loop,
+    lift_loop,
+    lift_reduction,
+    program_id_blocks,
+    scalar_start,
+    static_unroll,
+    traced_constant,
+)
+from pallas_fix.core.plans import Recipe
+
+PLANNERS: list[Recipe] = [
+    lift_loop.RECIPE,
+    program_id_blocks.RECIPE,
+    scalar_start.RECIPE,
+    traced_constant.RECIPE,
+    lift_reduction.RECIPE,
+    grid_to_loop.RECIPE,
+    static_unroll.RECIPE,
+]

@@ -35,15 +35,15 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix import names as N
-from pallas_fix.callsite import CallSite, CallSiteError
-from pallas_fix.context import ModuleContext, walk
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.gpu_interpret import targeted
-from pallas_fix.model import FixSafety, KernelSite, Origin
-from pallas_fix.rewriting import apply_edits
-from pallas_fix.names import call_arg as _arg
-from ._common import target_names as _target_names
+from pallas_fix.core import names as N
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, site_key, use_key
+from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.core.model import FixSafety, KernelSite, Origin
+from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.core.names import call_arg as _arg
+from pallas_fix.rewrite.common import target_names as _target_names
 
 NAME = "grid-to-loop"
 
@@ -53,35 +53,41 @@ class _Refuse(Exception):
 
 
 def outcome_for_site(analysis, site: KernelSite) -> Optional[Outcome]:
-    """The plan (or refusal) for one pallas_call; None when it has no grid or no program_id.
-
-    Cached on the analysis: PF201 findings (kernel_rules) and PF1xx findings (the planner below)
-    must share one plan object so the engine applies it once."""
-    cache = analysis.__dict__.setdefault("_grid_to_loop", {})
-    if id(site.call) not in cache:
-        try:
-            cache[id(site.call)] = _plan(analysis, site)
-        except (_Refuse, CallSiteError) as exc:
-            cache[id(site.call)] = Refusal(NAME, str(exc))
-    return cache[id(site.call)]
+    """The plan (or refusal) for one pallas_call; None when it has no grid or no program_id."""
+    try:
+        return _plan(analysis, site)
+    except (_Refuse, CallSiteError) as exc:
+        return Refusal(NAME, str(exc))
 
 
 def planner(analysis) -> dict:
+    """One outcome per pallas_call, anchored on the call (its PF201 findings) and on every
+    `pl.program_id` window in its kernel (PF103): the same plan object, so it is applied once."""
     if not targeted(analysis):
         return {}
     out: dict = {}
+    by_site: dict[int, Optional[Outcome]] = {}
+    for site in analysis.sites:
+        by_site[id(site.call)] = outcome = outcome_for_site(analysis, site)
+        if outcome is not None:
+            out[site_key(site)] = outcome
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kernel_site is None:
             continue
-        outcome = outcome_for_site(analysis, use.kernel_site)
+        outcome = by_site.get(id(use.kernel_site.call))
         if outcome is not None:
             out[use_key(use)] = outcome
     return out
 
 
-planner.name = NAME  # type: ignore[attr-defined]
-planner.codes = frozenset({"PF201", "PF103"})  # type: ignore[attr-defined]
-register(planner)
+RECIPE = Recipe(
+    NAME,
+    frozenset({"PF201", "PF103"}),
+    planner,
+    command="GridToLoop",
+    description="Move a grid used only through pl.program_id into an in-kernel fori_loop (GPU interpret mode; PF201).",
+    target=TARGET,
+)
 
 
 # -- planning -----------------------------------------------------------------------------------------
@@ -594,8 +600,3 @@ def _paren(expr: cst.BaseExpression, original: cst.BaseExpression) -> cst.BaseEx
 
 def _is_zero(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Integer) and int(expr.evaluated_value) == 0
-
-
-from pallas_fix.gpu_interpret import make_codemod  # noqa: E402
-
-GridToLoop = make_codemod(NAME, "Move a grid used only through pl.program_id into an in-kernel fori_loop (GPU interpret mode; PF201).")

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pallas_fix.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
-from pallas_fix.callsite import CallSite, CallSiteError
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.model import FixSafety, IndexUse, LoopInfo
-from pallas_fix.rewriting import apply_edits
-from pallas_fix.translate import simplify
+from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
+from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
+from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.translate import simplify
 
-from ._loops import (
+from pallas_fix.rewrite.loops import (
     uses_by_loop,
     drop_unused_loop_imports,
     add_pallas_import,
@@ -145,11 +145,10 @@ def planner(analysis) -> dict:
     return out
 
 
-planner.name = NAME  # type: ignore[attr-defined]
-planner.codes = frozenset({"PF101"})  # type: ignore[attr-defined]
-register(planner)
-
-
-from ._runner import make_codemod  # noqa: E402
-
-LiftIndependentLoop = make_codemod(NAME, "Lift independent fori_loop / pl.loop loops into grid axes (R1, PF101).")
+RECIPE = Recipe(
+    NAME,
+    frozenset({"PF101"}),
+    planner,
+    command="LiftIndependentLoop",
+    description="Lift independent fori_loop / pl.loop loops into grid axes (R1, PF101).",
+)

@@ -38,15 +38,15 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix import names as N
-from pallas_fix.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit, paren_text
-from pallas_fix.callsite import CallSite, CallSiteError, pallas_alias
-from pallas_fix.context import walk
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
-from pallas_fix.rewriting import apply_edits, remove_statement
+from pallas_fix.core import names as N
+from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit, paren_text
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError, pallas_alias
+from pallas_fix.analysis.context import walk
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
+from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.rewrite.edits import apply_edits, remove_statement
 
-from ._loops import (
+from pallas_fix.rewrite.loops import (
     uses_by_loop,
     drop_unused_loop_imports,
     RegionError,
@@ -586,10 +586,10 @@ def _add_import(module: cst.Module, mod: str, name: str, alias: str) -> cst.Modu
 
 
 
-planner.name = NAME  # type: ignore[attr-defined]
-planner.codes = frozenset({"PF102"})  # type: ignore[attr-defined]
-register(planner)
-
-from ._runner import make_codemod  # noqa: E402
-
-LiftReduction = make_codemod(NAME, "Lift fori_loop reductions into sequential grid axes with scratch carries (R2, PF102).")
+RECIPE = Recipe(
+    NAME,
+    frozenset({"PF102"}),
+    planner,
+    command="LiftReduction",
+    description="Lift fori_loop reductions into sequential grid axes with scratch carries (R2, PF102).",
+)

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pallas_fix.blockplan import BlockIndexExpr, CallEdits, RefBlock, code, dead_assignments, kernel_subscript_edit
-from pallas_fix.callsite import CallSite, CallSiteError
-from pallas_fix.context import walk
-from pallas_fix.fixes import FixPlan, Refusal, register, use_key
-from pallas_fix.model import FixSafety, IndexUse, Origin
-from pallas_fix.rewriting import apply_edits, remove_statement
-from pallas_fix.translate import Translator
-from pallas_fix.windows import window_of
+from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, code, dead_assignments, kernel_subscript_edit
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.analysis.context import walk
+from pallas_fix.core.plans import FixPlan, Refusal, Recipe, use_key
+from pallas_fix.core.model import FixSafety, IndexUse, Origin
+from pallas_fix.rewrite.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.translate import Translator
+from pallas_fix.analysis.windows import window_of
 
-from ._loops import _ref_base, add_pallas_import, siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.loops import _ref_base, add_pallas_import, siblings_of, strip_leading_blank_lines
 
 NAME = "program-id-blocks"
 
@@ -133,8 +133,8 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
 def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:
     """Dims of `sub` indexed by exactly `pl.program_id(k)` (directly or through a name): those
     become squeezed (None) block dims whose index_map entry is grid axis k."""
-    from pallas_fix.affine import decompose
-    from pallas_fix.windows import hooks_for
+    from pallas_fix.analysis.affine import decompose
+    from pallas_fix.analysis.windows import hooks_for
 
     out: dict[int, int] = {}
     env = use.env
@@ -198,10 +198,10 @@ def planner(analysis) -> dict:
     return out
 
 
-planner.name = NAME  # type: ignore[attr-defined]
-planner.codes = frozenset({"PF103"})  # type: ignore[attr-defined]
-register(planner)
-
-from ._runner import make_codemod  # noqa: E402
-
-ProgramIdBlocks = make_codemod(NAME, "Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).")
+RECIPE = Recipe(
+    NAME,
+    frozenset({"PF103"}),
+    planner,
+    command="ProgramIdBlocks",
+    description="Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).",
+)

@@ -34,13 +34,12 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import GlobalScope
 
-from pallas_fix import names as N
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.model import FixSafety, IndexUse
-from pallas_fix.rewriting import NodeReplacer, apply_edits
+from pallas_fix.core import names as N
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
+from pallas_fix.core.model import FixSafety, IndexUse
+from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
 
-from . import _common as C
-from ._runner import make_codemod
+from pallas_fix.rewrite import common as C
 
 NAME = "scalar-start"
 CODE = "PF107"
@@ -307,31 +306,15 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
     return FixPlan(NAME, FixSafety.SAFE, [use], description, rewrite, site=use.kernel_site), frozenset(id(n) for n in edits)
 
 
-class _Planner:
-    name = NAME
-    codes = frozenset({CODE})
-
-    def __call__(self, analysis) -> dict[tuple[int, int], Outcome]:
-        out: dict[tuple[int, int], Outcome] = {}
-        if analysis.ctx is None:
-            return out
-        shared: dict[frozenset[int], FixPlan] = {}
-        for use in C.reported_uses(analysis, CODE):
-            outcome, key = plan_use(analysis, use)
-            if isinstance(outcome, FixPlan) and key in shared:
-                shared[key].uses.append(use)  # one load rewrite fixes every start it feeds
-                outcome = shared[key]
-            elif isinstance(outcome, FixPlan):
-                shared[key] = outcome
-            out[use_key(use)] = outcome
-        return out
+def planner(analysis) -> dict[tuple[int, int], Outcome]:
+    return C.plan_each_use(analysis, CODE, plan_use)
 
 
-register(_Planner())
-
-
-ScalarStart = make_codemod(
+RECIPE = Recipe(
     NAME,
-    "Make slice starts integer scalars: scalar loads instead of one-element slices, int32 casts of"
+    frozenset({CODE}),
+    planner,
+    command="ScalarStart",
+    description="Make slice starts integer scalars: scalar loads instead of one-element slices, int32 casts of"
     " float/bool starts (PF107).",
 )

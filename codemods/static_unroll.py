@@ -30,14 +30,14 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix import names as N
-from pallas_fix.context import ModuleContext, walk
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.gpu_interpret import make_codemod, targeted
-from pallas_fix.model import FixSafety, IndexUse, LoopInfo, Origin
-from pallas_fix.rewriting import apply_edits
-from pallas_fix.names import call_arg as _arg
-from ._common import target_names as _target_names
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
+from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.core.names import call_arg as _arg
+from pallas_fix.rewrite.common import target_names as _target_names
 
 NAME = "static-unroll"
 
@@ -66,9 +66,14 @@ def planner(analysis) -> dict:
     return out
 
 
-planner.name = NAME  # type: ignore[attr-defined]
-planner.codes = frozenset({"PF101", "PF102"})  # type: ignore[attr-defined]
-register(planner)
+RECIPE = Recipe(
+    NAME,
+    frozenset({"PF101", "PF102"}),
+    planner,
+    command="StaticUnroll",
+    description="Unroll short fori_loop / pl.loop loops with Python-int bounds (GPU interpret mode; R5).",
+    target=TARGET,
+)
 
 
 def plan_loop(analysis, loop: LoopInfo, uses: list[IndexUse]) -> Outcome:
@@ -403,8 +408,3 @@ def fresh_index(ctx: ModuleContext, fn: cst.FunctionDef, scope) -> str:
         name = f"i_{k}"
         k += 1
     return name
-
-
-
-
-StaticUnroll = make_codemod(NAME, "Unroll short fori_loop / pl.loop loops with Python-int bounds (GPU interpret mode; R5).")

@@ -36,15 +36,14 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.context import walk
+from pallas_fix.analysis.context import walk
 
-from pallas_fix import names as N
-from pallas_fix.fixes import FixPlan, Outcome, Refusal, register, use_key
-from pallas_fix.model import FixSafety, IndexUse, Origin
-from pallas_fix.rewriting import NodeReplacer, apply_edits
+from pallas_fix.core import names as N
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
+from pallas_fix.core.model import FixSafety, IndexUse, Origin
+from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
 
-from . import _common as C
-from ._runner import make_codemod
+from pallas_fix.rewrite import common as C
 
 NAME = "traced-constant"
 CODE = "PF104"
@@ -330,27 +329,14 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
     return fix, frozenset(id(n) for n in edits)
 
 
-class _Planner:
-    name = NAME
-    codes = frozenset({CODE})
-
-    def __call__(self, analysis) -> dict[tuple[int, int], Outcome]:
-        out: dict[tuple[int, int], Outcome] = {}
-        if analysis.ctx is None:
-            return out
-        shared: dict[frozenset[int], FixPlan] = {}
-        for use in C.reported_uses(analysis, CODE):
-            outcome, key = plan_use(analysis, use)
-            if isinstance(outcome, FixPlan) and key in shared:
-                shared[key].uses.append(use)  # the same edits fix several accesses
-                outcome = shared[key]
-            elif isinstance(outcome, FixPlan):
-                shared[key] = outcome
-            out[use_key(use)] = outcome
-        return out
+def planner(analysis) -> dict[tuple[int, int], Outcome]:
+    return C.plan_each_use(analysis, CODE, plan_use)
 
 
-register(_Planner())
-
-
-TracedConstantToInt = make_codemod(NAME, "Write traced constants in slice starts as Python ints (R4, PF104).")
+RECIPE = Recipe(
+    NAME,
+    frozenset({CODE}),
+    planner,
+    command="TracedConstantToInt",
+    description="Write traced constants in slice starts as Python ints (R4, PF104).",
+)

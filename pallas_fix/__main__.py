@@ -1,3 +1,3 @@
-from .cli import main
+from pallas_fix.frontends.cli import main
 
 main()

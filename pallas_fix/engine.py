@@ -1,126 +1,93 @@
-"""Analyse a source text into findings, and apply fixes until the module is stable.
+"""Analyse, plan, apply: the one engine the CLI, notebooks, the language server and the LibCST
+commands share.
 
-This is the one entry point the CLI, the language server and the LibCST codemods share.
+`analyze_source` turns a text into findings, each carrying the plan that fixes it (or why none
+does); `apply_plan` is the only place a plan turns into new text; `fix_source` applies plans one
+per round, re-analysing after each, until the module is stable.
 """
 
 from __future__ import annotations
 
-import re
+import ast
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
 
-from .config import Config
-from .context import ModuleContext
-from .detection import Detection, detect
-from .discovery import discover
-from .fixes import FixPlan, Outcome, Refusal, planners, use_key
-from .model import Finding, FixSafety, IndexUse, KernelSite, Span
-from .rules import classify
-from .windows import window_of
+from pallas_fix import codemods as recipes
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.result import Analysis, SourceError, analyze
+from pallas_fix.analysis.windows import window_of
+from pallas_fix.core.config import Config
+from pallas_fix.core.directives import suppressed
+from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
+from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
+from pallas_fix.rules.gpu_hazards import HAZARDS
+from pallas_fix.rules.kernel import kernel_findings
+from pallas_fix.rules.registry import classify
 
-_SUPPRESS = re.compile(r"#\s*pallas-fix:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+__all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source"]
+
 MAX_ROUNDS = 32
 
-
-class SourceError(Exception):
-    """The source cannot be analysed (syntax error): the message names the place."""
-
-    def __init__(self, path: str, message: str, line: int = 1, column: int = 0) -> None:
-        super().__init__(f"{path}:{line}:{column + 1}: {message}")
-        self.path = path
-        self.line = line
-        self.column = column
-        self.reason = message
+# Why an index has no fix when no planner spoke for it.
+_NO_PLANNER = {
+    "PF105": "the start depends on data loaded inside the kernel; no BlockSpec can express it",
+    "PF106": "no BlockSpec can express this window ({reason})",
+    "PF108": "integer-array indices have no BlockSpec form",
+    "PF109": "pallas-fix cannot tell where this traced start comes from",
+}
 
 
-@dataclass
-class Analysis:
-    path: str
-    source: str
-    config: Config
-    ctx: Optional[ModuleContext] = None
-    sites: list[KernelSite] = field(default_factory=list)
-    detection: Optional[Detection] = None
+@dataclass(frozen=True)
+class CheckResult:
+    """An analysis and what the rules and planners made of it: findings (each with its plan, when
+    it has one) and the plans in the order `fix_source` applies them."""
+
+    analysis: Analysis
     findings: list[Finding] = field(default_factory=list)
     plans: list[FixPlan] = field(default_factory=list)  # fixable, enabled, not suppressed
-    uses_by_finding: dict[int, IndexUse] = field(default_factory=dict)
-    suppressed: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.analysis.path
+
+    @property
+    def source(self) -> str:
+        return self.analysis.source
+
+    @property
+    def config(self) -> Config:
+        return self.analysis.config
+
+    @property
+    def ctx(self) -> Optional[ModuleContext]:
+        return self.analysis.ctx
+
+    @property
+    def sites(self) -> tuple[KernelSite, ...]:
+        return self.analysis.sites
 
     @property
     def uses(self) -> list[IndexUse]:
-        return self.detection.uses if self.detection else []
+        return self.analysis.uses
 
 
-def mentions_pallas(source: str) -> bool:
-    return "pallas_call" in source
+def analyze_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> CheckResult:
+    analysis = analyze(source, path, config)
+    if analysis.ctx is None:
+        return CheckResult(analysis)
+    return check(analysis)
 
 
-def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
-    return SourceError(path, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column)
-
-
-def analyze_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> Analysis:
-    config = config or Config()
-    analysis = Analysis(path=path, source=source, config=config)
-    if not mentions_pallas(source):
-        return analysis
-    try:
-        ctx = ModuleContext(source, path)
-    except cst.ParserSyntaxError as exc:
-        raise parse_error(path, exc) from exc
-    analysis.ctx = ctx
-    analysis.sites = discover(ctx, config.backend)
-    analysis.detection = detect(ctx, analysis.sites)
-    _build_findings(analysis)
-    return analysis
-
-
-def _suppressed(lines: list[str], span: Span, code: str) -> bool:
-    for n in range(span.line, min(span.end_line, span.line + 20) + 1):
-        if n - 1 >= len(lines):
-            break
-        m = _SUPPRESS.search(lines[n - 1])
-        if m is None:
-            continue
-        if m.group(1) is None:
-            return True
-        codes = {c.strip().upper() for c in m.group(1).split(",")}
-        if code in codes or any(code.startswith(c) for c in codes if c):
-            return True
-    return False
-
-
-def _build_findings(analysis: Analysis) -> None:
-    ctx = analysis.ctx
-    assert ctx is not None and analysis.detection is not None
-    outcomes: dict[tuple[int, int], list[Outcome]] = {}
-    classified = [(use, window_of(use)) for use in analysis.uses]
-    ruled = [(use, window, *classify(use, window)) for use, window in classified]
-    present = {rule.code for _, _, rule, _ in ruled if analysis.config.enabled(rule.code)}
-    for planner in planners():
-        codes = getattr(planner, "codes", frozenset())
-        # Planners cost a rewrite's worth of work; skip those with nothing to fix here.
-        if codes and all(c.startswith("PF1") for c in codes) and not (codes & present):
-            continue
-        for key, outcome in planner(analysis).items():
-            outcomes.setdefault(key, []).append(outcome)
-    if analysis.config.target == "gpu-interpret":
-        from .kernel_rules import screen_for_gpu_interpret
-
-        outcomes = screen_for_gpu_interpret(analysis, outcomes)
+def check(analysis: Analysis) -> CheckResult:
+    config = analysis.config
     lines = analysis.source.splitlines()
-    plans: dict[int, FixPlan] = {}
+    ruled = [(use, window, *classify(use, window)) for use in analysis.uses for window in (window_of(use),)]
+    outcomes = _outcomes(analysis, {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)})
+    findings: list[Finding] = []
     for use, window, rule, message in ruled:
-        if not analysis.config.enabled(rule.code):
-            continue
-        if _suppressed(lines, use.span, rule.code):
-            analysis.suppressed += 1
-            continue
-        plan, refusal = _pick(outcomes.get(use_key(use), []), rule.code)
-        if plan is None and refusal is None:
-            refusal = _default_refusal(rule.code, window)
         finding = Finding(
             code=rule.code,
             message=message,
@@ -128,54 +95,99 @@ def _build_findings(analysis: Analysis) -> None:
             span=use.span,
             provenance=use.provenance.description,
             origin=use.provenance.origin.value,
-            fixable=plan is not None,
-            fix_safety=plan.safety if plan else None,
-            refusal=refusal,
+            fixable=False,
+            refusal=_NO_PLANNER.get(rule.code, "no automatic fix applies here").format(reason=window.reason),
             severity=rule.severity,
-            fix_id=plan.codemod if plan else None,
             kernel=use.kernel_site.kernel_name if use.kernel_site else None,
+            anchor=use_key(use),
         )
-        analysis.uses_by_finding[id(finding)] = use
-        analysis.findings.append(finding)
-        if plan is not None:
-            plans[id(plan)] = plan
-    analysis.plans = list(plans.values())
-    for extra in _kernel_findings(analysis, lines):
-        analysis.findings.append(extra)
-    analysis.findings.sort(key=lambda f: (f.span.line, f.span.column, f.code))
+        findings.append(finding)
+    findings.extend(kernel_findings(analysis))
+    kept = [_attach(f, outcomes) for f in findings if config.enabled(f.code) and not suppressed(lines, f.span, f.code)]
+    plans: dict[int, FixPlan] = {}
+    for f in kept:
+        if f.plan is not None:
+            plans.setdefault(id(f.plan), f.plan)  # type: ignore[arg-type]
+    kept.sort(key=lambda f: (f.span.line, f.span.column, f.code))
+    return CheckResult(analysis, kept, list(plans.values()))
 
 
-def _kernel_findings(analysis: Analysis, lines: list[str]) -> list[Finding]:
-    """Kernel-level rules (PF2xx) live in their own module; they see the whole analysis."""
-    from .kernel_rules import kernel_findings
+def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcome]]:
+    outcomes: dict[Anchor, list[Outcome]] = {}
+    for planner in recipes.PLANNERS:
+        codes = planner.codes
+        # Planners cost a rewrite's worth of work; skip those with nothing to fix here.
+        if codes and all(c.startswith("PF1") for c in codes) and not (codes & present):
+            continue
+        for key, outcome in planner(analysis).items():
+            outcomes.setdefault(key, []).append(outcome)
+    if analysis.config.target == "gpu-interpret":
+        outcomes = _screen_for_gpu_interpret(analysis, outcomes)
+    return outcomes
 
-    out = []
-    for f in kernel_findings(analysis):
-        if analysis.config.enabled(f.code) and not _suppressed(lines, f.span, f.code):
-            out.append(f)
-    return out
 
-
-def _pick(outcomes: list[Outcome], code: str) -> tuple[Optional[FixPlan], Optional[str]]:
-    plans = [o for o in outcomes if isinstance(o, FixPlan)]
-    if plans:
-        return plans[0], None
-    refusals = [o for o in outcomes if isinstance(o, Refusal)]
+def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
+    """The finding with the first plan offered for its anchor, or every planner's refusal."""
+    offered = outcomes.get(finding.anchor, []) if finding.anchor is not None else []
+    plan = next((o for o in offered if isinstance(o, FixPlan)), None)
+    if plan is not None:
+        return dataclasses.replace(finding, fixable=True, fix_safety=plan.safety, fix_id=plan.codemod, refusal=None, plan=plan)
+    refusals = [o.reason for o in offered if isinstance(o, Refusal)]
     if refusals:
-        return None, "; ".join(f"{r.reason}" for r in refusals)
-    return None, None
+        return dataclasses.replace(finding, refusal="; ".join(refusals))
+    return finding
 
 
-def _default_refusal(code: str, window) -> str:
-    return {
-        "PF105": "the start depends on data loaded inside the kernel; no BlockSpec can express it",
-        "PF106": f"no BlockSpec can express this window ({window.reason})",
-        "PF108": "integer-array indices have no BlockSpec form",
-        "PF109": "pallas-fix cannot tell where this traced start comes from",
-    }.get(code, "no automatic fix applies here")
+# -- --target gpu-interpret -------------------------------------------------------------------------
+def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
+    """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
+    counts: dict[str, int] = {}
+    for f in kernel_findings(analyze(source, path, config)):
+        counts[f.code] = counts.get(f.code, 0) + 1
+    return counts
+
+
+def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]]) -> dict[Anchor, list[Outcome]]:
+    """Under `--target gpu-interpret`, refuse plans whose result has more PF2xx hazards."""
+    if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
+        return outcomes
+    before = hazard_counts(analysis.source, analysis.path, analysis.config)
+    verdicts: dict[int, Outcome] = {}
+    screened: dict[Anchor, list[Outcome]] = {}
+    for key, items in outcomes.items():
+        kept = []
+        for outcome in items:
+            if isinstance(outcome, FixPlan):
+                if id(outcome) not in verdicts:
+                    verdicts[id(outcome)] = _screen(analysis, outcome, before)
+                outcome = verdicts[id(outcome)]
+            kept.append(outcome)
+        screened[key] = kept
+    return screened
+
+
+def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int]) -> Outcome:
+    try:
+        after_source = plan.rewrite(analysis.ctx.module).code  # type: ignore[union-attr]
+        after = hazard_counts(after_source, analysis.path, analysis.config)
+    except Exception:  # the engine reports a failing rewrite when it applies it
+        return plan
+    added = sorted(code for code, n in after.items() if n > before.get(code, 0))
+    if not added:
+        return plan
+    what = "; ".join(f"{HAZARDS[c].what} ({c})" for c in added)
+    return Refusal(plan.codemod, f"{plan.codemod} would add {what}, which GPU interpret mode cannot run (--target gpu-interpret)")
 
 
 # -- fixing -----------------------------------------------------------------------------------------
+def apply_plan(module: cst.Module, plan: FixPlan) -> str:
+    """The text of `module` after `plan`. Raises when the rewrite fails or its text does not parse
+    as Python, so that no front end ever offers or writes a broken file."""
+    new_source = plan.rewrite(module).code
+    ast.parse(new_source)
+    return new_source
+
+
 @dataclass
 class FixResult:
     path: str
@@ -199,9 +211,9 @@ def fix_source(
     unsafe: Optional[bool] = None,
     only: Optional[set[tuple[int, int]]] = None,
     codemods: Optional[set[str]] = None,
-    analysis: Optional[Analysis] = None,
+    analysis: Optional[CheckResult] = None,
 ) -> FixResult:
-    """Apply every enabled fix, one kernel at a time, re-analysing after each round.
+    """Apply every enabled fix, one plan per round, re-analysing after each round.
 
     `only` limits the first round to findings at these (line, column) positions (the editor's
     quick fix for one finding). `analysis`, when the caller already analysed `source` with the
@@ -213,33 +225,27 @@ def fix_source(
     current = source
     first = analysis if analysis is not None and analysis.source == source and analysis.config == config else None
     for round_no in range(MAX_ROUNDS):
-        analysis = first if round_no == 0 and first is not None else analyze_source(current, path, config)
-        plans = [p for p in analysis.plans if allow_unsafe or p.safety is FixSafety.SAFE]
-        if codemods is not None:
-            plans = [p for p in plans if p.codemod in codemods]
-        if only is not None:
-            if round_no > 0:
-                plans = []
-            else:
-                plans = [p for p in plans if any((u.span.line, u.span.column) in only for u in p.uses)]
-        if not plans:
-            result.remaining = analysis.findings
-            break
-        chosen = _non_overlapping(plans)
-        module = analysis.ctx.module  # type: ignore[union-attr]
         try:
-            for plan in chosen:
-                module = plan.rewrite(module)
-            new_source = module.code
-            cst.parse_module(new_source)
+            checked = first if round_no == 0 and first is not None else analyze_source(current, path, config)
+        except SourceError as exc:  # only a rewrite LibCST cannot parse back gets here
+            return _failed(result, exc)
+        plans = applicable(checked.plans, allow_unsafe, codemods, only if round_no == 0 else None)
+        if only is not None and round_no > 0:
+            plans = []
+        if not plans:
+            result.remaining = checked.findings
+            break
+        # One plan per round: plans address nodes of the analysed tree by identity, and a rewrite
+        # rebuilds the nodes around what it changes, so the next plan must see a fresh analysis.
+        plan = plans[0]
+        try:
+            new_source = apply_plan(checked.ctx.module, plan)  # type: ignore[union-attr]
         except Exception as exc:  # a codemod bug must never produce a broken file
-            result.error = f"rewrite failed ({type(exc).__name__}: {exc}); file left unchanged"
-            result.source = source
-            return result
+            return _failed(result, exc)
         result.rounds = round_no + 1
-        result.applied.extend(p.description for p in chosen)
+        result.applied.append(plan.description)
         if new_source == current:
-            result.remaining = analysis.findings
+            result.remaining = checked.findings
             break
         current = new_source
     else:
@@ -248,7 +254,20 @@ def fix_source(
     return result
 
 
-def _non_overlapping(plans: list[FixPlan]) -> list[FixPlan]:
-    """One plan per round: plans address nodes of the analysed tree by identity, and a rewrite
-    rebuilds the nodes around what it changes, so the next plan must see a fresh analysis."""
-    return plans[:1]
+def applicable(
+    plans: list[FixPlan], allow_unsafe: bool, codemods: Optional[set[str]] = None, only: Optional[set[tuple[int, int]]] = None
+) -> list[FixPlan]:
+    """The plans a fix may apply: safe ones (unsafe too when allowed), of the named codemods, and
+    covering a finding at one of the `only` positions."""
+    plans = [p for p in plans if allow_unsafe or p.safety is FixSafety.SAFE]
+    if codemods is not None:
+        plans = [p for p in plans if p.codemod in codemods]
+    if only is not None:
+        plans = [p for p in plans if any((u.span.line, u.span.column) in only for u in p.uses)]
+    return plans
+
+
+def _failed(result: FixResult, exc: Exception) -> FixResult:
+    result.error = f"rewrite failed ({type(exc).__name__}: {exc}); file left unchanged"
+    result.source = result.original
+    return result

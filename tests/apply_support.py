@@ -14,10 +14,10 @@ import pytest
 import libcst as cst
 import libcst.matchers as m
 
-from pallas_fix import fixes
-from pallas_fix.cli import main
-from pallas_fix.fixes import FixPlan, use_key
-from pallas_fix.model import FixSafety, Origin
+from pallas_fix import codemods
+from pallas_fix.frontends.cli import main
+from pallas_fix.core.plans import FixPlan, use_key
+from pallas_fix.core.model import FixSafety, Origin
 
 KERNEL = '''"""Pick one block of rows."""
 import jax
@@ -74,7 +74,7 @@ stand_in_pf104.codes = frozenset({"PF104"})
 
 
 def real_pf104_available() -> bool:
-    return any("PF104" in getattr(p, "codes", ()) for p in fixes.planners() if p is not stand_in_pf104)
+    return any("PF104" in getattr(p, "codes", ()) for p in codemods.PLANNERS if p is not stand_in_pf104)
 
 
 @pytest.fixture(params=["stand-in", "real"])
@@ -85,11 +85,10 @@ def planner(request, monkeypatch):
         if not real_pf104_available():
             pytest.skip("no codemod with PF104 in its codes is registered yet (R4 is being written); "
                         "the stand-in variant of this test covers the write path meanwhile")
-        chosen = [p for p in fixes.planners() if "PF104" in getattr(p, "codes", ())]
+        chosen = [p for p in codemods.PLANNERS if "PF104" in getattr(p, "codes", ())]
     else:
-        fixes.planners()  # import the codemods package first, so that it cannot add to the list later
         chosen = [stand_in_pf104]
-    monkeypatch.setattr(fixes, "_PLANNERS", chosen)
+    monkeypatch.setattr(codemods, "PLANNERS", chosen)
     return request.param
 
 

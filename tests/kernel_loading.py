@@ -33,7 +33,7 @@ def abstract_args(example):
     """ShapeDtypeStructs for array arguments; Python literals as written."""
     import jax
     import jax.numpy as jnp
-    from pallas_fix.verify.examples import ArgSpec
+    from pallas_fix.core.examples import ArgSpec
 
     def conv(v):
         if isinstance(v, ArgSpec):

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from kernel_loading import abstract_args, load_module
-from pallas_fix.config import Config
+from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
-from pallas_fix.model import FixSafety
-from pallas_fix.verify.examples import collect_examples
+from pallas_fix.core.model import FixSafety
+from pallas_fix.core.examples import collect_examples
 
 FIX = Path(__file__).parent / "fixtures" / "codemods"
 CODEMODS = {
@@ -176,7 +176,7 @@ def test_libcst_runner_matches_the_cli(prefix, tmp_path):
     shutil.copy(refusal, via_libcst / refusal.name)
     safe = [str(via_libcst / b.name) for b, _ in pairs if not _unsafe(b)] + [str(via_libcst / refusal.name)]
     run = subprocess.run(
-        [sys.executable, "-m", "libcst.tool", "codemod", "-x", f"pallas_fix.codemods.{module}.{cls}",
+        [sys.executable, "-m", "libcst.tool", "codemod", "-x", f"pallas_fix.frontends.libcst_commands.{cls}",
          "--no-format", "-j", "1", *safe],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
@@ -198,7 +198,7 @@ def test_libcst_runner_matches_the_cli(prefix, tmp_path):
 
 
 def _trace(path: Path):
-    from pallas_fix.oracle import trace_report
+    from pallas_fix.verify.oracle import trace_report
 
     src = path.read_text()
     (example,) = collect_examples(path, src)
@@ -252,7 +252,7 @@ _GPU_HARNESS = textwrap.dedent(
     import numpy as np
     job = json.loads(sys.stdin.read())
     from pallas_fix.verify import worker as W
-    from pallas_fix.verify.examples import parse_example
+    from pallas_fix.core.examples import parse_example
     import jax
     from jax.experimental.pallas import mosaic_gpu as plgpu
     W.install_patches()

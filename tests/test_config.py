@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from kernel_loading import FIXTURES
-from pallas_fix import fixes
-from pallas_fix.cli import Options, analyse_file, main
-from pallas_fix.config import ConfigError, load_config
-from pallas_fix.model import Backend
+from pallas_fix import codemods
+from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.service import Options, analyse_file
+from pallas_fix.core.config import ConfigError, load_config
+from pallas_fix.core.model import Backend
 
 # Three codes in one file: PF101 (fori_loop), PF102 (K reduction), PF103 (program_id).
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiled_kernels.py"
@@ -95,8 +96,7 @@ def test_backend_reaches_every_kernel_site_and_the_command_line_overrides_it(cap
 
     spy.name = "backend-spy"
     spy.codes = frozenset()
-    fixes.planners()  # the codemods register themselves first, then the registry is replaced
-    monkeypatch.setattr(fixes, "_PLANNERS", [spy])
+    monkeypatch.setattr(codemods, "PLANNERS", [spy])
 
     path = project(tmp_path, "[tool.pallas-fix]\nbackend = 'triton'\n")
     codes(capsys, path)

@@ -19,9 +19,9 @@ import threading
 import pytest
 
 from apply_support import KERNEL, planner, run_cli  # noqa: F401  (planner is a fixture)
-from pallas_fix import files as files_mod
+from pallas_fix.frontends import files as files_mod
 from pallas_fix.engine import fix_source
-from pallas_fix.files import FileError, read_source, write_source
+from pallas_fix.frontends.files import FileError, read_source, write_source
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 CLEAN = "x = 1\n"  # no pallas_call: checked, nothing found
@@ -110,7 +110,7 @@ def test_apply_through_a_symlink_rewrites_the_target_and_keeps_the_link(tmp_path
 
 
 def test_apply_refuses_a_file_changed_since_it_was_read(tmp_path, capsys, planner, monkeypatch):
-    from pallas_fix import cli
+    from pallas_fix.frontends import cli
 
     path = tmp_path / "k.py"
     path.write_text(KERNEL)
@@ -337,19 +337,19 @@ def test_unreadable_directory(tmp_path, capsys):
 
 
 def test_internal_error_on_one_file_does_not_stop_the_run(tmp_path, capsys, monkeypatch):
-    from pallas_fix import cli
+    from pallas_fix.frontends import service
 
     boom = tmp_path / "boom.py"
     boom.write_text(KERNEL)
     good = _good(tmp_path)
-    real = cli.analyze_source
+    real = service.analyze_source
 
     def flaky(source, path, config=None):
         if path.endswith("boom.py"):
             raise RuntimeError("simulated analysis bug")
         return real(source, path, config)
 
-    monkeypatch.setattr(cli, "analyze_source", flaky)
+    monkeypatch.setattr(service, "analyze_source", flaky)
     code, out, err = _check(capsys, boom, good)
     assert code == 2
     assert "boom.py: internal error (RuntimeError: simulated analysis bug)" in err

@@ -29,10 +29,10 @@ import pytest
 from kernel_loading import FIXTURES, expected_markers
 from pair_harness import Pair, check_golden, check_idempotent, declared_refusal, pairs, refusals, run_libcst_codemod, text_diff, verify_pair
 
-from pallas_fix import gpu_interpret
-from pallas_fix.config import Config
+from pallas_fix.rules import gpu_hazards as gpu_interpret
+from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
-from pallas_fix.rules import ORDER, RULES
+from pallas_fix.rules.registry import ORDER, RULES
 
 FIX = FIXTURES / "gpu_interpret"
 GPU = Config(target="gpu-interpret")
@@ -168,7 +168,7 @@ def test_pf2xx_suppression():
 
 
 def test_rules_are_registered_unordered_and_documented_with_versions(capsys):
-    from pallas_fix.cli import main
+    from pallas_fix.frontends.cli import main
 
     for code, hazard in gpu_interpret.HAZARDS.items():
         rule = RULES[code]
@@ -309,7 +309,7 @@ def test_the_default_targets_lifted_loop_does_not_run_in_gpu_interpret_mode():
 
 @pytest.mark.parametrize(
     "codemod, name",
-    [("pallas_fix.codemods.static_unroll.StaticUnroll", "unroll"), ("pallas_fix.codemods.grid_to_loop.GridToLoop", "grid_loop")],
+    [("pallas_fix.frontends.libcst_commands.StaticUnroll", "unroll"), ("pallas_fix.frontends.libcst_commands.GridToLoop", "grid_loop")],
 )
 def test_libcst_runner(codemod, name, tmp_path):
     pair = next(p for p in PAIRS if p.name == name)
@@ -318,7 +318,7 @@ def test_libcst_runner(codemod, name, tmp_path):
 
 def test_run_modes_reads_example_directives():
     """The runner's tiny directive parser agrees with pallas-fix's on every fixture it runs."""
-    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.core.examples import collect_examples
 
     directive = re.compile(r"#\s*pallas-fix:\s*example\s+(\w+)\(")
     for path in FIX.glob("*.py"):

@@ -144,8 +144,8 @@ def test_refusal_fixture_is_a_real_kernel(path):
 @pytest.mark.parametrize(
     "name, codemod",
     [
-        ("pl_loop_decorator", "pallas_fix.codemods.lift_loop.LiftIndependentLoop"),
-        ("pid_rows_2d", "pallas_fix.codemods.program_id_blocks.ProgramIdBlocks"),
+        ("pl_loop_decorator", "pallas_fix.frontends.libcst_commands.LiftIndependentLoop"),
+        ("pid_rows_2d", "pallas_fix.frontends.libcst_commands.ProgramIdBlocks"),
     ],
 )
 def test_libcst_runner_gives_the_golden_text(tmp_path: Path, name, codemod):

@@ -23,11 +23,12 @@ from pygls.uris import from_fs_path
 from pygls.workspace import TextDocument
 
 from pallas_fix.engine import SourceError, analyze_source, fix_source
-from pallas_fix.fixes import FixPlan, planners, register
-from pallas_fix.model import FixSafety, Origin
-from pallas_fix.output import DOCS_URL
-from pallas_fix.rules import classify, describe
-from pallas_fix.windows import window_of
+from pallas_fix import codemods
+from pallas_fix.core.plans import FixPlan
+from pallas_fix.core.model import FixSafety, Origin
+from pallas_fix.output.formats import DOCS_URL
+from pallas_fix.rules.registry import classify, describe
+from pallas_fix.analysis.windows import window_of
 
 TESTS = Path(__file__).resolve().parent
 FIX = TESTS / "fixtures" / "lsp"
@@ -54,7 +55,7 @@ def _is_int32_literal(node: cst.CSTNode) -> bool:
 
 
 def _stub_calls(ctx, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> list[cst.Call]:
-    from pallas_fix.context import walk
+    from pallas_fix.analysis.context import walk
 
     found: list[cst.Call] = []
     for node in walk(expr):
@@ -100,7 +101,7 @@ _STUB_REGISTERED = False
 
 
 def has_planner(code: str) -> bool:
-    return any(code in p.codes for p in planners() if p is not _stub_planner)
+    return any(code in p.codes for p in codemods.PLANNERS if p is not _stub_planner)
 
 
 def ensure_pf104_planner() -> bool:
@@ -109,7 +110,7 @@ def ensure_pf104_planner() -> bool:
     if has_planner("PF104"):
         return False
     if not _STUB_REGISTERED:
-        register(_stub_planner)
+        codemods.PLANNERS.append(_stub_planner)
         _STUB_REGISTERED = True
     return True
 
@@ -131,7 +132,7 @@ def server_command(need_pf104_fix: bool = False) -> list[str]:
     if need_pf104_fix and ensure_pf104_planner():
         boot = (
             f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_lsp; "
-            "test_lsp.ensure_pf104_planner(); from pallas_fix.lsp import serve; serve()"
+            "test_lsp.ensure_pf104_planner(); from pallas_fix.frontends.lsp.server import serve; serve()"
         )
         return [sys.executable, "-c", boot]
     return [pallas_fix_bin(), "lsp"]

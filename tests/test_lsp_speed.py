@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from pallas_fix.context import ModuleContext, child_nodes, positions, walk
-from pallas_fix.names import ImportTable
+from pallas_fix.analysis.context import ModuleContext, child_nodes, positions, walk
+from pallas_fix.core.names import ImportTable
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = sorted(
@@ -103,7 +103,7 @@ def test_classes_with_conditional_visits_are_known():
     import inspect
     import textwrap
 
-    from pallas_fix.context import CONDITIONAL_FIELDS
+    from pallas_fix.analysis.context import CONDITIONAL_FIELDS
 
     def subclasses(c):
         for s in c.__subclasses__():

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pallas_fix.config import Config
+from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
-from pallas_fix.lsp import Settings
-from pallas_fix.lsp_text import (
+from pallas_fix.frontends.lsp.server import Settings
+from pallas_fix.frontends.lsp.text import (
     Edit,
     apply_edits,
     from_units,
@@ -21,7 +21,7 @@ from pallas_fix.lsp_text import (
     suppression_edit,
     to_units,
 )
-from pallas_fix.model import Backend
+from pallas_fix.core.model import Backend
 
 FIX = Path(__file__).parent / "fixtures" / "lsp"
 

@@ -25,9 +25,9 @@ import pytest
 
 import pair_harness as H
 from kernel_loading import FIXTURES
-from pallas_fix.config import Config
+from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
-from pallas_fix.model import FixSafety
+from pallas_fix.core.model import FixSafety
 
 FIX = FIXTURES / "reduce"
 PAIRS = H.pairs(FIX)
@@ -217,7 +217,7 @@ def test_comments_above_the_loop_and_its_body_survive():
 
 @pytest.mark.interp
 def test_effect_before_a_read_keeps_its_place():
-    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.core.examples import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     path = FIX / "hazard_effect_then_read.py"
@@ -238,6 +238,6 @@ def test_libcst_runner_gives_the_golden_text(tmp_path: Path):
     pair = next(p for p in PAIRS if p.name == "matmul_tpu")
     (tmp_path / "pyproject.toml").write_text("[tool.pallas-fix]\nunsafe-fixes = true\n")
     produced = H.run_libcst_codemod(
-        "pallas_fix.codemods.lift_reduction.LiftReduction", pair.before_source, tmp_path, pair.before.name
+        "pallas_fix.frontends.libcst_commands.LiftReduction", pair.before_source, tmp_path, pair.before.name
     )
     assert produced == pair.after_source, H.text_diff(pair.after_source, produced, pair.name)

@@ -26,7 +26,7 @@ from pallas_fix.verify import (
     verify_sources,
 )
 from pallas_fix.verify.compare import compare_leaf, compare_leaves, tolerance_for
-from pallas_fix.verify.examples import (
+from pallas_fix.core.examples import (
     example_from_json,
     example_to_json,
     examples_from_directives,
@@ -38,7 +38,7 @@ from pallas_fix.verify.examples import (
 from pallas_fix.verify.runner import JSON_KEYS
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
-HAS_ORACLE = importlib.util.find_spec("pallas_fix.oracle") is not None
+HAS_ORACLE = importlib.util.find_spec("pallas_fix.verify.oracle") is not None
 
 
 def _src(name: str) -> str:

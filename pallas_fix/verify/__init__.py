@@ -2,7 +2,7 @@
 interpreters (in a subprocess; see :mod:`pallas_fix.verify.runner`). Importing this package does
 not import jax."""
 
-from pallas_fix.verify.examples import (
+from pallas_fix.core.examples import (
     ArgSpec,
     Example,
     ExampleSyntaxError,

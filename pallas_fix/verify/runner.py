@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from pallas_fix.verify.examples import Example, example_to_json
+from pallas_fix.core.examples import Example, example_to_json
 
 __all__ = ["Verdict", "verify_sources", "verify_file", "format_verdict", "STATUSES", "JSON_KEYS"]
 
@@ -326,7 +326,7 @@ def verify_file(
     **kwargs,
 ) -> list[Verdict]:
     """Convenience: collect the file's examples (:func:`collect_examples`) and verify."""
-    from pallas_fix.verify.examples import collect_examples
+    from pallas_fix.core.examples import collect_examples
 
     if original_src is None:
         original_src = Path(path).read_text(encoding="utf-8")

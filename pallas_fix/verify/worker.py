@@ -33,7 +33,7 @@ import traceback
 import types
 from typing import Any, Callable, Optional
 
-from pallas_fix.verify.examples import ArgSpec, Example, example_from_json
+from pallas_fix.core.examples import ArgSpec, Example, example_from_json
 
 # Interpreter names as reported in Verdict.interpreters.
 HLO = "interpret"
@@ -62,6 +62,19 @@ _NON_SCALAR_START = re.compile(
     r"start_indices arguments to dynamic_slice must be scalars|Dynamic indexing not supported in GPU interpret mode"
     r"|Advanced indexers are not supported"
 )
+
+
+def interpret_gpu_params():
+    """`plgpu.InterpretGPUParams()`; jax 0.10.2 does not export it from `mosaic_gpu` yet."""
+    try:
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+
+        return plgpu.InterpretGPUParams()
+    except AttributeError:
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+        return InterpretGPUParams()
+
 
 def install_patches() -> None:
     """Patch ``pallas_call`` before any user module runs (idempotent).
@@ -482,7 +495,7 @@ def plan_interpreters(infos: list[dict], *, tpu_interpret: Optional[bool], gpu_i
     if gpu_interpret:
         import jax
 
-        from pallas_fix.gpu_interpret import interpret_gpu_params, verification_note
+        from pallas_fix.rules.gpu_hazards import verification_note
 
         plan.append((GPU, interpret_gpu_params()))
         notes.append(verification_note(jax.__version__))
@@ -529,7 +542,7 @@ def _user_frame(e: BaseException) -> str:
 def _count_dynamic_slices(fn: Callable, structs: list, jaxpr=None) -> tuple[Optional[int], Optional[str]]:
     """Dynamic slices per the oracle (``pallas_fix.oracle``); reuses ``jaxpr`` when given."""
     try:
-        from pallas_fix import oracle
+        from pallas_fix.verify import oracle
     except Exception as e:  # the oracle is optional for verification itself
         return None, f"dynamic slices not counted (pallas_fix.oracle unavailable: {type(e).__name__})"
     try:

@@ -7,10 +7,10 @@ from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .affine import Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
-from .model import IndexUse, Origin
-from .provenance import Env
+from pallas_fix.core import names as N
+from pallas_fix.analysis.affine import Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.analysis.provenance import Env
 
 
 def loop_key(loop) -> str:

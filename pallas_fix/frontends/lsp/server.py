@@ -33,9 +33,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
-from . import __version__
-from .config import Config, ConfigError, find_pyproject, load_config, parse_backend
-from .lsp_analysis import (
+from pallas_fix import __version__
+from pallas_fix.core.config import Config, ConfigError, find_pyproject, load_config, parse_backend
+from pallas_fix.frontends.lsp.snapshot import (
     Snapshot,
     analyse,
     diagnostic,
@@ -50,7 +50,7 @@ from .lsp_analysis import (
     quick_fix_edits,
     quick_fix_title,
 )
-from .lsp_text import Edit
+from pallas_fix.frontends.lsp.text import Edit
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import tokenize
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from pallas_fix.core.directives import SUPPRESS
+
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _TERMINATOR = re.compile(r"(?:\r\n|\r|\n)\Z")
-# The same comment the engine honours (engine._SUPPRESS), with the code list captured by position.
-SUPPRESS = re.compile(r"#\s*pallas-fix:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
 
 
 def split_lines(text: str) -> list[str]:

@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .model import IndexUse, Origin
-from .windows import Window
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.analysis.windows import Window
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Optional
 
 import libcst as cst
 
-from .callsite import CallSite, CallSiteError, Slot, Spec, _elements
-from .rewriting import Edit
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError, Slot, Spec, _elements
+from pallas_fix.rewrite.edits import Edit
 
 
 @dataclass
@@ -180,7 +180,7 @@ class CallEdits:
         if slot.kind == "in":
             return f"{code(slot.arg)}.shape" if slot.arg is not None and isinstance(slot.arg, (cst.Name, cst.Attribute)) else None
         if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
-            from .callsite import _arg_value
+            from pallas_fix.rewrite.callsite import _arg_value
 
             shape = _arg_value(slot.out_shape, 0, "shape")
             if shape is not None and isinstance(shape, (cst.Tuple, cst.Attribute, cst.Name)):
@@ -393,7 +393,7 @@ class CallEdits:
                 raise CallSiteError("compiler_params is edited twice")
             self.edits[params_call] = lambda n, t=semantics: insert_keywords(n, [("dimension_semantics", t)], None, explode=False)
             return
-        from . import names as N
+        from pallas_fix.core import names as N
 
         alias = next((k for k, v in self.cs.ctx.imports.bindings.items() if v == N.MOSAIC_GPU), None)
         if alias is None:
@@ -425,7 +425,7 @@ class CallEdits:
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
-    from .context import walk
+    from pallas_fix.analysis.context import walk
 
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
@@ -541,8 +541,8 @@ def explode_args(call: cst.Call) -> cst.Call:
 def dead_assignments(ctx, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:
     """Simple `name = <pure index arithmetic>` statements nobody reads once `removed` elements are
     gone (`start = pid * bs` after its window became a BlockSpec). Iterates: `pid` may die next."""
-    from . import names as N
-    from .context import walk
+    from pallas_fix.core import names as N
+    from pallas_fix.analysis.context import walk
 
     pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES
 

@@ -10,17 +10,18 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import List, Optional
 
 import typer
 
-from .config import Config, ConfigError, load_config, parse_backend
-from .engine import SourceError, analyze_source, fix_source
-from .files import FileError, iter_files, read_source, write_source
-from .model import Finding
-from .output import render_github, render_json, render_sarif, render_text, unified_diff
+from pallas_fix.core.config import ConfigError, load_config, parse_backend
+from pallas_fix.core.model import Finding
+from pallas_fix.engine import SourceError, fix_source
+from pallas_fix.frontends.files import FileError, iter_files, read_source
+from pallas_fix.frontends.notebook import notebook_diff
+from pallas_fix.frontends.service import FileReport, Options, analyse_file, verify_report, write_report
+from pallas_fix.output.formats import render_github, render_json, render_sarif, render_text, unified_diff
 
 SUBCOMMANDS = ("explain", "verify", "lsp")
 
@@ -30,97 +31,6 @@ class Format(str, Enum):
     json = "json"
     sarif = "sarif"
     github = "github"
-
-
-@dataclass
-class Options:
-    apply: bool = False
-    diff_only: bool = False
-    unsafe_fixes: Optional[bool] = None
-    select: tuple = ()
-    ignore: tuple = ()
-    backend: Optional[str] = None
-    target: Optional[str] = None
-    unroll_limit: Optional[int] = None
-    examples: tuple = ()
-    verify: bool = True
-    verify_timeout: float = 300.0
-    require_verified: bool = False
-
-
-@dataclass
-class FileReport:
-    path: str
-    findings: list[Finding] = field(default_factory=list)
-    original: Optional[str] = None
-    proposed: Optional[str] = None
-    applied: list[str] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-    error: Optional[str] = None
-    fix_error: Optional[str] = None
-    skipped: bool = False
-    config: Optional[Config] = None
-    notebook: Optional[object] = None  # notebook.NotebookEdit: what --apply writes into a .ipynb
-
-
-def _config_for(path: str, opts: Options) -> Config:
-    base = load_config(__import__("pathlib").Path(path))
-    return base.merged(
-        select=tuple(c.upper() for c in opts.select) or None,
-        ignore=tuple(c.upper() for c in opts.ignore) or None,
-        backend=parse_backend(opts.backend),
-        target=opts.target,
-        unroll_limit=opts.unroll_limit,
-        unsafe_fixes=opts.unsafe_fixes,
-    )
-
-
-def analyse_file(path: str, opts: Options) -> FileReport:
-    """Everything short of writing: pure, so it can run in a worker process."""
-    try:
-        return _analyse_file(path, opts)
-    except Exception as exc:  # a bug on one file must not stop the run (or lose the other files)
-        return FileReport(path=path, error=f"internal error ({type(exc).__name__}: {exc}); please report it with this file")
-
-
-def _analyse_file(path: str, opts: Options) -> FileReport:
-    report = FileReport(path=path)
-    if path.endswith(".ipynb"):
-        from .notebook import analyse_notebook
-
-        return analyse_notebook(path, opts, report)
-    try:
-        src = read_source(path)
-    except FileError as exc:
-        report.error = str(exc)
-        return report
-    report.original = src.text
-    if "pallas_call" not in src.text:
-        report.skipped = True
-        return report
-    try:
-        config = _config_for(path, opts)
-    except ConfigError as exc:
-        report.error = f"configuration: {exc}"
-        return report
-    report.config = config
-    try:
-        analysis = analyze_source(src.text, path, config)
-    except SourceError as exc:
-        report.error = exc.reason + f" (line {exc.line}, column {exc.column + 1})"
-        return report
-    report.findings = analysis.findings
-    if any(f.fixable for f in analysis.findings):
-        fixed = fix_source(src.text, path, config, analysis=analysis)
-        if fixed.error:
-            report.fix_error = fixed.error
-        elif fixed.changed:
-            report.proposed = fixed.source
-            report.applied = fixed.applied
-            report.remaining = fixed.remaining
-    if report.proposed is None:
-        report.remaining = analysis.findings
-    return report
 
 
 def _console(stderr: bool = False):
@@ -148,29 +58,6 @@ def _print_diff(text: str, color: bool) -> None:
             sys.stdout.write("\n")
 
 
-def _verify(report: FileReport, opts: Options, *, gpu: bool):
-    """Run the interpreters on original vs proposed; returns (ok, verdicts)."""
-    from .verify.examples import ExampleSyntaxError, collect_examples
-    from .verify.runner import verify_sources
-
-    try:
-        examples = collect_examples(report.path, report.original, cli_examples=list(opts.examples))
-    except ExampleSyntaxError as exc:
-        return None, str(exc)
-    if not examples:
-        return [], None
-    with _progress(f"verifying {report.path} ({len(examples)} example(s))"):
-        verdicts = verify_sources(
-            report.original or "",
-            report.proposed or "",
-            examples,
-            path=report.path,
-            timeout_s=opts.verify_timeout,
-            gpu_interpret=gpu,
-        )
-    return verdicts, None
-
-
 def _progress(message: str):
     """A spinner on a terminal while the interpreters run; nothing when output is piped."""
     import contextlib
@@ -189,9 +76,6 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
         else:
             targets.append(path)
     if workers > 1 and len(targets) > 1:
-        from .fixes import planners
-
-        planners()  # import the codemods (and libcst.codemod, slow to import) once, before forking
         with ProcessPoolExecutor(max_workers=workers) as pool:
             reports.extend(pool.map(analyse_file, targets, [opts] * len(targets), chunksize=8))
     else:
@@ -258,20 +142,18 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
 
 def _diff(report: FileReport) -> str:
     if report.notebook is not None:
-        from .notebook import notebook_diff
-
-        return notebook_diff(report)
+        return notebook_diff(report.path, report.notebook)
     return unified_diff(report.path, report.original or "", report.proposed or "")
 
 
 def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], machine: bool) -> str:
     """Verify and write one file. Returns written | refused | error."""
-    from .verify.runner import format_verdict
+    from pallas_fix.verify.runner import format_verdict
 
     gpu = bool(report.config and report.config.target == "gpu-interpret")
     verdicts, problem = (None, None)
     if opts.verify:
-        verdicts, problem = _verify(report, opts, gpu=gpu)
+        verdicts, problem = verify_report(report, opts, gpu=gpu, progress=_progress)
         if problem:
             err.print(f"[bold red]error[/]: {_e(report.path)}: example: {_e(problem)}", markup=True)
             return "error"
@@ -292,15 +174,7 @@ def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], mac
             return "refused"
         err.print(f"not verified {report.path}: {why}")
     try:
-        if report.notebook is not None:
-            from .notebook import write_notebook
-
-            write_notebook(report)
-        else:
-            src = read_source(report.path)
-            if src.text != report.original:
-                raise FileError("file changed on disk since it was read; not written")
-            write_source(src, report.proposed or "")
+        write_report(report)
     except FileError as exc:
         err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
         return "error"
@@ -364,7 +238,7 @@ sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settin
 
 @sub_app.command("explain", help="Print a rule's documentation (all rules when no code is given).")
 def explain(code: Optional[str] = typer.Argument(None)) -> None:
-    from .rules import RULES, describe
+    from pallas_fix.rules.registry import RULES, describe
 
     if code is None:
         for r in sorted(RULES.values(), key=lambda r: r.code):
@@ -388,8 +262,8 @@ def verify_cmd(
 ) -> None:
     import json
 
-    from .verify.examples import ExampleSyntaxError, collect_examples
-    from .verify.runner import format_verdict, verify_sources
+    from pallas_fix.core.examples import ExampleSyntaxError, collect_examples
+    from pallas_fix.verify.runner import format_verdict, verify_sources
 
     if len(files) not in (1, 2):
         raise typer.BadParameter("give FILE or OLD NEW")
@@ -427,7 +301,7 @@ def verify_cmd(
 
 @sub_app.command("lsp", help="Start the language server on stdio.")
 def lsp_cmd() -> None:
-    from .lsp import serve
+    from pallas_fix.frontends.lsp.server import serve
 
     serve()
 

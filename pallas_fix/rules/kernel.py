@@ -1,43 +1,41 @@
 """Kernel-level rules (PF2xx): what GPU interpret mode gets wrong or rejects in a kernel.
 
 They fire only when the module's kernels may run in GPU interpret mode (see
-`gpu_interpret.trigger`). Each finding sits on the node at fault: the `pl.program_id` call, the
+`gpu_hazards.trigger`). Each finding sits on the node at fault: the `pl.program_id` call, the
 BlockSpec, the scratch shape, the indexed ref, the grid spec, the `jax.vmap`. The hazards and the
-jax versions they were seen on live in `gpu_interpret.HAZARDS`.
+jax versions they were seen on live in `gpu_hazards.HAZARDS`.
 
-Under `--target gpu-interpret` PF201 gets the grid-to-loop fix; its plan joins `analysis.plans`
-here because no dynamic index carries it when `pl.program_id` only feeds a `pl.when`. The same
-target screens every other plan: one that adds a GPU interpret mode hazard (a lifted loop's
-BlockSpecs, a reduction's VMEM scratch) is turned into a refusal.
+PF201 findings are anchored on their pallas_call (`site_key`): under `--target gpu-interpret` the
+engine attaches the grid-to-loop plan for that site, since no dynamic index carries it when
+`pl.program_id` only feeds a `pl.when`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import ModuleContext, walk
-from .fixes import FixPlan, Outcome, Refusal
-from .gpu_interpret import HAZARDS, targeted, trigger, version_note
-from .model import Finding, KernelSite
-from .provenance import Env
-from pallas_fix.names import call_arg as _arg
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.provenance import Env
+from pallas_fix.analysis.result import Analysis
+from pallas_fix.core import names as N
+from pallas_fix.core.model import Finding, KernelSite
+from pallas_fix.core.names import call_arg as _arg
+from pallas_fix.core.plans import site_key
+from pallas_fix.rules.gpu_hazards import targeted, trigger, version_note
+from pallas_fix.rules.registry import RULES
 
-if TYPE_CHECKING:
-    from .engine import Analysis
-
-# The memory spaces GPU interpret mode was seen to reject (gpu_interpret.HAZARDS["PF203"]).
+# The memory spaces GPU interpret mode was seen to reject (gpu_hazards.HAZARDS["PF203"]).
 _TPU_MEMORY_SPACES = frozenset({N.TPU + ".VMEM", N.TPU + ".SMEM", N.PALLAS + ".ANY"})
 _RUN_SCOPED = frozenset({N.PALLAS + ".run_scoped"})
 
 
-def kernel_findings(analysis: "Analysis", *, with_fixes: bool = True) -> list[Finding]:
+def kernel_findings(analysis: Analysis) -> list[Finding]:
     why = trigger(analysis)
     if why is None or analysis.ctx is None or analysis.detection is None:
         return []
-    rules = _Rules(analysis, why, with_fixes)
+    rules = _Rules(analysis, why)
     for site in analysis.sites:
         rules.program_id(site)
         rules.block_specs(site)
@@ -48,96 +46,41 @@ def kernel_findings(analysis: "Analysis", *, with_fixes: bool = True) -> list[Fi
     return rules.out
 
 
-def hazard_counts(source: str, path: str, config) -> dict[str, int]:
-    """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
-    from .detection import detect
-    from .discovery import discover
-    from .engine import Analysis
-
-    analysis = Analysis(path=path, source=source, config=config)
-    analysis.ctx = ModuleContext(source, path)
-    analysis.sites = discover(analysis.ctx, config.backend)
-    analysis.detection = detect(analysis.ctx, analysis.sites)
-    counts: dict[str, int] = {}
-    for f in kernel_findings(analysis, with_fixes=False):
-        counts[f.code] = counts.get(f.code, 0) + 1
-    return counts
-
-
-def screen_for_gpu_interpret(analysis: "Analysis", outcomes: dict) -> dict:
-    """Under `--target gpu-interpret`, refuse plans whose result has more PF2xx hazards."""
-    if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
-        return outcomes
-    before = hazard_counts(analysis.source, analysis.path, analysis.config)
-    verdicts: dict[int, Outcome] = {}
-    screened: dict = {}
-    for key, items in outcomes.items():
-        kept = []
-        for outcome in items:
-            if isinstance(outcome, FixPlan):
-                if id(outcome) not in verdicts:
-                    verdicts[id(outcome)] = _screen(analysis, outcome, before)
-                outcome = verdicts[id(outcome)]
-            kept.append(outcome)
-        screened[key] = kept
-    return screened
-
-
-def _screen(analysis: "Analysis", plan: FixPlan, before: dict[str, int]) -> Outcome:
-    try:
-        after_source = plan.rewrite(analysis.ctx.module).code  # type: ignore[union-attr]
-        after = hazard_counts(after_source, analysis.path, analysis.config)
-    except Exception:  # the engine reports a failing rewrite when it applies it
-        return plan
-    added = sorted(code for code, n in after.items() if n > before.get(code, 0))
-    if not added:
-        return plan
-    what = "; ".join(f"{HAZARDS[c].what} ({c})" for c in added)
-    return Refusal(plan.codemod, f"{plan.codemod} would add {what}, which GPU interpret mode cannot run (--target gpu-interpret)")
-
-
 class _Rules:
-    def __init__(self, analysis: "Analysis", why: str, with_fixes: bool) -> None:
+    def __init__(self, analysis: Analysis, why: str) -> None:
         self.analysis = analysis
         self.ctx: ModuleContext = analysis.ctx  # type: ignore[assignment]
         self.why = why
-        self.with_fixes = with_fixes
         self.out: list[Finding] = []
         self.seen: set[tuple[str, int]] = set()
         self.module_env = Env(self.ctx, self.ctx.module, None, {}, {})
 
     # -- helpers ------------------------------------------------------------------------------------
-    def add(self, code: str, node: cst.CSTNode, message: str, site: Optional[KernelSite], outcome: Optional[Outcome] = None) -> Optional[Finding]:
+    def add(self, code: str, node: cst.CSTNode, message: str, site: Optional[KernelSite], refusal: Optional[str] = None, anchor=None) -> None:
+        """One finding. `anchor` names what the engine may attach a fix plan to (PF201's site);
+        `refusal` says why there is no fix when none gets attached."""
         if (code, id(node)) in self.seen:
-            return None
+            return
         self.seen.add((code, id(node)))
-        from .rules import RULES
-
         note = version_note(code)
         message = f"{message} [GPU interpret mode: {self.why}]"
         if note:
             message += f" ({note})"
-        plan = outcome if isinstance(outcome, FixPlan) else None
-        if outcome is None:
-            refusal = "no automatic fix; see `pallas-fix explain " + code + "`"
-        else:
-            refusal = outcome.reason if isinstance(outcome, Refusal) else None
-        finding = Finding(
-            code=code,
-            message=message,
-            path=self.analysis.path,
-            span=self.ctx.span(node),
-            provenance="",
-            origin="gpu_interpret",
-            fixable=plan is not None,
-            fix_safety=plan.safety if plan else None,
-            refusal=refusal,
-            severity=RULES[code].severity,
-            fix_id=plan.codemod if plan else None,
-            kernel=site.kernel_name if site else None,
+        self.out.append(
+            Finding(
+                code=code,
+                message=message,
+                path=self.analysis.path,
+                span=self.ctx.span(node),
+                provenance="",
+                origin="gpu_interpret",
+                fixable=False,
+                refusal=refusal or "no automatic fix; see `pallas-fix explain " + code + "`",
+                severity=RULES[code].severity,
+                kernel=site.kernel_name if site else None,
+                anchor=anchor,
+            )
         )
-        self.out.append(finding)
-        return finding
 
     def code(self, node: cst.CSTNode) -> str:
         text = self.ctx.code(node).strip()
@@ -178,50 +121,24 @@ class _Rules:
         if sizes is None:
             return
         grid_text = self.code(site.kw("grid"))  # type: ignore[arg-type]
-        outcome: Optional[Outcome] = None
-        fixes_computed = False
+        if targeted(self.analysis):
+            refusal = "no grid to move"
+        else:
+            refusal = (
+                "run with `--target gpu-interpret` to move the grid into an in-kernel loop (grid-to-loop), "
+                "or check this kernel with interpret=True"
+            )
         for call in self.calls_in(site, N.PROGRAM_ID):
             axis = self.module_env.static_int(call.args[0].value) if call.args else None
             size = sizes[axis] if axis is not None and axis < len(sizes) else None
             if size is not None and size <= 1:
                 continue
-            if not fixes_computed:
-                outcome = self.grid_to_loop(site)
-                fixes_computed = True
             steps = f"{size} steps" if size is not None else "a size pallas-fix cannot read"
             message = (
                 f"`{self.code(call)}` is 0 in every step of grid `{grid_text}` ({steps}): only block 0 "
                 "is computed and the rest of the output is never written, with no error"
             )
-            finding = self.add("PF201", call, message, site, outcome)
-            if finding is not None and isinstance(outcome, FixPlan):
-                self.offer(finding, outcome)
-
-    def grid_to_loop(self, site: KernelSite) -> Outcome:
-        if not targeted(self.analysis):
-            return Refusal(
-                "grid-to-loop",
-                "run with `--target gpu-interpret` to move the grid into an in-kernel loop (grid-to-loop), "
-                "or check this kernel with interpret=True",
-            )
-        if not self.with_fixes:
-            return Refusal("grid-to-loop", "not planned")
-        from .codemods.grid_to_loop import outcome_for_site
-
-        outcome = outcome_for_site(self.analysis, site)
-        return outcome if outcome is not None else Refusal("grid-to-loop", "no grid to move")
-
-    def offer(self, finding: Finding, plan: FixPlan) -> None:
-        """Make the plan applicable unless the finding is turned off or suppressed."""
-        from .engine import _suppressed
-
-        analysis = self.analysis
-        if not analysis.config.enabled(finding.code):
-            return
-        if _suppressed(analysis.source.splitlines(), finding.span, finding.code):
-            return
-        if all(p is not plan for p in analysis.plans):
-            analysis.plans.append(plan)
+            self.add("PF201", call, message, site, refusal, anchor=site_key(site))
 
     # -- PF202 --------------------------------------------------------------------------------------
     def block_specs(self, site: KernelSite) -> None:

@@ -13,11 +13,11 @@ from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import ModuleContext, walk
-from .model import Backend, KernelSite
-from .provenance import Env
-from .names import call_arg as _arg_value
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import Backend, KernelSite
+from pallas_fix.analysis.provenance import Env
+from pallas_fix.core.names import call_arg as _arg_value
 
 
 class CallSiteError(Exception):
@@ -380,7 +380,7 @@ class CallSite:
         if name_expr.value not in params:
             return None
         position = params.index(name_expr.value)
-        from .verify.examples import ArgSpec, ExampleSyntaxError, extract_directives, parse_example
+        from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, extract_directives, parse_example
 
         ranks = set()
         for d in extract_directives(self.ctx.source):

@@ -142,6 +142,15 @@ class Finding:
     severity: str = "warning"  # "error" | "warning" | "info"
     fix_id: Optional[str] = None  # which codemod fixes it
     kernel: Optional[str] = None
+    # What a fix plan is attached to (core.plans.use_key / site_key), and the plan the engine
+    # attached: the finding carries its own fix, so every front end applies the same one.
+    anchor: Optional[tuple[int, int]] = field(default=None, compare=False, repr=False)
+    plan: Optional[object] = field(default=None, compare=False, repr=False)  # core.plans.FixPlan
+
+    def __getstate__(self) -> dict:
+        # A plan closes over the analysed tree: it means something only in the process that made
+        # it, so findings sent to another process (`--workers`) travel without it.
+        return {**self.__dict__, "plan": None}
 
     def to_json(self) -> dict:
         return {

@@ -8,8 +8,8 @@ from typing import Iterator, Optional, Union
 import libcst as cst
 from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
 
-from .model import Span
-from .names import ImportTable
+from pallas_fix.core.model import Span
+from pallas_fix.core.names import ImportTable
 
 Scope = Union[cst.Module, cst.FunctionDef, cst.Lambda]
 

@@ -13,10 +13,10 @@ from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import ModuleContext, walk
-from .model import ORIGIN_RANK, LoopInfo, Origin
-from .names import call_arg as _arg
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import ORIGIN_RANK, LoopInfo, Origin
+from pallas_fix.core.names import call_arg as _arg
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ suppression edits and hover text are derived from it. Nothing imports or runs th
 
 from __future__ import annotations
 
-import ast
 import logging
 import time
 from dataclasses import dataclass, field
@@ -15,12 +14,12 @@ from typing import Callable, Optional
 
 from lsprotocol import types
 
-from .config import Config
-from .engine import Analysis, SourceError, analyze_source, fix_source
-from .model import Finding, FixSafety
-from .output import DOCS_URL
-from .rules import RULES, describe
-from .lsp_text import Edit, content, minimal_edits, split_lines, suppression_edit, to_units, units
+from pallas_fix.core.config import Config
+from pallas_fix.engine import CheckResult, SourceError, analyze_source, applicable, apply_plan, fix_source
+from pallas_fix.core.model import Finding, FixSafety
+from pallas_fix.output.formats import DOCS_URL
+from pallas_fix.rules.registry import RULES, describe
+from pallas_fix.frontends.lsp.text import Edit, content, minimal_edits, split_lines, suppression_edit, to_units, units
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class Snapshot:
     config: Config
     encoding: str = "utf-16"
     lines: list[str] = field(default_factory=list)
-    analysis: Optional[Analysis] = None
+    analysis: Optional[CheckResult] = None
     findings: list[Finding] = field(default_factory=list)
     syntax_error: Optional[SourceError] = None
     internal_error: Optional[str] = None
@@ -177,22 +176,17 @@ def quick_fix_title(f: Finding, fix: FixInfo) -> str:
     return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)")
 
 
-def _plan_for(analysis: Analysis, key: Key, allow_unsafe: bool):
+def _plan_for(analysis: CheckResult, key: Key, allow_unsafe: bool):
     """The plan `fix_source(..., only={key})` applies: the first enabled plan covering the finding."""
-    for plan in analysis.plans:
-        if not allow_unsafe and plan.safety is not FixSafety.SAFE:
-            continue
-        if any((u.span.line, u.span.column) == key for u in plan.uses):
-            return plan
-    return None
+    return next(iter(applicable(analysis.plans, allow_unsafe, only={key})), None)
 
 
 def _rewrite(snap: Snapshot, key: Key) -> Optional[str]:
     """The text after the one fix `fix_source(text, path, config, only={key})` applies.
 
-    That is fix_source's first round, on the snapshot's own analysis: pick the first enabled plan
-    covering the finding, rewrite the analysed tree, print it, check that it parses (fix_source
-    re-analyses afterwards only to list what remains). Plans shared by several findings are
+    That is fix_source's first round, on the snapshot's own analysis: the first applicable plan
+    covering the finding, through the engine's `apply_plan` (fix_source re-analyses afterwards
+    only to list what remains). Plans shared by several findings are
     rewritten once. None, with `failed` set on the fix, when the codemod fails.
     """
     fix = snap.fixes[key]
@@ -205,8 +199,7 @@ def _rewrite(snap: Snapshot, key: Key) -> Optional[str]:
     result = snap.plan_texts.get(id(plan))
     if result is None:
         try:
-            result = plan.rewrite(analysis.ctx.module).code
-            ast.parse(result)  # never offer a broken file (stricter than a LibCST parse)
+            result = apply_plan(analysis.ctx.module, plan)
         except Exception as exc:  # a codemod bug: offer nothing rather than a broken file
             log.warning("fix %s for %s:%s failed: %s", fix.codemod, snap.path, key, exc)
             result = exc

@@ -1,6 +1,6 @@
 """What GPU interpret mode (`interpret=plgpu.InterpretGPUParams()`) cannot do, and on which jax.
 
-The PF2xx rules (kernel_rules.py) warn about these hazards; the `--target gpu-interpret` codemods
+The PF2xx rules (rules/kernel.py) warn about these hazards; the `--target gpu-interpret` codemods
 avoid them. Every hazard was reproduced on CPU with the jax versions in `versions` (the scripts are
 the PF2xx tests in tests/test_gpu_interpret.py); a different installed jax gets a note, because the
 GPU interpreter is young and each of these may change.
@@ -13,15 +13,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import walk
-
-if TYPE_CHECKING:
-    from .engine import Analysis
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.result import Analysis
+from pallas_fix.core import names as N
 
 TARGET = "gpu-interpret"
 CONFIRMED_ON = ("0.10.2", "0.12.0.1")
@@ -113,19 +111,7 @@ def verification_note(version: str) -> str:
     return f"gpu-interpret on jax {version}: {note} (PF201-PF206 may not apply)"
 
 
-def interpret_gpu_params():
-    """`plgpu.InterpretGPUParams()`; jax 0.10.2 does not export it from `mosaic_gpu` yet."""
-    try:
-        from jax.experimental.pallas import mosaic_gpu as plgpu
-
-        return plgpu.InterpretGPUParams()
-    except AttributeError:
-        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-
-        return InterpretGPUParams()
-
-
-def trigger(analysis: "Analysis") -> Optional[str]:
+def trigger(analysis: Analysis) -> Optional[str]:
     """Why this module's kernels may run in GPU interpret mode, or None when nothing says so."""
     if analysis.config.target == TARGET:
         return "--target gpu-interpret"
@@ -139,36 +125,5 @@ def trigger(analysis: "Analysis") -> Optional[str]:
     return None
 
 
-def targeted(analysis: "Analysis") -> bool:
+def targeted(analysis: Analysis) -> bool:
     return analysis.config.target == TARGET
-
-
-def make_codemod(name: str, description: str):
-    """A LibCST codemod running one `--target gpu-interpret` rewrite, as the CLI would.
-
-    Like `codemods/_runner.make_codemod`, but the target is forced (these rewrites are never
-    offered under the default target), and a `CodemodCommand`, whose `add_args` the
-    `python -m libcst.tool codemod` runner calls."""
-    from libcst.codemod import CodemodCommand, SkipFile
-
-    class _GpuInterpretCodemod(CodemodCommand):
-        DESCRIPTION = description
-
-        def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-            from pathlib import Path
-
-            from .config import Config, load_config
-            from .engine import fix_source
-
-            path = self.context.filename or "<codemod>"
-            config = load_config(Path(path)) if self.context.filename else Config()
-            result = fix_source(tree.code, path, config.merged(target=TARGET), codemods={name})
-            if result.error:
-                raise SkipFile(result.error)
-            if not result.changed:
-                raise SkipFile("nothing to rewrite")
-            return cst.parse_module(result.source)
-
-    _GpuInterpretCodemod.__name__ = "".join(part.capitalize() for part in name.split("-"))
-    _GpuInterpretCodemod.__qualname__ = _GpuInterpretCodemod.__name__
-    return _GpuInterpretCodemod

@@ -6,9 +6,9 @@ from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import ModuleContext, walk
-from .model import Backend, KernelSite
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
 _PALLAS_CALL_POSITIONAL = ("kernel", "out_shape")

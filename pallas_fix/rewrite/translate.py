@@ -12,9 +12,9 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from .context import ModuleContext
-from .model import KernelSite
-from .provenance import Env, _Unpack
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.core.model import KernelSite
+from pallas_fix.analysis.provenance import Env, _Unpack
 
 RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
 

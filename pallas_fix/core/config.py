@@ -13,7 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .model import Backend
+from pallas_fix.core.model import Backend
 
 
 class ConfigError(ValueError):

@@ -11,11 +11,12 @@ from typing import Iterable, Optional
 import libcst as cst
 from libcst.metadata import Assignment, ClassScope, GlobalScope, MetadataWrapper, Scope, ScopeProvider
 
-from pallas_fix import names as N
-from pallas_fix.context import ModuleContext, walk
-from pallas_fix.model import IndexUse, Origin
-from pallas_fix.rules import classify
-from pallas_fix.windows import window_of
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.core.plans import FixPlan, use_key
+from pallas_fix.rules.registry import classify
+from pallas_fix.analysis.windows import window_of
 
 # Integer operators under which a scalar stays a scalar integer (true division makes a float).
 INT_OPS = (
@@ -41,6 +42,27 @@ def reported_uses(analysis, code: str) -> list[IndexUse]:
         rule, _ = classify(use, window_of(use))
         if rule.code == code:
             out.append(use)
+    return out
+
+
+def plan_each_use(analysis, code: str, plan_use) -> dict:
+    """Outcomes for every index reported under `code`, one `plan_use(analysis, use)` each.
+
+    `plan_use` returns (outcome, key): plans with the same key are the same edits (one load
+    rewrite feeds several starts, one constant several accesses), so they become one plan that
+    lists every index it fixes, and the engine applies it once."""
+    out: dict = {}
+    if analysis.ctx is None:
+        return out
+    shared: dict = {}
+    for use in reported_uses(analysis, code):
+        outcome, key = plan_use(analysis, use)
+        if isinstance(outcome, FixPlan) and key in shared:
+            shared[key].uses.append(use)
+            outcome = shared[key]
+        elif isinstance(outcome, FixPlan):
+            shared[key] = outcome
+        out[use_key(use)] = outcome
     return out
 
 

@@ -24,14 +24,15 @@ import json
 import re
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
-from .engine import SourceError, analyze_source, fix_source
-from .files import FileError, read_source, write_source
-from .model import Finding, Span
-from .output import unified_diff
+from pallas_fix.core.config import Config, ConfigError
+from pallas_fix.engine import SourceError, analyze_source, fix_source
+from pallas_fix.frontends.files import FileError, read_source, write_source
+from pallas_fix.core.model import Finding, Span
+from pallas_fix.output.formats import unified_diff
 
 _MARKER = "# <pallas-fix cell {}>"
 _MARKER_RE = re.compile(r"^# <pallas-fix cell (\d+)>(?:\r\n|\r|\n)?\Z")
@@ -306,11 +307,9 @@ def _as_source(text: str, as_list: bool):
 
 
 # -- the CLI's entry points ---------------------------------------------------------------------------
-def analyse_notebook(path: str, opts, report):
-    """`cli.analyse_file` for a notebook: fills and returns the FileReport."""
-    from .cli import _config_for
-    from .config import ConfigError
-
+def analyse_notebook(path: str, report, config_for: Callable[[], Config]):
+    """`service.analyse_file` for a notebook: fills and returns the FileReport. The configuration
+    is read only once the notebook is known to be a Python one."""
     try:
         src = read_source(path)
         nb = load_notebook(src.text)
@@ -322,7 +321,7 @@ def analyse_notebook(path: str, opts, report):
         return report
     vm = build_virtual(nb)
     try:
-        config = _config_for(path, opts)
+        config = config_for()
     except ConfigError as exc:
         report.error = f"configuration: {exc}"
         return report
@@ -369,14 +368,13 @@ def analyse_notebook(path: str, opts, report):
     return report
 
 
-def notebook_diff(report) -> str:
+def notebook_diff(path: str, edit: NotebookEdit) -> str:
     """One unified diff per changed cell, named `nb.ipynb:cell[3]`."""
-    edit: NotebookEdit = report.notebook
     out = []
     for index in sorted(edit.changes):
         old, new = edit.changes[index]
         # Cells rarely end with a newline; without one the diff's last lines would run together.
-        out.append(unified_diff(cell_path(report.path, index), _nl(old), _nl(new)))
+        out.append(unified_diff(cell_path(path, index), _nl(old), _nl(new)))
     return "".join(out)
 
 
@@ -384,10 +382,9 @@ def _nl(text: str) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
-def write_notebook(report) -> None:
+def write_notebook(path: str, edit: NotebookEdit) -> None:
     """Write the changed cells' sources; everything else in the file stays as it was."""
-    edit: NotebookEdit = report.notebook
-    src = read_source(report.path)
+    src = read_source(path)
     if src.raw != edit.raw:
         raise FileError("file changed on disk since it was read; not written")
     nb = load_notebook(src.text)

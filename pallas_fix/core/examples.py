@@ -62,13 +62,13 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-import io
 import os
 import re
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
+
+from pallas_fix.core.directives import extract_directives
 
 __all__ = [
     "ArgSpec",
@@ -587,49 +587,6 @@ def module_constants(source: str | ast.Module) -> dict[str, Any]:
                 v, known = None, False
             bind(stmt.target, v, known)
     return env
-
-
-# --------------------------------------------------------------------------- directives
-
-_DIRECTIVE_RE = re.compile(r"#\s*pallas-fix\s*:\s*(example|entry)\b\s*(.*?)\s*$")
-
-
-@dataclass
-class Directive:
-    kind: str  # "example" | "entry"
-    text: str  # what follows the keyword
-    line: int  # 1-based
-    column: int  # 0-based column of `text` in the source line
-    line_text: str
-
-
-def _comments(source: str) -> Iterable[tuple[int, int, str, str]]:
-    """(line, col, comment text, line text) for every comment; falls back to a line scan."""
-    lines = source.splitlines()
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type == tokenize.COMMENT:
-                yield tok.start[0], tok.start[1], tok.string, tok.line
-        return
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        pass
-    for n, line in enumerate(lines, 1):
-        idx = line.find("#")
-        if idx >= 0:
-            yield n, idx, line[idx:], line
-
-
-def extract_directives(source: str) -> list[Directive]:
-    """Every ``# pallas-fix: example ...`` / ``# pallas-fix: entry ...`` comment, in file order."""
-    out: list[Directive] = []
-    seen: set[int] = set()
-    for line, col, comment, line_text in _comments(source):
-        m = _DIRECTIVE_RE.search(comment)
-        if not m or line in seen:
-            continue
-        seen.add(line)
-        out.append(Directive(m.group(1), m.group(2), line, col + m.start(2), line_text))
-    return out
 
 
 def examples_from_directives(

@@ -13,10 +13,10 @@ from typing import Optional
 
 import libcst as cst
 
-from . import names as N
-from .context import ModuleContext, walk
-from .model import IndexUse, KernelSite, LoopInfo, Origin, Provenance
-from .provenance import REF, STATIC, Env, Val, describe_loop, find_loops
+from pallas_fix.core import names as N
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo, Origin, Provenance
+from pallas_fix.analysis.provenance import REF, STATIC, Env, Val, describe_loop, find_loops
 
 _DESCRIPTORS = frozenset({N.TPU + ".make_async_copy", N.TPU + ".make_async_remote_copy"})
 _REFLIST = Val(Origin.STATIC, "reflist", "refs")

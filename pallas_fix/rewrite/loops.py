@@ -11,14 +11,14 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from pallas_fix import names as N
-from pallas_fix.blockplan import BlockIndexExpr, code, paren_text
-from pallas_fix.callsite import CallSite, pallas_alias
-from pallas_fix.context import ModuleContext, walk
-from pallas_fix.model import IndexUse, KernelSite, LoopInfo
-from pallas_fix.rewriting import Edit, remove_statement
-from pallas_fix.translate import Translator, simplify
-from pallas_fix.windows import loop_key, window_of
+from pallas_fix.core import names as N
+from pallas_fix.rewrite.blockplan import BlockIndexExpr, code, paren_text
+from pallas_fix.rewrite.callsite import CallSite, pallas_alias
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
+from pallas_fix.rewrite.edits import Edit, remove_statement
+from pallas_fix.rewrite.translate import Translator, simplify
+from pallas_fix.analysis.windows import loop_key, window_of
 
 
 class RegionError(Exception):
@@ -112,7 +112,7 @@ class LoopRegion:
 
     def dead_slice_statements(self, lifted_elements: set[int]) -> list[cst.BaseStatement]:
         """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window: it goes too."""
-        from pallas_fix.blockplan import dead_assignments
+        from pallas_fix.rewrite.blockplan import dead_assignments
 
         return dead_assignments(self.ctx, list(self.functions), lifted_elements)
 
@@ -627,7 +627,7 @@ def drop_unused_loop_imports(module: cst.Module) -> cst.Module:
 
 def uses_by_loop(analysis, *, carries: bool) -> list[tuple[LoopInfo, list[IndexUse]]]:
     """The dynamic indices driven by each loop index, for loops that do (or do not) carry."""
-    from pallas_fix.model import Origin
+    from pallas_fix.core.model import Origin
 
     groups: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
     for use in analysis.uses:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 from urllib.parse import quote
 
-from . import __version__
-from .model import Finding
-from .rules import RULES
+from pallas_fix import __version__
+from pallas_fix.core.model import Finding
+from pallas_fix.rules.registry import RULES
 
 DOCS_URL = "https://github.com/pallas-fix/pallas-fix/blob/main/docs/rules.md#{code}"
 

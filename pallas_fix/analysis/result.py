@@ -1,0 +1,64 @@
+"""One analysed module: its parse, its pallas_call sites and the dynamic indices in their kernels.
+
+Built once per source text by `analyze` and never changed afterwards: rules read it, planners read
+it, and the engine derives findings and plans from it into a result of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.detection import Detection, detect
+from pallas_fix.analysis.discovery import discover
+from pallas_fix.core.config import Config
+from pallas_fix.core.model import IndexUse, KernelSite
+
+
+class SourceError(Exception):
+    """The source cannot be analysed (syntax error): the message names the place."""
+
+    def __init__(self, path: str, message: str, line: int = 1, column: int = 0) -> None:
+        super().__init__(f"{path}:{line}:{column + 1}: {message}")
+        self.path = path
+        self.line = line
+        self.column = column
+        self.reason = message
+
+
+@dataclass(frozen=True)
+class Analysis:
+    path: str
+    source: str
+    config: Config
+    # None when the source never mentions pallas_call: such files are not even parsed.
+    ctx: Optional[ModuleContext] = None
+    sites: tuple[KernelSite, ...] = ()
+    detection: Optional[Detection] = None
+
+    @property
+    def uses(self) -> list[IndexUse]:
+        return self.detection.uses if self.detection else []
+
+
+def mentions_pallas(source: str) -> bool:
+    return "pallas_call" in source
+
+
+def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
+    return SourceError(path, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column)
+
+
+def analyze(source: str, path: str = "<string>", config: Optional[Config] = None) -> Analysis:
+    config = config or Config()
+    if not mentions_pallas(source):
+        return Analysis(path, source, config)
+    try:
+        ctx = ModuleContext(source, path)
+    except cst.ParserSyntaxError as exc:
+        raise parse_error(path, exc) from exc
+    sites = tuple(discover(ctx, config.backend))
+    return Analysis(path, source, config, ctx, sites, detect(ctx, list(sites)))

@@ -1,0 +1,68 @@
+"""Fix plans: what a codemod proposes for a set of findings, or why it refuses.
+
+A planner looks at one analysed module and returns, per anchor it recognises (a dynamic index, or a
+whole kernel site), either a `FixPlan` (a function from the module tree to a new tree, plus the
+indices it removes) or a `Refusal` with the precondition that failed. The engine applies one plan
+per round and re-analyses, so plans never see a tree another plan has already edited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import libcst as cst
+
+from pallas_fix.core.model import FixSafety, IndexUse, KernelSite
+
+# What an outcome is attached to: a dynamic index (`use_key`) or a whole pallas_call (`site_key`).
+Anchor = tuple[int, int]
+
+
+@dataclass
+class FixPlan:
+    codemod: str  # e.g. "lift-loop"
+    safety: FixSafety
+    uses: list[IndexUse]
+    description: str
+    rewrite: Callable[[cst.Module], cst.Module]
+    site: Optional[KernelSite] = None
+
+
+@dataclass
+class Refusal:
+    codemod: str
+    reason: str
+
+
+Outcome = FixPlan | Refusal
+
+
+def use_key(use: IndexUse) -> Anchor:
+    return (id(use.subscript), use.dim)
+
+
+def site_key(site: KernelSite) -> Anchor:
+    """Kernel-level findings (PF201) are fixed per pallas_call; -1 is no index dimension."""
+    return (id(site.call), -1)
+
+
+Outcomes = dict[Anchor, Outcome]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One codemod as the engine and LibCST's runner see it: the planner and what it is called.
+
+    `plan` reads an `analysis.result.Analysis` and returns an outcome per anchor it speaks for.
+    `target` is the only target the recipe plans under (None: every target)."""
+
+    name: str  # the codemod's name in findings and plans: "lift-loop"
+    codes: frozenset[str]  # the rules whose findings it fixes
+    plan: Callable[..., Outcomes]
+    command: str  # the LibCST command's class name: `python -m libcst.tool codemod -x ...<command>`
+    description: str
+    target: Optional[str] = None
+
+    def __call__(self, analysis) -> Outcomes:
+        return self.plan(analysis)
