@@ -44,8 +44,10 @@ def _baseline_child(pair: str) -> None:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.core.examples import collect_examples
-    from pallas_fix.verify.worker import Call, forced_interpreter, install_patches, resolve_entry
+    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.example_calls import Call
+    from pallas_fix.verify.interpret_mode import forced_interpreter, install_patches
+    from pallas_fix.verify.user_modules import resolve_entry
 
     install_patches()
     before, after = PAIRS[pair]
@@ -81,7 +83,7 @@ def _baseline(pair: str) -> tuple[float, float]:
 
 def _full(pair: str):
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.core.examples import collect_examples
+    from pallas_fix.verify.example_sources import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     before, after = PAIRS[pair]

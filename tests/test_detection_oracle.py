@@ -29,7 +29,7 @@ def test_static_detection_matches_markers(path: Path) -> None:
 @pytest.mark.parametrize("path", DETECT, ids=lambda p: p.stem)
 def test_static_lines_equal_oracle_lines(path: Path) -> None:
     from pallas_fix.verify.oracle import trace_report
-    from pallas_fix.core.examples import collect_examples
+    from pallas_fix.verify.example_sources import collect_examples
 
     source = path.read_text()
     reason = file_flags(source, "no-oracle")

@@ -26,15 +26,11 @@ from pallas_fix.verify import (
     verify_sources,
 )
 from pallas_fix.verify.compare import compare_leaf, compare_leaves, tolerance_for
-from pallas_fix.core.examples import (
-    example_from_json,
-    example_to_json,
-    examples_from_directives,
-    examples_from_pyproject,
-    extract_directives,
-    infer_examples,
-    module_constants,
-)
+from pallas_fix.core.directives import extract_directives
+from pallas_fix.core.examples import example_from_json, example_to_json
+from pallas_fix.verify.annotation_examples import infer_examples
+from pallas_fix.verify.example_sources import examples_from_directives, examples_from_pyproject
+from pallas_fix.verify.module_constants import module_constants
 from pallas_fix.verify.runner import JSON_KEYS
 
 FIX = Path(__file__).parent / "fixtures" / "verify"

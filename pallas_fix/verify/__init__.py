@@ -2,14 +2,9 @@
 interpreters (in a subprocess; see :mod:`pallas_fix.verify.runner`). Importing this package does
 not import jax."""
 
-from pallas_fix.core.examples import (
-    ArgSpec,
-    Example,
-    ExampleSyntaxError,
-    collect_examples,
-    parse_example,
-)
-from pallas_fix.verify.runner import Verdict, format_verdict, verify_file, verify_sources
+from pallas_fix.core.examples import ArgSpec, Example, ExampleSyntaxError, parse_example
+from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.runner import Verdict, format_verdict, verify_sources
 
 __all__ = [
     "ArgSpec",
@@ -19,6 +14,5 @@ __all__ = [
     "collect_examples",
     "format_verdict",
     "parse_example",
-    "verify_file",
     "verify_sources",
 ]

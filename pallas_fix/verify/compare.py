@@ -81,45 +81,51 @@ def compare_leaf(ref, got, path: str = "") -> LeafResult:
         return LeafResult(path, False, reason=f"{where}: dtype {got.dtype} != reference dtype {ref.dtype}")
     tol = tolerance_for(ref.dtype)
     if tol is None:
-        bad = ref != got
-        if ref.dtype.kind in "biu":
-            diff = np.abs(ref.astype(np.float64) - got.astype(np.float64))
-        else:
-            diff = bad.astype(np.float64)
-        abs_err = float(diff.max()) if diff.size else 0.0
-        scale = float(np.abs(ref.astype(np.float64)).max()) if ref.size and ref.dtype.kind in "biu" else 1.0
-        rel_err = abs_err / scale if scale else (0.0 if abs_err == 0 else float("inf"))
-        if bad.any():
-            return LeafResult(
-                path, False, abs_err, rel_err,
-                f"{where}: {int(bad.sum())} of {bad.size} elements differ (exact comparison for {ref.dtype}),"
-                f" first at index {_first_index(bad)}: {_num(got[_first_index(bad)])} != {_num(ref[_first_index(bad)])}",
-            )
-        return LeafResult(path, True, abs_err, rel_err)
+        return _compare_exact(ref, got, path, where)
+    return _compare_inexact(ref, got, path, where, tol)
 
-    rtol, atol = tol
-    if np.iscomplexobj(ref):
-        r = ref.astype(np.complex128)
-        g = got.astype(np.complex128)
-        rnan, gnan = np.isnan(r), np.isnan(g)
-        rinf, ginf = np.isinf(r), np.isinf(g)
+
+def _compare_exact(ref: np.ndarray, got: np.ndarray, path: str, where: str) -> LeafResult:
+    bad = ref != got
+    if ref.dtype.kind in "biu":
+        diff = np.abs(ref.astype(np.float64) - got.astype(np.float64))
     else:
-        r = ref.astype(np.float64)
-        g = got.astype(np.float64)
-        rnan, gnan = np.isnan(r), np.isnan(g)
-        rinf, ginf = np.isinf(r), np.isinf(g)
+        diff = bad.astype(np.float64)
+    abs_err = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(ref.astype(np.float64)).max()) if ref.size and ref.dtype.kind in "biu" else 1.0
+    rel_err = abs_err / scale if scale else (0.0 if abs_err == 0 else float("inf"))
+    if bad.any():
+        return LeafResult(
+            path, False, abs_err, rel_err,
+            f"{where}: {int(bad.sum())} of {bad.size} elements differ (exact comparison for {ref.dtype}),"
+            f" first at index {_first_index(bad)}: {_num(got[_first_index(bad)])} != {_num(ref[_first_index(bad)])}",
+        )
+    return LeafResult(path, True, abs_err, rel_err)
+
+
+def _nan_mismatch(path: str, where: str, r, g, rnan, gnan, rinf, ginf) -> LeafResult:
+    extra = gnan & ~rnan
+    missing = rnan & ~gnan
+    parts = []
+    if extra.any():
+        parts.append(f"{int(extra.sum())} NaN(s) where the reference has none (first at index {_first_index(extra)})")
+    if missing.any():
+        parts.append(f"{int(missing.sum())} finite value(s) where the reference has NaN (first at index {_first_index(missing)})")
+    finite = ~(rnan | gnan | rinf | ginf)
+    abs_err = float(np.abs(r[finite] - g[finite]).max()) if finite.any() else None
+    return LeafResult(path, False, abs_err, None,
+                      f"{where}: NaN positions differ: " + "; ".join(parts) + f" of {r.size} elements")
+
+
+def _compare_inexact(ref: np.ndarray, got: np.ndarray, path: str, where: str, tol: tuple[float, float]) -> LeafResult:
+    rtol, atol = tol
+    wide = np.complex128 if np.iscomplexobj(ref) else np.float64
+    r = ref.astype(wide)
+    g = got.astype(wide)
+    rnan, gnan = np.isnan(r), np.isnan(g)
+    rinf, ginf = np.isinf(r), np.isinf(g)
     if (rnan != gnan).any():
-        extra = gnan & ~rnan
-        missing = rnan & ~gnan
-        parts = []
-        if extra.any():
-            parts.append(f"{int(extra.sum())} NaN(s) where the reference has none (first at index {_first_index(extra)})")
-        if missing.any():
-            parts.append(f"{int(missing.sum())} finite value(s) where the reference has NaN (first at index {_first_index(missing)})")
-        finite = ~(rnan | gnan | rinf | ginf)
-        abs_err = float(np.abs(r[finite] - g[finite]).max()) if finite.any() else None
-        return LeafResult(path, False, abs_err, None,
-                          f"{where}: NaN positions differ: " + "; ".join(parts) + f" of {r.size} elements")
+        return _nan_mismatch(path, where, r, g, rnan, gnan, rinf, ginf)
     inf_bad = (rinf | ginf) & ~(rnan | gnan) & (r != g)
     if inf_bad.any():
         i = _first_index(inf_bad)

@@ -54,9 +54,8 @@ from typing import Optional, Sequence
 
 from pallas_fix.core.examples import Example, example_to_json
 
-__all__ = ["Verdict", "verify_sources", "verify_file", "format_verdict", "STATUSES", "JSON_KEYS"]
+__all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
-STATUSES = ("verified", "mismatch", "error", "unverified", "timeout")
 JSON_KEYS = (
     "entry",
     "status",
@@ -76,7 +75,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 @dataclass
 class Verdict:
     entry: str
-    status: str  # one of STATUSES
+    status: str  # verified | mismatch | error | unverified | timeout
     max_abs_err: Optional[float] = None
     max_rel_err: Optional[float] = None
     seeds: list = field(default_factory=list)
@@ -240,22 +239,7 @@ def verify_sources(
             json.dump(job, f)
         cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker", "--job", job_path, "--out", out_path]
         t0 = time.perf_counter()
-        with open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-                env=_worker_env(),
-                start_new_session=True,
-            )
-            timed_out = False
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                rc = proc.returncode
+        timed_out, rc = _run_worker(cmd, err_path, timeout_s)
         elapsed = time.perf_counter() - t0
         records = _read_records(out_path)
         return _assemble(records, examples, seeds, timed_out=timed_out, rc=rc, elapsed=elapsed,
@@ -263,6 +247,24 @@ def verify_sources(
     finally:
         if not os.environ.get("PALLAS_FIX_KEEP_TMP"):
             shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _run_worker(cmd: list[str], err_path: str, timeout_s: float) -> tuple[bool, Optional[int]]:
+    """(timed out, exit code): the worker in its own process group, killed whole at the limit."""
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=_worker_env(),
+            start_new_session=True,
+        )
+        try:
+            return False, proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return True, proc.returncode
 
 
 def _read_records(out_path: str) -> list[dict]:
@@ -315,20 +317,3 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             max(0.0, elapsed - done_seconds) if i in begun or not by_index else 0.0, 3), message=msg,
             example=ex.text, details={"stderr_tail": stderr_tail}))
     return out
-
-
-def verify_file(
-    path: str,
-    rewritten_src: str,
-    *,
-    cli_examples: Sequence[str] = (),
-    original_src: Optional[str] = None,
-    **kwargs,
-) -> list[Verdict]:
-    """Convenience: collect the file's examples (:func:`collect_examples`) and verify."""
-    from pallas_fix.core.examples import collect_examples
-
-    if original_src is None:
-        original_src = Path(path).read_text(encoding="utf-8")
-    examples = collect_examples(path, original_src, cli_examples=cli_examples)
-    return verify_sources(original_src, rewritten_src, examples, path=str(path), **kwargs)
