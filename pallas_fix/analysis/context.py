@@ -172,25 +172,22 @@ def _children_map(node: cst.CSTNode) -> dict:
 
 def _walk_same_scope(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """Pre-order walk that yields nested FunctionDefs but does not enter them (or lambdas)."""
-    known = _children_map(node)
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        if isinstance(cur, (cst.FunctionDef, cst.Lambda)) and cur is not node:
-            continue
-        if isinstance(cur, cst.FunctionDef) and cur is node:
-            continue
-        kids = known.get(cur)
-        stack.extend(reversed(kids if kids is not None else cur.children))
+    return _walk(node, stop_at_scopes=True)
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    return _walk(node, stop_at_scopes=False)
+
+
+def _walk(node: cst.CSTNode, stop_at_scopes: bool) -> Iterator[cst.CSTNode]:
     known = _children_map(node)
     stack = [node]
     while stack:
         cur = stack.pop()
         yield cur
+        # A function's own body is a new scope too, even when the walk starts at it.
+        if stop_at_scopes and (isinstance(cur, cst.FunctionDef) or (isinstance(cur, cst.Lambda) and cur is not node)):
+            continue
         kids = known.get(cur)
         stack.extend(reversed(kids if kids is not None else cur.children))
 

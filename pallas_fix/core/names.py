@@ -25,7 +25,6 @@ PALLAS_CALL = _alts(PALLAS + ".pallas_call", "jax._src.pallas.pallas_call.pallas
 DS = _alts(PALLAS + ".ds", PALLAS + ".dslice", "jax.ds", "jax._src.state.indexing.ds")
 SLICE = _alts(PALLAS + ".Slice", "jax._src.state.indexing.Slice")
 FORI_LOOP = _alts("jax.lax.fori_loop", "jax._src.lax.control_flow.loops.fori_loop")
-WHILE_LOOP = _alts("jax.lax.while_loop")
 PL_LOOP = _alts(PALLAS + ".loop")
 PL_WHEN = _alts(PALLAS + ".when")
 PROGRAM_ID = _alts(PALLAS + ".program_id")
@@ -131,9 +130,6 @@ class ImportTable:
     def is_(self, node: cst.BaseExpression, names: Iterable[str]) -> bool:
         q = self.qualify(node)
         return q is not None and q in names
-
-    def call_is(self, node: cst.BaseExpression, names: Iterable[str]) -> bool:
-        return isinstance(node, cst.Call) and self.is_(node.func, names)
 
     def imports_any(self, prefix: str) -> bool:
         return any(m == prefix or m.startswith(prefix + ".") for m in self.modules)

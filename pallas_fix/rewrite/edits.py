@@ -44,14 +44,6 @@ def apply_edits(module: cst.Module, edits: dict[cst.CSTNode, Edit]) -> tuple[cst
     return new, replacer
 
 
-def parse_expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
-
-
-def parse_stmt(text: str) -> cst.BaseStatement:
-    return cst.parse_statement(text)
-
-
 def _with_leading(node, comments: list) -> object:
     if isinstance(node, cst.FlattenSentinel):
         nodes = list(node.nodes)

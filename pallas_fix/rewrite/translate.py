@@ -14,7 +14,8 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.core.model import KernelSite
-from pallas_fix.analysis.provenance import Env, _Unpack
+from pallas_fix.analysis.bindings import Unpack, single_binding
+from pallas_fix.analysis.provenance import Env
 
 RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
 
@@ -41,13 +42,8 @@ class Translator:
         if isinstance(expr, cst.Attribute) and expr.attr.value == "shape" and isinstance(expr.value, cst.Name):
             return self._whole_shape(expr.value.value, env)
         if isinstance(expr, (cst.Tuple, cst.List)):
-            items = []
-            for el in expr.elements:
-                v = self(el.value, env, depth + 1)
-                if v is None:
-                    return None
-                items.append(el.with_changes(value=v))
-            return expr.with_changes(elements=items)
+            items = self._each(expr.elements, env, depth)
+            return None if items is None else expr.with_changes(elements=items)
         if isinstance(expr, cst.BinaryOperation):
             left = self(expr.left, env, depth + 1)
             right = self(expr.right, env, depth + 1)
@@ -58,14 +54,19 @@ class Translator:
             inner = self(expr.expression, env, depth + 1)
             return None if inner is None else expr.with_changes(expression=_paren(inner))
         if isinstance(expr, cst.Call) and self._module_level_callable(expr.func):
-            args = []
-            for a in expr.args:
-                v = self(a.value, env, depth + 1)
-                if v is None:
-                    return None
-                args.append(a.with_changes(value=v))
-            return expr.with_changes(args=args)
+            args = self._each(expr.args, env, depth)
+            return None if args is None else expr.with_changes(args=args)
         return None
+
+    def _each(self, parts, env: Env, depth: int) -> Optional[list]:
+        """Tuple elements or call arguments, each with its value translated; None if one fails."""
+        out = []
+        for part in parts:
+            value = self(part.value, env, depth + 1)
+            if value is None:
+                return None
+            out.append(part.with_changes(value=value))
+        return out
 
     def _module_level_callable(self, func: cst.BaseExpression) -> bool:
         # `pl.cdiv`, `math.ceil`, `min`: names that mean the same everywhere in the module.
@@ -93,11 +94,10 @@ class Translator:
             if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
                 return bound  # written at the call site already
             return self(bound, owner.parent or owner, depth + 1)  # a default value
-        binds = owner.bindings().get(name.value, [])
-        if len(binds) != 1 or binds[0][0] != "assign":
+        value = single_binding(owner.bindings().get(name.value, []))
+        if value is None:
             return None
-        value = binds[0][1]
-        if isinstance(value, _Unpack):
+        if isinstance(value, Unpack):
             # `rows, cols = x_ref.shape`
             inner = value.value
             if (

@@ -1,0 +1,79 @@
+"""Which names one scope binds, and to what: the syntax half of the provenance analysis.
+
+`scope_bindings` lists, per name, every way the scope's own body binds it (assignment,
+augmented assignment, `for` target, `with ... as`, walrus, nested `def`); nested functions and
+lambdas are their own scopes and are not entered.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, Scope
+
+# name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def".
+Bindings = dict[str, list[tuple[str, object]]]
+
+
+class Unpack:
+    """Marks `a, b = value`: each target takes `value` as a whole (a pytree we do not split)."""
+
+    def __init__(self, value: cst.BaseExpression, index: int) -> None:
+        self.value = value
+        self.index = index
+
+
+def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
+    """name -> [(how, node)] for names bound in `scope`'s own body."""
+    out: Bindings = {}
+    if isinstance(scope, cst.Lambda):
+        return out
+    stack = list(reversed(ctx.body_statements(scope)))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                _bind_target(out, t.target, ("assign", node.value))
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            _bind_target(out, node.target, ("assign", node.value))
+        elif isinstance(node, cst.AugAssign):
+            _bind_target(out, node.target, ("augassign", node))
+        elif isinstance(node, cst.For):
+            _bind_target(out, node.target, ("for", node.iter))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            _bind_target(out, node.asname.name, ("with", node.item))
+        elif isinstance(node, cst.NamedExpr):
+            _bind_target(out, node.target, ("assign", node.value))
+        elif isinstance(node, cst.FunctionDef):
+            out.setdefault(node.name.value, []).append(("def", node))
+            continue
+        elif isinstance(node, cst.Lambda):
+            continue
+        stack.extend(reversed(node.children))
+    return out
+
+
+def single_binding(binds: list[tuple[str, object]]) -> Optional[object]:
+    """The value of a name bound exactly once by a plain assignment (may be an `Unpack`)."""
+    if len(binds) == 1 and binds[0][0] == "assign":
+        return binds[0][1]
+    return None
+
+
+def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, object]) -> None:
+    how, node = binding
+    if isinstance(target, cst.Name):
+        out.setdefault(target.value, []).append(binding)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for i, el in enumerate(target.elements):
+            inner = el.value
+            if how == "assign" and isinstance(node, (cst.Tuple, cst.List)) and i < len(node.elements):
+                _bind_target(out, inner, ("assign", node.elements[i].value))
+            elif how == "assign":
+                _bind_target(out, inner, ("assign", Unpack(node, i)))  # type: ignore[arg-type]
+            else:
+                _bind_target(out, inner, binding)
+    elif isinstance(target, cst.StarredElement):
+        _bind_target(out, target.value, binding)

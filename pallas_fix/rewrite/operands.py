@@ -1,0 +1,37 @@
+"""What a pallas_call's operands are, as the call-site reader reports them.
+
+`Slot` places one kernel ref parameter among the call's operands; `Spec` is a BlockSpec as
+written; `CallSiteError` carries the reason a call site cannot be read exactly (a refusal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+
+class CallSiteError(Exception):
+    """A precondition on the pallas_call failed; the message is the refusal reason."""
+
+
+@dataclass
+class Slot:
+    kind: str  # "prefetch" | "in" | "out" | "scratch"
+    index: int  # position among its kind
+    param: str
+    arg: Optional[cst.BaseExpression] = None  # call-site array (inputs / prefetch)
+    out_shape: Optional[cst.BaseExpression] = None  # ShapeDtypeStruct (outputs)
+
+
+@dataclass
+class Spec:
+    """A BlockSpec as written. block None = whole array; index None = all zeros."""
+
+    node: Optional[cst.BaseExpression]  # the spec expression (None when absent)
+    block: Optional[list[cst.BaseExpression]]
+    index_map: Optional[cst.BaseExpression]  # lambda / function name
+    index_params: list[str] = field(default_factory=list)
+    index_exprs: Optional[list[cst.BaseExpression]] = None  # lambda's returned tuple
+    whole: bool = True  # block is the whole array and index is zero

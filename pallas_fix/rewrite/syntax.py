@@ -1,0 +1,60 @@
+"""Small syntax helpers shared by the call-site readers and writers: source text of a node,
+literal tuple elements, operand parenthesising, `x.shape[d]` nodes."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def elements(expr: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
+    """The items of a literal tuple or list without starred items, else None."""
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        if any(isinstance(e, cst.StarredElement) for e in expr.elements):
+            return None
+        return [e.value for e in expr.elements]
+    return None
+
+
+def is_zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer) and int(expr.evaluated_value) == 0
+
+
+def is_none(expr: Optional[cst.BaseExpression]) -> bool:
+    """A literal `None` (a squeezed block dim, an absent block shape)."""
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def is_plain_name(expr: Optional[cst.BaseExpression]) -> bool:
+    if isinstance(expr, cst.Name):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return is_plain_name(expr.value)
+    return False
+
+
+def shape_index(arr: cst.BaseExpression, dim: int) -> cst.BaseExpression:
+    """`arr.shape[dim]`."""
+    if dim < 0:
+        return cst.parse_expression(f"{code(arr)}.shape[{dim}]")
+    return cst.Subscript(
+        value=cst.Attribute(value=arr, attr=cst.Name("shape")),
+        slice=[cst.SubscriptElement(cst.Index(cst.Integer(str(dim))))],
+    )
+
+
+def names_in(node: cst.CSTNode) -> set[str]:
+    return {n.value for n in walk(node) if isinstance(n, cst.Name)}
+
+
+def paren_text(text: str) -> str:
+    """`text` as an operand: atoms (`bs`, `x.shape[0]`) bare, anything else in parentheses."""
+    simple = text.replace("_", "").replace(".", "").replace("[", "").replace("]", "")
+    return text if simple.isalnum() else f"({text})"
