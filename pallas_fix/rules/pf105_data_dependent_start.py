@@ -1,0 +1,71 @@
+"""A slice start loaded from a ref: the window depends on data.
+
+What it detects: `start = idx_ref[b]; x_ref[pl.ds(start, bs)]`, block tables in paged
+attention, scalar-prefetch indices used inside the kernel.
+
+Why it matters: the window cannot be known before the kernel runs, so Pallas cannot pipeline
+it from a static index_map; the whole array stays resident in on-chip memory.
+
+Example:
+    page = block_table_ref[b, j]
+    k = k_ref[pl.ds(page * page_size, page_size), :]   # PF105
+
+Fix: none automatic. On TPU, move the index into scalar prefetch
+(`pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, ...)`) and read it in the index_map.
+"""
+
+from __future__ import annotations
+
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.rules.rule import claims_origin, make_rule, start_text
+
+
+def message(use: IndexUse) -> str:
+    return f"start {start_text(use)} of `{use.ref_name}` is data-dependent ({use.provenance.description})"
+
+
+check = claims_origin(Origin.REF_LOAD, message)
+
+
+INVALID = (
+    """\
+import jax
+from jax.experimental import pallas as pl
+
+
+def kernel(page_ref, x_ref, o_ref):
+    page = page_ref[0]
+    o_ref[...] = x_ref[pl.ds(page * 8, 8)]  # expect: PF105
+
+
+def read_page(pages, x):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8,), x.dtype))(pages, x)
+""",
+)
+
+VALID = (
+    """\
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def kernel(page_ref, x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
+def read_page(pages, x):
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8,), x.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1,
+            grid=(1,),
+            in_specs=[pl.BlockSpec((8,), lambda i, page_ref: (page_ref[0],))],
+            out_specs=pl.BlockSpec((8,), lambda i, page_ref: (0,)),
+        ),
+    )(pages, x)
+""",
+)
+
+RULE = make_rule(__doc__, "PF105", "data-dependent-start", check, valid=VALID, invalid=INVALID)
