@@ -31,33 +31,27 @@ idiomatic form there.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.core import names as N
-from pallas_fix.rewrite.callsite import CallSite, CallSiteError
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, site_key, use_key
-from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, KernelSite, Origin
-from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.core.names import call_arg as _arg
-from pallas_fix.rewrite.common import target_names as _target_names
+from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse, site_key, use_key
+from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.common import attempt
+from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.kernel_side import KernelSide
+from pallas_fix.rewrite.scopes import bindings, fresh_namer, walk_scope
+from pallas_fix.rewrite.statements import is_docstring
+from pallas_fix.rewrite.syntax import is_zero
+from pallas_fix.rules.gpu_hazards import TARGET, targeted
 
 NAME = "grid-to-loop"
-
-
-class _Refuse(Exception):
-    pass
-
-
-def outcome_for_site(analysis, site: KernelSite) -> Optional[Outcome]:
-    """The plan (or refusal) for one pallas_call; None when it has no grid or no program_id."""
-    try:
-        return _plan(analysis, site)
-    except (_Refuse, CallSiteError) as exc:
-        return Refusal(NAME, str(exc))
 
 
 def planner(analysis) -> dict:
@@ -68,7 +62,7 @@ def planner(analysis) -> dict:
     out: dict = {}
     by_site: dict[int, Optional[Outcome]] = {}
     for site in analysis.sites:
-        by_site[id(site.call)] = outcome = outcome_for_site(analysis, site)
+        by_site[id(site.call)] = outcome = attempt(NAME, _plan, analysis, site)
         if outcome is not None:
             out[site_key(site)] = outcome
     for use in analysis.uses:
@@ -80,61 +74,38 @@ def planner(analysis) -> dict:
     return out
 
 
-RECIPE = Recipe(
-    NAME,
-    frozenset({"PF201", "PF103"}),
-    planner,
-    command="GridToLoop",
-    description="Move a grid used only through pl.program_id into an in-kernel fori_loop (GPU interpret mode; PF201).",
-    target=TARGET,
-)
-
-
-# -- planning -----------------------------------------------------------------------------------------
+# -- match and check ------------------------------------------------------------------------------------
 def _plan(analysis, site: KernelSite) -> Optional[FixPlan]:
+    """The plan for one pallas_call; None when it has no grid, reads no pl.program_id, or every
+    pl.program_id it reads is 0 anyway."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     grid_arg, grid_owner = _grid_arg(site)
     if grid_arg is None:
         return None
     if kernel is None:
-        raise _Refuse("the kernel function is not defined in this module")
+        raise Refuse("the kernel function is not defined in this module")
     _check_helpers(analysis, site, kernel)
     pid_calls, np_calls = _axis_calls(ctx, kernel)
     if not pid_calls:
         return None
-    if sum(1 for s in analysis.sites if s.kernel is kernel) > 1:
-        raise _Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
-    if site.form != "decorator" and _references(ctx, kernel) > 1:
-        raise _Refuse(f"`{kernel.name.value}` is also used outside this pallas_call; wrapping its body would change those uses")
-    _check_body(ctx, kernel)
-    for key in ("input_output_aliases",):
-        if site.kw(key) is not None:
-            raise _Refuse(f"the pallas_call sets {key}; pallas-fix does not move grids of aliased calls")
+    _check_kernel(analysis, site, kernel)
     kernel_env = analysis.detection.envs.get(kernel)
     cs = CallSite(ctx, site, kernel_env)
     if cs.num_prefetch:
-        raise _Refuse("the pallas_call uses scalar prefetch (see PF205)")
+        raise Refuse("the pallas_call uses scalar prefetch (see PF205)")
     grid = cs.grid
     if not grid:
         return None
-    sizes = []
-    translate = _KernelSide(ctx, site, cs, kernel_env)
-    for g in grid:
-        inner = translate(g)
-        if inner is None:
-            raise _Refuse(f"the grid size `{ctx.code(g)}` cannot be written inside the kernel")
-        sizes.append(ctx.code(inner))
-    for call in pid_calls + np_calls:
-        axis = kernel_env.static_int(call.args[0].value) if call.args else None
-        if axis is None or not 0 <= axis < len(grid):
-            raise _Refuse(f"`{ctx.code(call)}` does not name a grid axis pallas-fix can read")
+    sizes = _loop_sizes(ctx, site, cs, kernel_env, pid_calls + np_calls)
     steps = [kernel_env.static_int(g) for g in grid]
     if all(steps[kernel_env.static_int(c.args[0].value)] in (0, 1) for c in pid_calls):
         return None  # every pl.program_id it reads is 0 anyway: GPU interpret mode gets it right
     spec_edits = _spec_edits(ctx, cs)
     params_edit = _compiler_params_edit(ctx, site)
-    lax = _lax_alias(ctx)
+    lax = imports.spelling(ctx, imports.LAX)
+    if lax.clashes(ctx):
+        raise Refuse("`lax` is not imported and the name is taken")
     aliases, alias_stmts = _pid_aliases(ctx, kernel, kernel_env, len(grid))
     names = _fresh_names(ctx, len(grid), aliases)
 
@@ -143,20 +114,50 @@ def _plan(analysis, site: KernelSite) -> Optional[FixPlan]:
         edits[grid_owner] = _drop_keyword("grid")
         if params_edit is not None:
             edits[params_edit] = _drop_keyword("dimension_semantics")
-        body = _wrapped_body(ctx, kernel, kernel_env, pid_calls, np_calls, sizes, names, lax or "lax", alias_stmts)
+        body = _wrapped_body(kernel, kernel_env, pid_calls, np_calls, sizes, names, lax.text, alias_stmts)
         edits[kernel] = lambda updated: updated.with_changes(body=body)
-        new, _ = apply_edits(module, edits)
-        if lax is None:
-            new = _add_lax_import(new)
-        return new
+        return imports.add_imports(apply_edits(module, edits)[0], [lax.add])
 
-    axes = ", ".join(sizes)
     description = (
-        f"grid-to-loop: the grid ({axes}) of `{site.kernel_name}` becomes an in-kernel lax.fori_loop; "
+        f"grid-to-loop: the grid ({', '.join(sizes)}) of `{site.kernel_name}` becomes an in-kernel lax.fori_loop; "
         "pl.program_id becomes the loop index"
     )
     uses = [u for u in analysis.uses if u.kernel_site is site and u.provenance.origin is Origin.PROGRAM_ID]
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _check_kernel(analysis, site: KernelSite, kernel: cst.FunctionDef) -> None:
+    """Only this pallas_call runs the kernel, and its body can become a loop step."""
+    ctx = analysis.ctx
+    if sum(1 for s in analysis.sites if s.kernel is kernel) > 1:
+        raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+    if site.form != "decorator" and _references(ctx, kernel) > 1:
+        raise Refuse(f"`{kernel.name.value}` is also used outside this pallas_call; wrapping its body would change those uses")
+    if not isinstance(kernel.body, cst.IndentedBlock):
+        raise Refuse("the kernel body is on the `def` line")
+    for node in walk_scope(kernel.body, classes=False):
+        if isinstance(node, cst.Return):
+            raise Refuse("the kernel body returns early; a loop step cannot")
+        if isinstance(node, (cst.Yield, cst.Global, cst.Nonlocal)):
+            raise Refuse(f"the kernel body uses `{type(node).__name__.lower()}`")
+    if site.kw("input_output_aliases") is not None:
+        raise Refuse("the pallas_call sets input_output_aliases; pallas-fix does not move grids of aliased calls")
+
+
+def _loop_sizes(ctx: ModuleContext, site: KernelSite, cs: CallSite, env, axis_calls: list[cst.Call]) -> list[str]:
+    """Each grid size as the kernel writes it; every axis call must name one of the axes."""
+    translate = KernelSide(ctx, site, cs, env)
+    sizes = []
+    for g in cs.grid:
+        inner = translate(g)
+        if inner is None:
+            raise Refuse(f"the grid size `{ctx.code(g)}` cannot be written inside the kernel")
+        sizes.append(ctx.code(inner))
+    for call in axis_calls:
+        axis = env.static_int(call.args[0].value) if call.args else None
+        if axis is None or not 0 <= axis < len(cs.grid):
+            raise Refuse(f"`{ctx.code(call)}` does not name a grid axis pallas-fix can read")
+    return sizes
 
 
 def _grid_arg(site: KernelSite) -> tuple[Optional[cst.Arg], Optional[cst.Call]]:
@@ -164,14 +165,14 @@ def _grid_arg(site: KernelSite) -> tuple[Optional[cst.Arg], Optional[cst.Call]]:
     if "grid" in site.keywords:
         arg = site.keywords["grid"]
         if arg.keyword is None:
-            raise _Refuse("the grid is passed positionally")
+            raise Refuse("the grid is passed positionally")
         return arg, site.call
     if "grid" in site.grid_spec_keywords:
         arg = site.grid_spec_keywords["grid"]
         if arg.keyword is None:
-            raise _Refuse("the grid is passed positionally to the grid spec")
+            raise Refuse("the grid is passed positionally to the grid spec")
         if site.grid_spec is not None and not _inside(site.grid_spec, site.call):
-            raise _Refuse("the grid spec is built away from the pallas_call (it may be shared)")
+            raise Refuse("the grid spec is built away from the pallas_call (it may be shared)")
         return arg, site.grid_spec
     return None, None
 
@@ -199,7 +200,7 @@ def _check_helpers(analysis, site: KernelSite, kernel: cst.FunctionDef) -> None:
         for node in walk(fn):
             if isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.PROGRAM_ID | N.NUM_PROGRAMS):
                 name = fn.name.value if isinstance(fn, cst.FunctionDef) else "a lambda"
-                raise _Refuse(f"`{name}`, outside the kernel, calls `{ctx.code(node.func)}`; only the kernel body is rewritten")
+                raise Refuse(f"`{name}`, outside the kernel, calls `{ctx.code(node.func)}`; only the kernel body is rewritten")
 
 
 def _references(ctx: ModuleContext, kernel: cst.FunctionDef) -> int:
@@ -213,26 +214,6 @@ def _references(ctx: ModuleContext, kernel: cst.FunctionDef) -> int:
     return count
 
 
-def _own_nodes(fn: cst.FunctionDef):
-    stack = list(fn.body.children)
-    while stack:
-        cur = stack.pop()
-        yield cur
-        if isinstance(cur, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            continue
-        stack.extend(cur.children)
-
-
-def _check_body(ctx: ModuleContext, kernel: cst.FunctionDef) -> None:
-    if not isinstance(kernel.body, cst.IndentedBlock):
-        raise _Refuse("the kernel body is on the `def` line")
-    for node in _own_nodes(kernel):
-        if isinstance(node, cst.Return):
-            raise _Refuse("the kernel body returns early; a loop step cannot")
-        if isinstance(node, (cst.Yield, cst.Global, cst.Nonlocal)):
-            raise _Refuse(f"the kernel body uses `{type(node).__name__.lower()}`")
-
-
 def _spec_edits(ctx: ModuleContext, cs: CallSite) -> dict:
     """Whole-array BlockSpecs stay; their index_map lambdas lose the grid parameters."""
     edits: dict = {}
@@ -242,22 +223,22 @@ def _spec_edits(ctx: ModuleContext, cs: CallSite) -> dict:
                 continue
             spec = expr if isinstance(expr, cst.Call) else None
             if spec is None or not ctx.imports.is_(spec.func, N.BLOCK_SPEC):
-                raise _Refuse(f"the {kind}_specs entry `{ctx.code(expr)}` is not a pl.BlockSpec(...) written at the call")
+                raise Refuse(f"the {kind}_specs entry `{ctx.code(expr)}` is not a pl.BlockSpec(...) written at the call")
             block = _arg(spec, 0, "block_shape")
             index_map = _arg(spec, 1, "index_map")
             if block is not None and not (isinstance(block, cst.Name) and block.value == "None"):
                 if not _whole_block(ctx, cs, kind, slot_index, block):
-                    raise _Refuse(
+                    raise Refuse(
                         f"BlockSpec `{ctx.code(spec)}` selects blocks (see PF202); only whole-array refs can share one loop"
                     )
             if index_map is None:
                 continue
             if not isinstance(index_map, cst.Lambda):
-                raise _Refuse(f"the index_map of `{ctx.code(spec)}` is not a lambda written at the call")
+                raise Refuse(f"the index_map of `{ctx.code(spec)}` is not a lambda written at the call")
             body = index_map.body
             outs = [e.value for e in body.elements] if isinstance(body, (cst.Tuple, cst.List)) else [body]
-            if not all(_is_zero(o) for o in outs):
-                raise _Refuse(f"BlockSpec `{ctx.code(spec)}` moves with the grid (see PF202)")
+            if not all(is_zero(o) for o in outs):
+                raise Refuse(f"BlockSpec `{ctx.code(spec)}` moves with the grid (see PF202)")
             if index_map.params.params or index_map.params.star_arg is not cst.MaybeSentinel.DEFAULT:
                 edits[index_map] = lambda lam: lam.with_changes(params=cst.Parameters(), whitespace_after_lambda=cst.SimpleWhitespace(""))
     return edits
@@ -290,22 +271,10 @@ def _compiler_params_edit(ctx: ModuleContext, site: KernelSite) -> Optional[cst.
     node = ctx.resolve_value(params, site.call)
     if isinstance(node, cst.Call) and any(a.keyword is not None and a.keyword.value == "dimension_semantics" for a in node.args):
         if not any(a is site.call or a is site.grid_spec for a in ctx.ancestors(node)):
-            raise _Refuse("dimension_semantics is set outside the pallas_call; it must go with the grid")
+            raise Refuse("dimension_semantics is set outside the pallas_call; it must go with the grid")
         return node
     if "dimension_semantics" in ctx.code(node):
-        raise _Refuse("compiler_params sets dimension_semantics in a form pallas-fix cannot edit")
-    return None
-
-
-def _lax_alias(ctx: ModuleContext) -> Optional[str]:
-    for local, full in ctx.imports.bindings.items():
-        if full == "jax.lax":
-            return local
-    for local, full in ctx.imports.bindings.items():
-        if full == "jax" and local == "jax":
-            return "jax.lax"
-    if any(isinstance(n, cst.Name) and n.value == "lax" for n in walk(ctx.module)):
-        raise _Refuse("`lax` is not imported and the name is taken")
+        raise Refuse("compiler_params sets dimension_semantics in a form pallas-fix cannot edit")
     return None
 
 
@@ -313,62 +282,48 @@ def _pid_aliases(ctx: ModuleContext, kernel: cst.FunctionDef, env, rank: int) ->
     """`pid = pl.program_id(0)` (or `i, j = pl.program_id(0), pl.program_id(1)`) at the top of
     the kernel, its names bound nowhere else: those names become the loop indices and the
     statement goes."""
-    bindings: dict[str, int] = {}
-    for node in walk(kernel.body):
-        target = None
-        if isinstance(node, cst.AssignTarget):
-            target = node.target
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
-            target = node.target
-        elif isinstance(node, cst.AsName):
-            target = node.name
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            bindings[node.name.value] = bindings.get(node.name.value, 0) + 1
-        elif isinstance(node, cst.Param):
-            bindings[node.name.value] = bindings.get(node.name.value, 0) + 1
-        for name in _target_names(target) if target is not None else ():
-            bindings[name] = bindings.get(name, 0) + 1
+    counts = Counter(bindings(kernel.body, nested=True))
+    counts.update(n.name.value for n in walk(kernel.body) if isinstance(n, cst.Param))
     aliases: dict[int, str] = {}
     stmts: set = set()
     for stmt in kernel.body.body:
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
-            continue
-        assign = stmt.body[0]
-        if len(assign.targets) != 1:
-            continue
-        target, value = assign.targets[0].target, assign.value
-        pairs = []
-        if isinstance(target, cst.Name):
-            pairs = [(target, value)]
-        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
-            if len(target.elements) == len(value.elements):
-                pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
-        found = {}
-        for t, v in pairs:
-            if not (isinstance(t, cst.Name) and isinstance(v, cst.Call) and ctx.imports.is_(v.func, N.PROGRAM_ID) and v.args):
-                break
-            axis = env.static_int(v.args[0].value)
-            if axis is None or not 0 <= axis < rank or axis in aliases or axis in found or bindings.get(t.value) != 1:
-                break
-            found[axis] = t.value
-        else:
-            if found and len(set(found.values())) == len(found):
+        found = _pid_assignment(ctx, stmt, env, rank)
+        if found and all(axis not in aliases and counts[name] == 1 for axis, name in found.items()):
+            if len(set(found.values())) == len(found):
                 aliases.update(found)
                 stmts.add(stmt)
     return aliases, stmts
 
 
+def _pid_assignment(ctx: ModuleContext, stmt: cst.BaseStatement, env, rank: int) -> dict[int, str]:
+    """{axis: name} for `name = pl.program_id(axis)` / `a, b = pl.program_id(0), pl.program_id(1)`;
+    empty when the statement is anything else."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return {}
+    assign = stmt.body[0]
+    if len(assign.targets) != 1:
+        return {}
+    target, value = assign.targets[0].target, assign.value
+    pairs = []
+    if isinstance(target, cst.Name):
+        pairs = [(target, value)]
+    elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        if len(target.elements) == len(value.elements):
+            pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    found: dict[int, str] = {}
+    for t, v in pairs:
+        if not (isinstance(t, cst.Name) and isinstance(v, cst.Call) and ctx.imports.is_(v.func, N.PROGRAM_ID) and v.args):
+            return {}
+        axis = env.static_int(v.args[0].value)
+        if axis is None or not 0 <= axis < rank or axis in found:
+            return {}
+        found[axis] = t.value
+    return found
+
+
 def _fresh_names(ctx: ModuleContext, rank: int, aliases: dict[int, str]) -> list[tuple[str, str, str]]:
-    taken = {n.value for n in walk(ctx.module) if isinstance(n, cst.Name)}
-
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in taken:
-            name = f"{base}_{k}"
-            k += 1
-        taken.add(name)
-        return name
-
+    """(step function, index, carry) names for each axis, new to the module."""
+    fresh = fresh_namer({n.value for n in walk(ctx.module) if isinstance(n, cst.Name)})
     if rank == 1:
         return [(fresh("_step"), aliases.get(0) or fresh("pid"), fresh("carry"))]
     return [(fresh(f"_step{a}"), aliases.get(a) or fresh(f"pid{a}"), fresh(f"carry{a}")) for a in range(rank)]
@@ -384,7 +339,7 @@ class _AxisReplacer(cst.CSTTransformer):
         return self.replace.get(original_node, updated_node)
 
 
-def _wrapped_body(ctx, kernel, env, pid_calls, np_calls, sizes, names, lax: str, dropped: set) -> cst.IndentedBlock:
+def _wrapped_body(kernel, env, pid_calls, np_calls, sizes, names, lax: str, dropped: set) -> cst.IndentedBlock:
     replace: dict[cst.Call, cst.BaseExpression] = {}
     for call in pid_calls:
         replace[call] = cst.Name(names[env.static_int(call.args[0].value)][1])
@@ -394,7 +349,7 @@ def _wrapped_body(ctx, kernel, env, pid_calls, np_calls, sizes, names, lax: str,
         replace[call] = size if atomic else size.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     stmts = [s for s in kernel.body.body if s not in dropped]
     head: list[cst.BaseStatement] = []
-    if stmts and _is_docstring(stmts[0]):
+    if stmts and is_docstring(stmts[0]):
         head, stmts = [stmts[0]], stmts[1:]
     replacer = _AxisReplacer(replace)
     inner: list[cst.BaseStatement] = [s.visit(replacer) for s in stmts]  # type: ignore[misc]
@@ -410,15 +365,6 @@ def _wrapped_body(ctx, kernel, env, pid_calls, np_calls, sizes, names, lax: str,
     return kernel.body.with_changes(body=head + inner)
 
 
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
 def _drop_keyword(name: str):
     def edit(call: cst.Call) -> cst.Call:
         args = list(call.args)
@@ -431,172 +377,7 @@ def _drop_keyword(name: str):
     return edit
 
 
-def _add_lax_import(module: cst.Module) -> cst.Module:
-    from libcst.codemod import CodemodContext
-    from libcst.codemod.visitors import AddImportsVisitor
-
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, "jax", "lax")
-    return AddImportsVisitor(context).transform_module(module)
-
-
-# -- call-site expressions, written inside the kernel -----------------------------------------------------
-class _KernelSide:
-    """`x.shape[0] // BS` at the call becomes `x_ref.shape[0] // BS` in the kernel.
-
-    A name keeps its meaning when the kernel sees the same binding (module level, or a wrapper
-    both sit in); a call-site local assigned once is inlined; a value bound with
-    functools.partial becomes the kernel parameter it was bound to; an input's shape becomes its
-    ref's shape. Anything else has no kernel-side form: None."""
-
-    def __init__(self, ctx: ModuleContext, site: KernelSite, cs: CallSite, env) -> None:
-        self.ctx = ctx
-        self.site = site
-        self.cs = cs
-        self.env = env
-        self.kernel = site.kernel
-        self.kernel_chain = [site.kernel] + ctx.scope_chain(site.kernel)
-
-    def __call__(self, expr: cst.BaseExpression, depth: int = 0, at: Optional[cst.CSTNode] = None) -> Optional[cst.BaseExpression]:
-        """`at`: where `expr` is written (its names resolve from there); default the pallas_call."""
-        at = at if at is not None else self.site.call
-        if depth > 12:
-            return None
-        if isinstance(expr, cst.Integer):
-            return expr
-        if isinstance(expr, cst.Name):
-            return self._name(expr, depth, at)
-        if isinstance(expr, cst.Subscript):
-            return self._shape(expr, depth, at)
-        if isinstance(expr, cst.BinaryOperation):
-            left, right = self(expr.left, depth + 1, at), self(expr.right, depth + 1, at)
-            if left is None or right is None:
-                return None
-            return expr.with_changes(left=_paren(left, expr.left), right=_paren(right, expr.right))
-        if isinstance(expr, cst.UnaryOperation):
-            inner = self(expr.expression, depth + 1, at)
-            return None if inner is None else expr.with_changes(expression=_paren(inner, expr.expression))
-        if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
-            func = expr.func
-            known = self.ctx.imports.qualify(func) is not None or (
-                isinstance(func, cst.Name) and func.value in ("min", "max", "int", "abs")
-            )
-            if not known or self._shadowed_in_kernel(_head(func)):
-                return None
-            args = []
-            for a in expr.args:
-                v = self(a.value, depth + 1, at)
-                if v is None:
-                    return None
-                args.append(a.with_changes(value=v))
-            return expr.with_changes(args=args)
-        return None
-
-    def _name(self, name: cst.Name, depth: int, at: cst.CSTNode) -> Optional[cst.BaseExpression]:
-        value = name.value
-        for param, bound in self.site.partial_kwargs.items():
-            if isinstance(bound, cst.Name) and bound.value == value and not self._rebound_in_kernel(param):
-                return cst.Name(param)
-        for scope in self.ctx.scope_chain(at):
-            if isinstance(scope, cst.Module):
-                return None if self._shadowed_in_kernel(value) else name
-            if not _binds(self.ctx, scope, value):
-                continue
-            if scope in self.kernel_chain and not self._shadowed_in_kernel(value, below=scope):
-                return name  # a wrapper's local that the kernel closes over
-            values = self.ctx.assignments(value, scope)
-            params = _param_names(scope)
-            if len(values) == 1 and value not in params:
-                return self(values[0], depth + 1, values[0])
-            return None
-        return None
-
-    def _shape(self, sub: cst.Subscript, depth: int, at: cst.CSTNode) -> Optional[cst.BaseExpression]:
-        base = sub.value
-        if not (isinstance(base, cst.Attribute) and base.attr.value == "shape" and isinstance(base.value, cst.Name)):
-            return None
-        for slot in self.cs.slots.values():
-            if slot.kind == "in" and isinstance(slot.arg, cst.Name) and slot.arg.value == base.value.value:
-                if self._rebound_in_kernel(slot.param):
-                    return None
-                return sub.with_changes(value=base.with_changes(value=cst.Name(slot.param)))
-        inner = self._name(base.value, depth + 1, at)
-        if inner is None or not isinstance(inner, cst.Name):
-            return None
-        return sub.with_changes(value=base.with_changes(value=inner))
-
-    def _rebound_in_kernel(self, name: str) -> bool:
-        return bool(self.ctx.assignments(name, self.kernel)) or _assigned_anywhere(self.kernel, name)
-
-    def _shadowed_in_kernel(self, name: Optional[str], below: Optional[cst.CSTNode] = None) -> bool:
-        """Bound in the kernel or in a function between the kernel and `below` (default: module)."""
-        if name is None:
-            return True
-        for scope in self.kernel_chain:
-            if scope is below or isinstance(scope, cst.Module):
-                return False
-            if _binds(self.ctx, scope, name):
-                return True
-        return False
-
-
-def _binds(ctx: ModuleContext, scope, name: str) -> bool:
-    if isinstance(scope, cst.Lambda):
-        return name in {p.name.value for p in scope.params.params}
-    if name in _param_names(scope):
-        return True
-    if ctx.assignments(name, scope) or name in ctx.local_defs(scope):
-        return True
-    return _assigned_anywhere(scope, name)
-
-
-def _param_names(fn) -> set[str]:
-    ps = fn.params
-    names = {p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]}
-    if isinstance(ps.star_arg, cst.Param):
-        names.add(ps.star_arg.name.value)
-    if ps.star_kwarg is not None:
-        names.add(ps.star_kwarg.name.value)
-    return names
-
-
-def _assigned_anywhere(fn, name: str) -> bool:
-    """Any binding of `name` in fn's own scope: for targets, augmented assignment, with, import."""
-    for node in walk(fn.body):
-        target = None
-        if isinstance(node, (cst.For, cst.CompFor)):
-            target = node.target
-        elif isinstance(node, cst.AugAssign):
-            target = node.target
-        elif isinstance(node, cst.AssignTarget):
-            target = node.target
-        elif isinstance(node, cst.AsName):
-            target = node.name
-        elif isinstance(node, cst.NamedExpr):
-            target = node.target
-        if target is not None and name in _target_names(target):
-            return True
-    return False
-
-
-
-
-def _head(func: cst.BaseExpression) -> Optional[str]:
-    while isinstance(func, cst.Attribute):
-        func = func.value
-    return func.value if isinstance(func, cst.Name) else None
-
-
-def _paren(expr: cst.BaseExpression, original: cst.BaseExpression) -> cst.BaseExpression:
-    """Parenthesise a substituted operand (an inlined `n // bs` inside `2 * n`)."""
-    if isinstance(original, (cst.BinaryOperation, cst.UnaryOperation)):
-        return expr  # rebuilt in place: same operator, same precedence
-    if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)) and not expr.lpar:
-        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return expr
-
-
-
-
-def _is_zero(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Integer) and int(expr.evaluated_value) == 0
+RECIPE = Recipe(
+    NAME, frozenset({"PF201", "PF103"}), planner, command="GridToLoop", target=TARGET,
+    description="Move a grid used only through pl.program_id into an in-kernel fori_loop (GPU interpret mode; PF201).",
+)

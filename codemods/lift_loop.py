@@ -25,65 +25,68 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, code, kernel_subscript_edit
-from pallas_fix.rewrite.callsite import CallSite, CallSiteError
-from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
+from pallas_fix.core.plans import FixPlan, Recipe, Refuse
+from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
+from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
+from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.statements import strip_leading_blank_lines
+from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import simplify
 
-from pallas_fix.rewrite.loops import (
-    uses_by_loop,
-    drop_unused_loop_imports,
-    add_pallas_import,
-    strip_leading_blank_lines,
-    RegionError,
-    block_index_of,
-    check_kernel_ref_uses,
-    grid_translator,
-    loop_region,
-    ref_accesses,
-)
-
 NAME = "lift-loop"
-
-
-class _Refuse(Exception):
-    pass
-
-
-def plan_loop(analysis, loop: LoopInfo, uses: list[IndexUse]) -> Outcome:
-    try:
-        return _plan(analysis, loop, uses)
-    except (_Refuse, CallSiteError, RegionError) as exc:
-        return Refusal(NAME, str(exc))
 
 
 def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
     if loop.carries:
-        raise _Refuse("the loop carries a value (a reduction): see PF102")
-    if site is None or site.kernel is None:
-        raise _Refuse("the kernel is not defined in this module")
-    if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
-        raise _Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
-    kernel_env = analysis.detection.envs.get(site.kernel)
-    cs = CallSite(ctx, site, kernel_env)
+        raise Refuse("the loop carries a value (a reduction): see PF102")
+    check_single_call(analysis, site)
+    cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
-    accesses = ref_accesses(analysis, region, loop)
-    translate = grid_translator(ctx, site, cs)
+    blocks = _blocks(analysis, region, cs)
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
+    trip = region.trip_count(grid_translator(ctx, site, cs))
+    if trip is None:
+        raise Refuse(
+            f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
+        )
+    edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics="parallel")).build()
+    new_axis_pos = len(cs.grid)
+    for b in blocks:
+        for sub, dims in b.subscripts:
+            edits[sub] = kernel_subscript_edit(dims)
+    pl = imports.spelling(ctx, imports.PALLAS)
+    edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted_element_ids(blocks)))
+    edits[site.kernel] = strip_leading_blank_lines
+    needed = pl.add
 
-    blocks: list[RefBlock] = []
+    def rewrite(module: cst.Module) -> cst.Module:
+        return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], [needed]))
+
+    description = (
+        f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
+        f" ({', '.join(b.param for b in blocks)} in blocks)"
+    )
+    return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
+    """Each ref the loop index slices, as blocks along the new axis (inputs and outputs alike);
+    a ref written at a place that does not follow the index would make iterations collide."""
+    translate = grid_translator(analysis.ctx, region.site, cs)
     dyn_subs = {id(u.subscript) for u in analysis.uses}
-    for ref, group in accesses.items():
-        slot = cs.slots.get(ref)
-        if slot is None:
-            raise _Refuse(f"`{ref}` is not a kernel parameter pallas-fix can map to an operand")
+    blocks: list[RefBlock] = []
+    for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
             if group.written:
                 dynamic = any(id(s) in dyn_subs for s in group.unlifted_accesses)
-                raise _Refuse(
+                raise Refuse(
                     f"`{ref}` is written inside the loop at a window that does not follow the loop index "
                     "(data-dependent), so iterations may collide"
                     if dynamic
@@ -91,64 +94,14 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
                 )
             continue
         if slot.kind not in ("in", "out"):
-            raise _Refuse(f"`{ref}` is a {slot.kind} buffer; only inputs and outputs can get BlockSpecs")
-        if group.unlifted_accesses:
-            raise _Refuse(f"`{ref}` is also accessed without the loop index inside the loop")
-        dim, size_expr, size_env, index = block_index_of(group, loop, ref)
-        size = translate(size_expr, size_env)
-        size = simplify(size) if size is not None else None
-        if size is None:
-            raise _Refuse(f"the block size `{code(size_expr)}` of `{ref}` cannot be written at the pallas_call")
-        blocks.append(RefBlock(ref, dim, size, index, [(s, {dim}) for s in group.subscripts]))
+            raise Refuse(f"`{ref}` is a {slot.kind} buffer; only inputs and outputs can get BlockSpecs")
+        blocks.append(lifted_block(group, region.loop, ref, translate, tidy=simplify))
     if not blocks:
-        raise _Refuse("no ref is sliced by the loop index in block-shaped windows")
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
-
-    trip = region.trip_count(translate)
-    if trip is None:
-        raise _Refuse(
-            f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
-        )
-    axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
-    call_edits = CallEdits(cs, blocks, axis)
-    edits = call_edits.build()
-    new_axis_pos = len(cs.grid)
-    pl = cs.pl_alias()
-    for b in blocks:
-        for sub, dims in b.subscripts:
-            edits[sub] = kernel_subscript_edit(dims)
-    lifted_ids = {id(el) for b in blocks for sub, dims in b.subscripts for n, el in enumerate(sub.slice) if n in dims}
-    edits.update(region.inline_edits(f"{pl}.program_id({new_axis_pos})", lifted_ids))
-    edits[site.kernel] = strip_leading_blank_lines
-
-    description = (
-        f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
-        f" ({', '.join(b.param for b in blocks)} in blocks)"
-    )
-    needs_import = cs.needs_pallas_import()
-
-    def rewrite(module: cst.Module) -> cst.Module:
-        new, _ = apply_edits(module, edits)
-        if needs_import:
-            new = add_pallas_import(new)
-        return drop_unused_loop_imports(new)
-
-    return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
-
-
-def planner(analysis) -> dict:
-    out: dict = {}
-    for loop, uses in uses_by_loop(analysis, carries=False):
-        outcome = plan_loop(analysis, loop, uses)
-        for use in uses:
-            out[use_key(use)] = outcome
-    return out
+        raise Refuse("no ref is sliced by the loop index in block-shaped windows")
+    return blocks
 
 
 RECIPE = Recipe(
-    NAME,
-    frozenset({"PF101"}),
-    planner,
-    command="LiftIndependentLoop",
+    NAME, frozenset({"PF101"}), loop_planner(NAME, _plan, carries=False), command="LiftIndependentLoop",
     description="Lift independent fori_loop / pl.loop loops into grid axes (R1, PF101).",
 )

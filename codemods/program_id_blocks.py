@@ -21,94 +21,67 @@ index_map returns the window's block index. One ref per round: the engine re-ana
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
-from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, code, dead_assignments, kernel_subscript_edit
-from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.analysis.affine import decompose
 from pallas_fix.analysis.context import walk
-from pallas_fix.core.plans import FixPlan, Refusal, Recipe, use_key
+from pallas_fix.analysis.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
+from pallas_fix.core.plans import FixPlan, Recipe, Refuse
+from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, dead_assignments, kernel_subscript_edit
+from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
+from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import Translator
-from pallas_fix.analysis.windows import window_of
-
-from pallas_fix.rewrite.loops import _ref_base, add_pallas_import, siblings_of, strip_leading_blank_lines
 
 NAME = "program-id-blocks"
 
 
-class _Refuse(Exception):
-    pass
+def planner(analysis) -> dict:
+    """One plan per (pallas_call, ref) whose program_id windows are `pl.ds` slices."""
+    groups: dict[tuple[int, str], list[IndexUse]] = {}
+    for use in analysis.uses:
+        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind != "ds" or use.kernel_site is None:
+            continue
+        base = use.subscript.value
+        if isinstance(base, cst.Attribute) and base.attr.value == "at":
+            base = base.value
+        if not isinstance(base, cst.Name):
+            continue
+        groups.setdefault((id(use.kernel_site.call), base.value), []).append(use)
+    return per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], uses))
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The one block-shaped program_id window every access of the ref uses."""
+
+    use: IndexUse  # one of its uses (dim, size, env)
+    index: BlockIndexExpr
+    squeezed: dict[int, int]  # dims indexed by exactly pl.program_id(k) -> k
+    subscripts: list[cst.Subscript]
 
 
 def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
-    if site is None or site.kernel is None:
-        raise _Refuse("the kernel is not defined in this module")
-    if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
-        raise _Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+    check_single_call(analysis, site)
     kernel_env = analysis.detection.envs.get(site.kernel)
     cs = CallSite(ctx, site, kernel_env)
-    slot = cs.slots.get(ref)
-    if slot is None or slot.kind not in ("in", "out"):
-        raise _Refuse(f"`{ref}` is not an input or output of the pallas_call")
-    if not cs.grid:
-        raise _Refuse("the pallas_call has no grid")
-    spec = cs.spec_of(slot)
-    if not spec.whole:
-        raise _Refuse(f"`{ref}` already has a BlockSpec that is not the whole array")
-
-    by_sub = {}
-    for u in uses:
-        by_sub.setdefault(id(u.subscript), []).append(u)
-    found = None
-    subscripts: list[cst.Subscript] = []
-    for node in walk(site.kernel):
-        if not isinstance(node, cst.Subscript):
-            continue
-        base = _ref_base(node)
-        if base is None or base.value != ref:
-            continue
-        owner = kernel_env.owner(ref)
-        if owner is None or owner.scope is not site.kernel:
-            continue
-        sub_uses = by_sub.get(id(node), [])
-        if len(sub_uses) != 1:
-            raise _Refuse(
-                f"`{ref}` is also accessed without a program_id window (line {ctx.span(node).line})"
-                if not sub_uses
-                else f"`{ref}` has dynamic windows in more than one dimension (line {ctx.span(node).line})"
-            )
-        use = sub_uses[0]
-        window = window_of(use)
-        if window.block is None:
-            raise _Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
-        axes = {}
-        for key, mult in window.block.atoms.items():
-            if not key.startswith("pid:"):
-                raise _Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
-            axis = int(key.split(":")[1])
-            if axis >= len(cs.grid):
-                raise _Refuse(f"pl.program_id({axis}) is beyond the grid's {len(cs.grid)} axes")
-            axes[axis] = mult
-        index = BlockIndexExpr(axes, window.block.offset)
-        squeezed = _program_id_scalars(node, use, len(cs.grid))
-        entry = (use.dim, code(use.size), index.key(), tuple(sorted(squeezed.items())))
-        if found is None:
-            found = (entry, use, index)
-        elif found[0] != entry:
-            raise _Refuse(f"`{ref}` is accessed at different blocks in one grid step")
-        subscripts.append(node)
-    if found is None:
-        raise _Refuse(f"no program_id window on `{ref}`")
-    _check_other_uses(ctx, site.kernel, ref, {id(_ref_base(s)) for s in subscripts}, found[1].dim, kernel_env)
-    entry, use, index = found
-    squeezed = dict(entry[3])
+    _check_whole_array(cs, ref)
+    window = _shared_window(analysis, cs, ref, uses)
+    _check_other_uses(ctx, site.kernel, ref, {id(ref_base(s)) for s in window.subscripts}, window.use.dim, kernel_env)
+    use, squeezed = window.use, window.squeezed
     size = Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
-        raise _Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in subscripts], squeezed)
+        raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
+    block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed)
     edits = CallEdits(cs, [block], None).build()
     removed = set()
     for sub, dims in block.subscripts:
@@ -119,23 +92,84 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
         edits[site.kernel] = strip_leading_blank_lines
     for stmt in dead_assignments(ctx, functions, removed):
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
-    description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
-
-    needs_import = cs.needs_pallas_import()
+    needed = imports.spelling(ctx, imports.PALLAS).add
 
     def rewrite(module: cst.Module) -> cst.Module:
-        new = apply_edits(module, edits)[0]
-        return add_pallas_import(new) if needs_import else new
+        return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
+    description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _check_whole_array(cs: CallSite, ref: str) -> None:
+    slot = cs.slots.get(ref)
+    if slot is None or slot.kind not in ("in", "out"):
+        raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
+    if not cs.grid:
+        raise Refuse("the pallas_call has no grid")
+    if not cs.spec_of(slot).whole:
+        raise Refuse(f"`{ref}` already has a BlockSpec that is not the whole array")
+
+
+def _shared_window(analysis, cs: CallSite, ref: str, uses: list[IndexUse]) -> _Window:
+    """Every access of `ref` in the kernel is the same program_id block (one dynamic dim)."""
+    ctx, site = analysis.ctx, cs.site
+    kernel_env = analysis.detection.envs.get(site.kernel)
+    by_sub: dict[int, list[IndexUse]] = {}
+    for u in uses:
+        by_sub.setdefault(id(u.subscript), []).append(u)
+    found = None
+    subscripts: list[cst.Subscript] = []
+    for node in walk(site.kernel):
+        if not isinstance(node, cst.Subscript):
+            continue
+        base = ref_base(node)
+        if base is None or base.value != ref:
+            continue
+        owner = kernel_env.owner(ref)
+        if owner is None or owner.scope is not site.kernel:
+            continue
+        sub_uses = by_sub.get(id(node), [])
+        if len(sub_uses) != 1:
+            raise Refuse(
+                f"`{ref}` is also accessed without a program_id window (line {ctx.span(node).line})"
+                if not sub_uses
+                else f"`{ref}` has dynamic windows in more than one dimension (line {ctx.span(node).line})"
+            )
+        use = sub_uses[0]
+        index = _block_index(use, ref, len(cs.grid))
+        squeezed = _program_id_scalars(node, use, len(cs.grid))
+        entry = (use.dim, code(use.size), index.key(), tuple(sorted(squeezed.items())))
+        if found is None:
+            found = (entry, use, index, squeezed)
+        elif found[0] != entry:
+            raise Refuse(f"`{ref}` is accessed at different blocks in one grid step")
+        subscripts.append(node)
+    if found is None:
+        raise Refuse(f"no program_id window on `{ref}`")
+    _, use, index, squeezed = found
+    return _Window(use, index, squeezed, subscripts)
+
+
+def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
+    """The window's block index along the grid axes its start moves with."""
+    window = window_of(use)
+    if window.block is None:
+        raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
+    axes = {}
+    for key, mult in window.block.atoms.items():
+        if not key.startswith("pid:"):
+            raise Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
+        axis = int(key.split(":")[1])
+        if axis >= ngrid:
+            raise Refuse(f"pl.program_id({axis}) is beyond the grid's {ngrid} axes")
+        axes[axis] = mult
+    return BlockIndexExpr(axes, window.block.offset)
 
 
 def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:
     """Dims of `sub` indexed by exactly `pl.program_id(k)` (directly or through a name): those
     become squeezed (None) block dims whose index_map entry is grid axis k."""
-    from pallas_fix.analysis.affine import decompose
-    from pallas_fix.analysis.windows import hooks_for
-
     out: dict[int, int] = {}
     env = use.env
     for n, el in enumerate(sub.slice):
@@ -158,50 +192,19 @@ def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[i
 
 
 def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> None:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and other dims' sizes."""
     for node in walk(kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
             continue
-        parent = ctx.parent(node)
-        if isinstance(parent, cst.Param):
+        kind, d = mention_kind(ctx, node, env)
+        if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
             continue
-        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("dtype", "ndim"):
-            continue
-        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":
-            grand = ctx.parent(parent)
-            if isinstance(grand, cst.Subscript) and len(grand.slice) == 1 and isinstance(grand.slice[0].slice, cst.Index):
-                d = env.static_int(grand.slice[0].slice.value)
-                if d is not None and d != dim:
-                    continue
-            raise _Refuse(f"`{ref}.shape` is read in the kernel; it would mean the block's shape after the rewrite")
-        raise _Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
-
-
-def planner(analysis) -> dict:
-    out: dict = {}
-    groups: dict[tuple[int, str], list[IndexUse]] = {}
-    for use in analysis.uses:
-        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind != "ds" or use.kernel_site is None:
-            continue
-        base = use.subscript.value
-        if isinstance(base, cst.Attribute) and base.attr.value == "at":
-            base = base.value
-        if not isinstance(base, cst.Name):
-            continue
-        groups.setdefault((id(use.kernel_site.call), base.value), []).append(use)
-    for (_, ref), uses in groups.items():
-        try:
-            outcome = _plan(analysis, ref, uses)
-        except (_Refuse, CallSiteError) as exc:
-            outcome = Refusal(NAME, str(exc))
-        for use in uses:
-            out[use_key(use)] = outcome
-    return out
+        if kind == "shape":
+            raise shape_refusal(ref)
+        raise Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
 
 
 RECIPE = Recipe(
-    NAME,
-    frozenset({"PF103"}),
-    planner,
-    command="ProgramIdBlocks",
+    NAME, frozenset({"PF103"}), planner, command="ProgramIdBlocks",
     description="Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).",
 )

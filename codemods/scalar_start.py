@@ -30,33 +30,24 @@ from __future__ import annotations
 from typing import Optional
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
-from libcst.metadata import GlobalScope
 
 from pallas_fix.core import names as N
-from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
 from pallas_fix.core.model import FixSafety, IndexUse
-from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
-
+from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse
 from pallas_fix.rewrite import common as C
+from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
 
 NAME = "scalar-start"
 CODE = "PF107"
 
 
-class _Refuse(Exception):
-    pass
-
-
 # -- (a) one-element loads -------------------------------------------------------------------------
-class _Scalarize:
+class _Scalarize(C.StartEdits):
+    """Edits that turn the one-element loads feeding one start into scalar loads."""
+
     def __init__(self, analysis, use: IndexUse) -> None:
-        self.analysis = analysis
-        self.ctx = analysis.ctx
-        self.use = use
-        self.edits: dict[cst.CSTNode, object] = {}
-        self.changes: list[str] = []
+        super().__init__(analysis, use)
         self.followed: set[int] = set()
 
     def walk(self, expr: cst.BaseExpression, env) -> None:
@@ -65,10 +56,10 @@ class _Scalarize:
         if not val.dynamic or val.vtype in ("int", "float", "bool"):
             return  # already a scalar (a float or bool one is cast in a later round)
         if val.vtype != "array1":
-            raise _Refuse(f"`{ctx.code(expr)}` is not a one-element value pallas-fix can follow")
+            raise Refuse(f"`{ctx.code(expr)}` is not a one-element value pallas-fix can follow")
         if isinstance(expr, cst.Subscript):
             if load_rank(ctx, expr, env) is None:
-                raise _Refuse(f"`{ctx.code(expr)}` is not a one-element ref load written with `pl.ds(k, 1)`")
+                raise Refuse(f"`{ctx.code(expr)}` is not a one-element ref load written with `pl.ds(k, 1)`")
             self._scalar_load(expr, env)
             return
         if isinstance(expr, cst.Name):
@@ -84,14 +75,14 @@ class _Scalarize:
         if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.INT_DTYPES | N.MULTIPLE_OF) and expr.args:
             self.walk(expr.args[0].value, env)
             return
-        raise _Refuse(f"pallas-fix cannot turn `{ctx.code(expr)}` into a scalar")
+        raise Refuse(f"pallas-fix cannot turn `{ctx.code(expr)}` into a scalar")
 
     def _scalar_load(self, sub: cst.Subscript, env) -> None:
         ctx = self.ctx
         positions = [i for i, el in enumerate(sub.slice) if _one_element_ds(ctx, el, env) is not None]
         for i in positions:
             if not isinstance(sub.slice[i].slice.value, cst.Call):  # type: ignore[union-attr]
-                raise _Refuse(
+                raise Refuse(
                     f"the one-element window in `{ctx.code(sub)}` is a named slice; pallas-fix rewrites `pl.ds(k, 1)` written in place"
                 )
 
@@ -109,11 +100,7 @@ class _Scalarize:
 
     def _name(self, name: cst.Name, env) -> None:
         ctx = self.ctx
-        assignment, stmt, why = C.single_binding(ctx, name)
-        if stmt is None:
-            if assignment is not None and isinstance(assignment.node, cst.Param):
-                why = f"`{name.value}` is a parameter: the one-element value comes from a caller, which pallas-fix does not rewrite"
-            raise _Refuse(why)
+        stmt = self.binding(name, "the one-element value")
         if id(stmt) in self.followed:
             return
         def_env = C.env_at(self.analysis, stmt, env)
@@ -124,7 +111,7 @@ class _Scalarize:
             return
         rank = value_rank(self.analysis, stmt.value, def_env)
         if rank is None:
-            raise _Refuse(f"{other_use}, and pallas-fix cannot tell the shape of `{name.value}` to index it")
+            raise Refuse(f"{other_use}, and pallas-fix cannot tell the shape of `{name.value}` to index it")
         parent = ctx.parent(name)
         zeros = [cst.SubscriptElement(cst.Index(cst.Integer("0"))) for _ in range(rank)]
         elements = [
@@ -204,18 +191,12 @@ def _ds_start(call: cst.Call) -> cst.BaseExpression:
 
 
 # -- (b), (c) float and bool starts ----------------------------------------------------------------
-def _int32_spelling(analysis, at: cst.CSTNode) -> tuple[str, bool]:
-    """How to write `jax.numpy.int32` at `at`, and whether an import must be added."""
-    ctx = analysis.ctx
-    alias = C.module_alias(ctx, "jax.numpy")
-    if alias is not None and _visible(ctx, alias, at):
-        return f"{alias}.int32", False
-    if C.name_is_free(ctx, "jnp"):
-        return "jnp.int32", True
-    if C.module_alias(ctx, "jax") == "jax" and _visible(ctx, "jax", at):
-        return "jax.numpy.int32", False
-    raise _Refuse("the module has no name for `jax.numpy` and `jnp` is already used for something else")
-
+def _int32_spelling(analysis, at: cst.CSTNode) -> imports.Spelling:
+    """How to write `jax.numpy` at `at`, with the import to add when the file has none."""
+    found = imports.spelling_at(analysis.ctx, imports.NUMPY, at)
+    if found is None:
+        raise Refuse("the module has no name for `jax.numpy` and `jnp` is already used for something else")
+    return found
 
 def _visible(ctx, name: str, at: cst.CSTNode) -> bool:
     scope = C.scope_at(ctx, at)
@@ -229,13 +210,10 @@ def _cast_plan(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
     ctx = analysis.ctx
     start = use.start
     if use.kind != "ds" or start is None:
-        return Refusal(NAME, f"only `pl.ds` starts are cast; this is a {use.kind} index"), frozenset()
-    try:
-        int32, add_import = _int32_spelling(analysis, start)
-    except _Refuse as exc:
-        return Refusal(NAME, str(exc)), frozenset()
+        raise Refuse(f"only `pl.ds` starts are cast; this is a {use.kind} index")
+    numpy = _int32_spelling(analysis, start)
     unsafe = _gather_path(analysis, use)
-    int32_expr = cst.parse_expression(int32)
+    int32_expr = cst.parse_expression(f"{numpy.text}.int32")
 
     def edit(updated: cst.BaseExpression) -> cst.BaseExpression:
         return cst.Call(func=cst.Attribute(value=C.parenthesized(updated), attr=cst.Name("astype")), args=[cst.Arg(int32_expr)])
@@ -244,11 +222,7 @@ def _cast_plan(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
 
     def rewrite(module: cst.Module) -> cst.Module:
         new, _ = apply_edits(module, edits)  # type: ignore[arg-type]
-        if add_import:
-            context = CodemodContext()
-            AddImportsVisitor.add_needed_import(context, "jax.numpy", asname="jnp")
-            new = AddImportsVisitor(context).transform_module(new)
-        return new
+        return imports.add_imports(new, [numpy.add])
 
     what = use.provenance.detail
     line = C.line(ctx, use.subscript)
@@ -281,40 +255,19 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
     if detail in ("float", "bool"):
         return _cast_plan(analysis, use)
     if detail != "one_element":
-        return Refusal(NAME, "pallas-fix cannot tell what kind of value this start is"), frozenset()
+        raise Refuse("pallas-fix cannot tell what kind of value this start is")
     if use.kind != "ds" or use.start is None:
-        return Refusal(
-            NAME,
-            f"the one-element value indexes `{use.ref_name}` as an integer array; a scalar index would drop a dimension of the result",
-        ), frozenset()
-    env = C.env_at(analysis, use.start, use.env)
+        raise Refuse(
+            f"the one-element value indexes `{use.ref_name}` as an integer array; a scalar index would drop a dimension of the result"
+        )
     walker = _Scalarize(analysis, use)
-    try:
-        walker.walk(use.start, env)
-        if not walker.edits:
-            raise _Refuse(f"pallas-fix found no one-element load in `{analysis.ctx.code(use.start)}`")
-    except _Refuse as exc:
-        return Refusal(NAME, str(exc)), frozenset()
-    edits = dict(walker.edits)
-
-    def rewrite(module: cst.Module) -> cst.Module:
-        new, _ = apply_edits(module, edits)  # type: ignore[arg-type]
-        return new
-
-    line = C.line(analysis.ctx, use.subscript)
-    description = f"{CODE} line {line}: integer scalar start for `{use.ref_name}`: " + "; ".join(walker.changes)
-    return FixPlan(NAME, FixSafety.SAFE, [use], description, rewrite, site=use.kernel_site), frozenset(id(n) for n in edits)
-
-
-def planner(analysis) -> dict[tuple[int, int], Outcome]:
-    return C.plan_each_use(analysis, CODE, plan_use)
-
+    walker.walk(use.start, C.env_at(analysis, use.start, use.env))
+    if not walker.edits:
+        raise Refuse(f"pallas-fix found no one-element load in `{analysis.ctx.code(use.start)}`")
+    return walker.plan(NAME, CODE, f"integer scalar start for `{use.ref_name}`")
 
 RECIPE = Recipe(
-    NAME,
-    frozenset({CODE}),
-    planner,
-    command="ScalarStart",
+    NAME, frozenset({CODE}), C.start_planner(NAME, CODE, plan_use), command="ScalarStart",
     description="Make slice starts integer scalars: scalar loads instead of one-element slices, int32 casts of"
     " float/bool starts (PF107).",
 )

@@ -30,14 +30,15 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
-from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo, Origin
-from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.core.names import call_arg as _arg
-from pallas_fix.rewrite.common import target_names as _target_names
+from pallas_fix.core.plans import FixPlan, Recipe, Refuse
+from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.loop_regions import loop_planner
+from pallas_fix.rewrite.scopes import bindings, fresh_namer, param_names, walk_scope
+from pallas_fix.rules.gpu_hazards import TARGET, targeted
 
 NAME = "static-unroll"
 
@@ -46,41 +47,9 @@ NAME = "static-unroll"
 _RUN_NOW = N.PL_WHEN | N.PL_LOOP | frozenset({N.PALLAS + ".run_scoped"})
 
 
-class _Refuse(Exception):
-    pass
-
-
 def planner(analysis) -> dict:
-    if not targeted(analysis):
-        return {}
-    by_loop: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
-    for use in analysis.uses:
-        loop = use.provenance.loop
-        if use.provenance.origin is Origin.LOOP and loop is not None:
-            by_loop.setdefault(id(loop.call), (loop, []))[1].append(use)
-    out: dict = {}
-    for loop, uses in by_loop.values():
-        outcome = plan_loop(analysis, loop, uses)
-        for use in uses:
-            out[use_key(use)] = outcome
-    return out
-
-
-RECIPE = Recipe(
-    NAME,
-    frozenset({"PF101", "PF102"}),
-    planner,
-    command="StaticUnroll",
-    description="Unroll short fori_loop / pl.loop loops with Python-int bounds (GPU interpret mode; R5).",
-    target=TARGET,
-)
-
-
-def plan_loop(analysis, loop: LoopInfo, uses: list[IndexUse]) -> Outcome:
-    try:
-        return _plan(analysis, loop, uses)
-    except _Refuse as exc:
-        return Refusal(NAME, str(exc))
+    """One outcome per loop, only under `--target gpu-interpret`."""
+    return loop_planner(NAME, _plan)(analysis) if targeted(analysis) else {}
 
 
 def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
@@ -89,7 +58,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     scope = ctx.enclosing_function(where)
     env = analysis.detection.envs.get(scope) if scope is not None else None
     if env is None:
-        raise _Refuse("the loop is not inside a function pallas-fix analysed")
+        raise Refuse("the loop is not inside a function pallas-fix analysed")
     head = "pl.loop" if loop.kind == "pl.loop" else "lax.fori_loop"
     lo, hi = env.static_int(loop.lower), env.static_int(loop.upper)
     step = env.static_int(loop.step) if loop.step is not None else 1
@@ -98,22 +67,22 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         call = f"{head}({ctx.code(loop.lower)}, {ctx.code(loop.upper)})"
         traced = [b for b in bounds if env.value(b).dynamic]
         if traced:
-            raise _Refuse(f"the bound `{ctx.code(traced[0])}` of {call} is traced, not a Python int")
-        raise _Refuse(
+            raise Refuse(f"the bound `{ctx.code(traced[0])}` of {call} is traced, not a Python int")
+        raise Refuse(
             f"the trip count of {call} is only known at trace time, so pallas-fix cannot check it "
             f"against the unroll limit {analysis.config.unroll_limit}"
         )
     if step <= 0:
-        raise _Refuse(f"the step {step} of {head} is not positive")
+        raise Refuse(f"the step {step} of {head} is not positive")
     trips = len(range(lo, hi, step))
     limit = analysis.config.unroll_limit
     if trips > limit:
-        raise _Refuse(f"{head} runs {trips} iterations, more than the unroll limit {limit} (--unroll-limit)")
+        raise Refuse(f"{head} runs {trips} iterations, more than the unroll limit {limit} (--unroll-limit)")
     _check_index(analysis, loop)
     statement = loop.statement
     block = ctx.parent(statement) if statement is not None else None
     if not isinstance(block, cst.IndentedBlock):
-        raise _Refuse("the loop is not a statement of its own inside a function body")
+        raise Refuse("the loop is not a statement of its own inside a function body")
     rng = _range_text(ctx, loop)
     if loop.kind == "pl.loop":
         edits, form = _pl_loop_edits(ctx, loop, block, rng)
@@ -145,7 +114,7 @@ def _check_index(analysis, loop: LoopInfo) -> None:
         env = next((envs[a] for a in ctx.ancestors(node) if a in envs), None)
         val = env.value(node.value) if env is not None else None
         if val is None or not (val.is_ref or val.origin in (Origin.REF_LOAD, Origin.TRACED)):
-            raise _Refuse(f"the loop body reads `{ctx.code(node)}`; unrolled, `{ctx.code(node.value)}` is a Python number without it")
+            raise Refuse(f"the loop body reads `{ctx.code(node)}`; unrolled, `{ctx.code(node.value)}` is a Python number without it")
 
 
 def _range_text(ctx: ModuleContext, loop: LoopInfo) -> str:
@@ -175,7 +144,7 @@ def _inline_problem(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock
         return f"`{body.name.value}` is used elsewhere"
     stmts = list(body.body.body)
     for n, stmt in enumerate(stmts):
-        for node in _own(stmt):
+        for node in walk_scope(stmt, classes=False):
             if isinstance(node, cst.Return):
                 last = n == len(stmts) - 1 and _is_return_of(stmt, carry)
                 if not last:
@@ -192,7 +161,7 @@ def _inline_problem(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock
             return f"the body defines `{node.name.value}`, which could outlive its iteration"
         if isinstance(node, cst.Lambda) and not isinstance(ctx.parent(node), cst.Arg):
             return "the body stores a lambda, which could outlive its iteration"
-    bound = _bound_names(body) - ({carry} if carry else set())
+    bound = (param_names(body) | set(bindings(body.body, nested=True))) - ({carry} if carry else set())
     clash = sorted(bound & {n.value for n in others})
     if clash:
         return f"inlining would rebind `{clash[0]}` in the enclosing function"
@@ -204,53 +173,8 @@ def _runs_now(ctx: ModuleContext, dec: cst.Decorator) -> bool:
     return ctx.imports.is_(target, _RUN_NOW)
 
 
-def _bound_names(fn: cst.FunctionDef) -> set[str]:
-    names = {p.name.value for p in fn.params.params}
-    for node in walk(fn.body):
-        target = None
-        if isinstance(node, cst.AssignTarget):
-            target = node.target
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
-            target = node.target
-        elif isinstance(node, cst.AsName):
-            target = node.name
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            names.add(node.name.value)
-        if target is not None:
-            names.update(_target_names(target))
-    return names
-
-
-def _own_bound(fn: cst.FunctionDef) -> set[str]:
-    """Names local to fn itself: parameters and targets outside nested functions."""
-    names = {p.name.value for p in fn.params.params}
-    for stmt in fn.body.body:
-        for node in _own(stmt):
-            if isinstance(node, cst.AssignTarget):
-                names |= _target_names(node.target)
-            elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
-                names |= _target_names(node.target)
-            elif isinstance(node, cst.AsName):
-                names |= _target_names(node.name)
-            elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-                names.add(node.name.value)
-    return names
-
-
-
-
 def _within(ctx: ModuleContext, node: cst.CSTNode, container: cst.CSTNode) -> bool:
     return node is container or any(a is container for a in ctx.ancestors(node))
-
-
-def _own(stmt: cst.CSTNode):
-    stack = [stmt]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        if isinstance(cur, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            continue  # its own scope: its returns and bindings are not ours
-        stack.extend(cur.children)
 
 
 def _is_return_of(stmt: Optional[cst.CSTNode], carry: Optional[str]) -> bool:
@@ -265,7 +189,7 @@ def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rn
     stmt = loop.statement
     assert isinstance(stmt, cst.SimpleStatementLine)
     if len(stmt.body) != 1:
-        raise _Refuse("the loop shares its line with other statements")
+        raise Refuse("the loop shares its line with other statements")
     small = stmt.body[0]
     call = loop.call
     if isinstance(small, cst.Expr) and small.value is call:
@@ -275,7 +199,7 @@ def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rn
     elif isinstance(small, cst.Return) and small.value is call:
         kind = "return"
     else:
-        raise _Refuse("the loop's result is used inside a larger expression")
+        raise Refuse("the loop's result is used inside a larger expression")
     body = loop.body
     init = loop.init if loop.init is not None else cst.Name("None")
     params = [p.name.value for p in body.params.params]
@@ -287,7 +211,7 @@ def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rn
 
 
 def _has_return(fn) -> bool:
-    return isinstance(fn, cst.FunctionDef) and any(isinstance(n, cst.Return) for s in fn.body.body for n in _own(s))
+    return isinstance(fn, cst.FunctionDef) and any(isinstance(n, cst.Return) for s in fn.body.body for n in walk_scope(s, classes=False))
 
 
 def _inline_edits(ctx: ModuleContext, loop: LoopInfo, stmt: cst.BaseStatement, rng: str) -> dict:
@@ -328,14 +252,7 @@ def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst
     taken |= {n.value for n in walk(ctx.module) if isinstance(n, cst.Name)}
     local = {n.value for n in walk(scope) if isinstance(n, cst.Name) and not _within(ctx, n, loop.body)}
 
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in taken:
-            name = f"{base}_{k}"
-            k += 1
-        taken.add(name)
-        return name
-
+    fresh = fresh_namer(taken)
     index = loop.index_name if loop.index_name not in local else fresh("i")
     lines: list[str] = []
     func = ctx.code(body_expr)
@@ -375,7 +292,7 @@ def _closed_over(ctx: ModuleContext, scope, name: str) -> bool:
         if isinstance(node, cst.Lambda):
             if name in {p.name.value for p in node.params.params}:
                 continue
-        elif name in _own_bound(node):
+        elif name in param_names(node) | set(bindings(node.body, nested=False)):
             continue
         if any(isinstance(n, cst.Name) and n.value == name for n in walk(node.body)):
             return True
@@ -385,16 +302,16 @@ def _closed_over(ctx: ModuleContext, scope, name: str) -> bool:
 def _pl_loop_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rng: str) -> tuple[dict, str]:
     fn: cst.FunctionDef = loop.body  # type: ignore[assignment]
     if loop.carries:
-        raise _Refuse("the pl.loop carries a value (init_carry)")
+        raise Refuse("the pl.loop carries a value (init_carry)")
     if len(fn.params.params) != 1:
-        raise _Refuse("the pl.loop body does not take exactly the index")
+        raise Refuse("the pl.loop body does not take exactly the index")
     if len(fn.decorators) != 1:
-        raise _Refuse("the pl.loop body has other decorators")
+        raise Refuse("the pl.loop body has other decorators")
     if _inline_problem(ctx, loop, block, None) is None and not _has_return(fn):
         return _inline_edits(ctx, loop, fn, rng), "inline"
     scope = ctx.scope_of(fn)
     if any(isinstance(n, cst.Name) and n.value == fn.name.value and n is not fn.name for n in walk(scope)):
-        raise _Refuse(f"`{fn.name.value}` (what pl.loop returned) is used elsewhere")
+        raise Refuse(f"`{fn.name.value}` (what pl.loop returned) is used elsewhere")
     index = fresh_index(ctx, fn, scope)
     plain = fn.with_changes(decorators=[])
     call = cst.parse_statement(f"for {index} in {rng}:\n    {fn.name.value}({index})\n")
@@ -403,8 +320,10 @@ def _pl_loop_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock,
 
 def fresh_index(ctx: ModuleContext, fn: cst.FunctionDef, scope) -> str:
     local = {n.value for n in walk(scope) if isinstance(n, cst.Name) and not _within(ctx, n, fn)}
-    name, k = "i", 1
-    while name in local:
-        name = f"i_{k}"
-        k += 1
-    return name
+    return fresh_namer(local)("i")
+
+
+RECIPE = Recipe(
+    NAME, frozenset({"PF101", "PF102"}), planner, command="StaticUnroll", target=TARGET,
+    description="Unroll short fori_loop / pl.loop loops with Python-int bounds (GPU interpret mode; R5).",
+)

@@ -39,9 +39,9 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 
 from pallas_fix.core import names as N
-from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Recipe, use_key
-from pallas_fix.core.model import FixSafety, IndexUse, Origin
-from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.core.plans import Outcome, Recipe, Refuse
+from pallas_fix.rewrite.edits import NodeReplacer
 
 from pallas_fix.rewrite import common as C
 
@@ -61,19 +61,11 @@ _RANGES = {
 _WIDE = ("int32", "int64")
 
 
-class _Refuse(Exception):
-    pass
-
-
-class _Plan:
+class _Plan(C.StartEdits):
     """Edits that remove the traced constants from one start expression."""
 
     def __init__(self, analysis, use: IndexUse) -> None:
-        self.analysis = analysis
-        self.ctx = analysis.ctx
-        self.use = use
-        self.edits: dict[cst.CSTNode, object] = {}
-        self.changes: list[str] = []
+        super().__init__(analysis, use)
         self.ctors: list[tuple[cst.Call, str]] = []  # every constructor removed, with its dtype
         self.followed: dict[int, bool] = {}  # assignments already walked -> Python value after
         root = use.kernel_site.kernel if use.kernel_site and use.kernel_site.kernel else use.function
@@ -94,7 +86,7 @@ class _Plan:
             if not self.strip(inner, env):
                 return False  # the hint still matters for a traced start
             if not env.value(inner).dynamic and not C.provably_int(env, inner, self.sizes):
-                raise _Refuse(f"`{ctx.code(expr)}` wraps `{ctx.code(inner)}`, which pallas-fix cannot show is an int")
+                raise Refuse(f"`{ctx.code(expr)}` wraps `{ctx.code(inner)}`, which pallas-fix cannot show is an int")
             self._unwrap(expr, f"`{ctx.code(expr)}` → `{ctx.code(inner)}`")
             return True
         if isinstance(expr, cst.Name):
@@ -103,7 +95,7 @@ class _Plan:
             return self._int32_index(expr, env)
         if isinstance(expr, cst.BinaryOperation):
             if not isinstance(expr.operator, C.INT_OPS):
-                raise _Refuse(f"`{ctx.code(expr)}` is not integer arithmetic")
+                raise Refuse(f"`{ctx.code(expr)}` is not integer arithmetic")
             left = self.strip(expr.left, env)
             right = self.strip(expr.right, env)
             return left and right
@@ -115,30 +107,30 @@ class _Plan:
         if C.scalar_int_traced(env, expr):
             return False
         val = env.value(expr)
-        raise _Refuse(f"`{self.ctx.code(expr)}` is traced ({val.words}); pallas-fix only removes jnp constructors around Python ints")
+        raise Refuse(f"`{self.ctx.code(expr)}` is traced ({val.words}); pallas-fix only removes jnp constructors around Python ints")
 
     def _constructor(self, call: cst.Call, env) -> bool:
         ctx = self.ctx
         positional = [a for a in call.args if a.keyword is None and not a.star]
         keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
         if len(positional) != 1 or any(a.star for a in call.args):
-            raise _Refuse(f"`{ctx.code(call)}` does not wrap a single value")
+            raise Refuse(f"`{ctx.code(call)}` does not wrap a single value")
         dtype = (ctx.imports.qualify(call.func) or "").rsplit(".", 1)[-1]
         if ctx.imports.is_(call.func, N.ARRAY_CTORS):
             dtype = "int32"
             if set(keywords) - {"dtype"}:
-                raise _Refuse(f"`{ctx.code(call)}` passes options other than dtype")
+                raise Refuse(f"`{ctx.code(call)}` passes options other than dtype")
             if "dtype" in keywords:
                 if not ctx.imports.is_(keywords["dtype"], N.INT_DTYPES):
-                    raise _Refuse(f"`{ctx.code(call)}` has a dtype pallas-fix cannot read as an integer type")
+                    raise Refuse(f"`{ctx.code(call)}` has a dtype pallas-fix cannot read as an integer type")
                 dtype = (ctx.imports.qualify(keywords["dtype"]) or "").rsplit(".", 1)[-1]
         elif keywords:
-            raise _Refuse(f"`{ctx.code(call)}` passes keyword arguments")
+            raise Refuse(f"`{ctx.code(call)}` passes keyword arguments")
         inner = positional[0].value
         if env.value(inner).dynamic:
             return self._int32_index(call, env)  # a cast of a traced value is no constant
         if not C.provably_int(env, inner, self.sizes):
-            raise _Refuse(
+            raise Refuse(
                 f"`{ctx.code(call)}` converts `{ctx.code(inner)}`, which pallas-fix cannot show is a Python int"
                 " (a float would be truncated by the constructor)"
             )
@@ -157,17 +149,13 @@ class _Plan:
 
     def _name(self, name: cst.Name, env) -> bool:
         ctx = self.ctx
-        assignment, stmt, why = C.single_binding(ctx, name)
-        if stmt is None:
-            if assignment is not None and isinstance(assignment.node, cst.Param):
-                why = f"`{name.value}` is a parameter: the traced constant comes from a caller, which pallas-fix does not rewrite"
-            raise _Refuse(why)
+        stmt = self.binding(name, "the traced constant")
         target = stmt.targets[0].target
         def_env = C.env_at(self.analysis, stmt, env)
         if id(stmt) in self.followed:
             return self.followed[id(stmt)]
         if any(isinstance(n, cst.Name) and n.value == name.value for n in walk(stmt.value)):
-            raise _Refuse(f"`{name.value}` is defined in terms of itself")
+            raise Refuse(f"`{name.value}` is defined in terms of itself")
         other_use = C.flows_only_into_starts(ctx, target, self._operand_ok)
         if other_use is None:
             self.followed[id(stmt)] = static = self.strip(stmt.value, def_env)
@@ -189,10 +177,10 @@ class _Plan:
         value = stmt.value
         for leaf in _leaf_names(value):
             if def_env.value(leaf).dynamic or not C.same_binding(ctx, leaf.value, name, leaf):
-                raise _Refuse(f"{other_use}, and `{ctx.code(value)}` cannot be written into the start instead")
+                raise Refuse(f"{other_use}, and `{ctx.code(value)}` cannot be written into the start instead")
         sub = _Plan(self.analysis, self.use)
         if not sub.strip(value, def_env) or not sub.edits:
-            raise _Refuse(f"{other_use}, and `{ctx.code(value)}` is not a Python value without its constructors")
+            raise Refuse(f"{other_use}, and `{ctx.code(value)}` is not a Python value without its constructors")
         new_value = value.visit(NodeReplacer(sub.edits))
         parent = ctx.parent(name)
         self.ctors.extend(sub.ctors)
@@ -209,21 +197,21 @@ class _Plan:
             lo = max(_RANGES[d][0] for d in narrow)
             hi = min(_RANGES[d][1] for d in narrow)
             if total is None:
-                raise _Refuse(
+                raise Refuse(
                     f"`jnp.{narrow[0]}` arithmetic wraps around and pallas-fix cannot compute this start to show it stays in range"
                 )
             bad = [v for v in values if not lo <= v <= hi]
             if bad:
-                raise _Refuse(f"`jnp.{narrow[0]}` arithmetic wraps around: an intermediate value {bad[0]} is out of its range [{lo}, {hi}], so a Python int gives another start")
+                raise Refuse(f"`jnp.{narrow[0]}` arithmetic wraps around: an intermediate value {bad[0]} is out of its range [{lo}, {hi}], so a Python int gives another start")
         if total is not None and total < 0 and all(not env.value(n).dynamic for n in _leaf_names(start)):
-            raise _Refuse(
+            raise Refuse(
                 f"the start is {total}: traced, a negative start wraps around; as a Python int Pallas rejects it"
             )
         if total is not None:
             lo, hi = _RANGES["int32"]
             bad = [v for v in values if not lo <= v <= hi]
             if bad:
-                raise _Refuse(f"the start arithmetic reaches {bad[0]}, outside int32: the traced form wraps, a Python int does not")
+                raise Refuse(f"the start arithmetic reaches {bad[0]}, outside int32: the traced form wraps, a Python int does not")
 
     def _eval(self, expr: cst.BaseExpression, env, values: list[int], depth: int) -> Optional[int]:
         if depth > 16:
@@ -304,39 +292,19 @@ def _leaf_names(expr: cst.BaseExpression) -> list[cst.Name]:
 
 
 def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
-    ctx = analysis.ctx
     start = use.start
     if use.kind != "ds" or start is None:
-        return Refusal(NAME, "only `pl.ds` starts are rewritten"), frozenset()
+        raise Refuse("only `pl.ds` starts are rewritten")
     env = C.env_at(analysis, start, use.env)
     plan = _Plan(analysis, use)
-    try:
-        plan.strip(start, env)
-        if not plan.edits:
-            raise _Refuse(f"pallas-fix found no jnp constructor or `pl.multiple_of` to remove in `{ctx.code(start)}`")
-        plan.check_ranges(start, env)
-    except _Refuse as exc:
-        return Refusal(NAME, str(exc)), frozenset()
-    edits = dict(plan.edits)
-
-    def rewrite(module: cst.Module) -> cst.Module:
-        new, _ = apply_edits(module, edits)  # type: ignore[arg-type]
-        return new
-
-    line = C.line(ctx, use.subscript)
-    description = f"{CODE} line {line}: Python ints in the start of `{use.ref_name}`: " + "; ".join(plan.changes)
-    fix = FixPlan(NAME, FixSafety.SAFE, [use], description, rewrite, site=use.kernel_site)
-    return fix, frozenset(id(n) for n in edits)
-
-
-def planner(analysis) -> dict[tuple[int, int], Outcome]:
-    return C.plan_each_use(analysis, CODE, plan_use)
+    plan.strip(start, env)
+    if not plan.edits:
+        raise Refuse(f"pallas-fix found no jnp constructor or `pl.multiple_of` to remove in `{analysis.ctx.code(start)}`")
+    plan.check_ranges(start, env)
+    return plan.plan(NAME, CODE, f"Python ints in the start of `{use.ref_name}`")
 
 
 RECIPE = Recipe(
-    NAME,
-    frozenset({CODE}),
-    planner,
-    command="TracedConstantToInt",
+    NAME, frozenset({CODE}), C.start_planner(NAME, CODE, plan_use), command="TracedConstantToInt",
     description="Write traced constants in slice starts as Python ints (R4, PF104).",
 )

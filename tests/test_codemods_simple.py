@@ -25,7 +25,7 @@ from kernel_loading import abstract_args, load_module
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.core.model import FixSafety
-from pallas_fix.core.examples import collect_examples
+from pallas_fix.verify.example_sources import collect_examples
 
 FIX = Path(__file__).parent / "fixtures" / "codemods"
 CODEMODS = {

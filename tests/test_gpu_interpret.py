@@ -318,7 +318,7 @@ def test_libcst_runner(codemod, name, tmp_path):
 
 def test_run_modes_reads_example_directives():
     """The runner's tiny directive parser agrees with pallas-fix's on every fixture it runs."""
-    from pallas_fix.core.examples import collect_examples
+    from pallas_fix.verify.example_sources import collect_examples
 
     directive = re.compile(r"#\s*pallas-fix:\s*example\s+(\w+)\(")
     for path in FIX.glob("*.py"):

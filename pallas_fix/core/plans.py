@@ -66,3 +66,10 @@ class Recipe:
 
     def __call__(self, analysis) -> Outcomes:
         return self.plan(analysis)
+
+
+class Refuse(Exception):
+    """Raised by a codemod when a precondition fails; the message is the refusal's reason.
+
+    Planners raise it from any depth of their checks and turn it into a `Refusal` at the top
+    (`pallas_fix.rewrite.common.attempt`), so no check has to thread a result back up."""

@@ -1,4 +1,5 @@
-"""Small helpers the expression-level codemods share: which uses a planner owns, where a name is
+"""Small helpers the codemods share: turning a failed precondition into a refusal and anchoring
+outcomes on uses; for the expression-level codemods, which uses a planner owns, where a name is
 bound and read, whether a value only ever feeds slice starts, and how to splice an expression
 back into the tree with the parentheses it needs.
 """
@@ -6,15 +7,17 @@ back into the tree with the parentheses it needs.
 from __future__ import annotations
 
 import weakref
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import libcst as cst
 from libcst.metadata import Assignment, ClassScope, GlobalScope, MetadataWrapper, Scope, ScopeProvider
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.core.model import IndexUse, Origin
-from pallas_fix.core.plans import FixPlan, use_key
+from pallas_fix.core.model import FixSafety, IndexUse, Origin
+from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
+from pallas_fix.rewrite.callsite import CallSiteError
+from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rules.registry import classify
 from pallas_fix.analysis.windows import window_of
 
@@ -35,6 +38,35 @@ INT_OPS = (
 _ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
 
 
+def attempt(codemod: str, plan: Callable[..., Optional[Outcome]], *args) -> Optional[Outcome]:
+    """`plan(*args)`, or the refusal it raised: a failed precondition (`Refuse`) or a call site
+    pallas-fix cannot read (`CallSiteError`)."""
+    try:
+        return plan(*args)
+    except (Refuse, CallSiteError) as exc:
+        return Refusal(codemod, str(exc))
+
+
+def per_use(groups: Iterable[tuple[object, list[IndexUse]]], plan: Callable[[object, list[IndexUse]], Outcome]) -> dict:
+    """One outcome per group of uses (`plan(key, uses)`), anchored on every use of the group:
+    the same object, so the engine applies it once."""
+    out: dict = {}
+    for key, uses in groups:
+        outcome = plan(key, uses)
+        for use in uses:
+            out[use_key(use)] = outcome
+    return out
+
+
+def check_single_call(analysis, site) -> None:
+    """The kernel is defined in this module and only this pallas_call runs it: a rewrite that
+    changes both the kernel and the call would break any other call."""
+    if site is None or site.kernel is None:
+        raise Refuse("the kernel is not defined in this module")
+    if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
+        raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+
+
 def reported_uses(analysis, code: str) -> list[IndexUse]:
     """The dynamic indices the rules file under `code`: a planner rewrites only what is reported."""
     out = []
@@ -45,8 +77,14 @@ def reported_uses(analysis, code: str) -> list[IndexUse]:
     return out
 
 
-def plan_each_use(analysis, code: str, plan_use) -> dict:
-    """Outcomes for every index reported under `code`, one `plan_use(analysis, use)` each.
+def start_planner(codemod: str, code: str, plan_use) -> Callable[..., dict]:
+    """A planner for the indices reported under `code` (see `plan_each_use`)."""
+    return lambda analysis: plan_each_use(analysis, codemod, code, plan_use)
+
+
+def plan_each_use(analysis, codemod: str, code: str, plan_use) -> dict:
+    """Outcomes for every index reported under `code`, one `plan_use(analysis, use)` each (a
+    `Refuse` it raises becomes the use's refusal).
 
     `plan_use` returns (outcome, key): plans with the same key are the same edits (one load
     rewrite feeds several starts, one constant several accesses), so they become one plan that
@@ -56,7 +94,10 @@ def plan_each_use(analysis, code: str, plan_use) -> dict:
         return out
     shared: dict = {}
     for use in reported_uses(analysis, code):
-        outcome, key = plan_use(analysis, use)
+        try:
+            outcome, key = plan_use(analysis, use)
+        except Refuse as exc:
+            outcome, key = Refusal(codemod, str(exc)), frozenset()
         if isinstance(outcome, FixPlan) and key in shared:
             shared[key].uses.append(use)
             outcome = shared[key]
@@ -64,6 +105,41 @@ def plan_each_use(analysis, code: str, plan_use) -> dict:
             shared[key] = outcome
         out[use_key(use)] = outcome
     return out
+
+
+class StartEdits:
+    """The edits that fix one slice start, and what they change in words (for the plan's
+    description); the expression-level codemods' walkers fill them in."""
+
+    def __init__(self, analysis, use: IndexUse) -> None:
+        self.analysis = analysis
+        self.ctx: ModuleContext = analysis.ctx
+        self.use = use
+        self.edits: dict[cst.CSTNode, object] = {}
+        self.changes: list[str] = []
+
+    def plan(self, codemod: str, code: str, what: str) -> tuple[FixPlan, frozenset[int]]:
+        """A safe plan applying the edits, keyed by the nodes it edits, described as
+        "`code` line N: `what`: the changes"."""
+        edits = dict(self.edits)
+
+        def rewrite(module: cst.Module) -> cst.Module:
+            new, _ = apply_edits(module, edits)  # type: ignore[arg-type]
+            return new
+
+        description = f"{code} line {line(self.ctx, self.use.subscript)}: {what}: " + "; ".join(self.changes)
+        fix = FixPlan(codemod, FixSafety.SAFE, [self.use], description, rewrite, site=self.use.kernel_site)
+        return fix, frozenset(id(n) for n in edits)
+
+    def binding(self, name: cst.Name, what: str) -> cst.Assign:
+        """The one `name = value` a read of `name` sees; refused otherwise (a parameter: `what`
+        comes from a caller)."""
+        assignment, stmt, why = single_binding(self.ctx, name)
+        if stmt is None:
+            if assignment is not None and isinstance(assignment.node, cst.Param):
+                why = f"`{name.value}` is a parameter: {what} comes from a caller, which pallas-fix does not rewrite"
+            raise Refuse(why)
+        return stmt
 
 
 def line(ctx: ModuleContext, node: cst.CSTNode) -> int:
@@ -291,58 +367,3 @@ def fit_into(parent: Optional[cst.CSTNode], expr: cst.BaseExpression) -> cst.Bas
     if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute, cst.Subscript, cst.Call, cst.Await)):
         return parenthesized(expr)
     return expr
-
-
-def module_alias(ctx: ModuleContext, module: str) -> Optional[str]:
-    """A name bound to `module` by a module-level import (what every function of the file sees)."""
-    for stmt in _top_level(ctx.module.body):
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if N.dotted(alias.name) == module and alias.asname is not None:
-                            return alias.asname.name.value  # type: ignore[union-attr]
-                        if N.dotted(alias.name) == module and "." not in module:
-                            return module
-                elif isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-                    base = N.dotted(small.module)
-                    if isinstance(small.names, cst.ImportStar):
-                        continue
-                    for alias in small.names:
-                        if f"{base}.{N.dotted(alias.name)}" == module:
-                            return alias.asname.name.value if alias.asname is not None else N.dotted(alias.name)  # type: ignore[union-attr]
-    return None
-
-
-def _top_level(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
-    """Module statements, including those under a module-level `if` / `try` (guarded imports)."""
-    for stmt in body:
-        yield stmt
-        if isinstance(stmt, (cst.If, cst.Try)):
-            blocks = [stmt.body]
-            if isinstance(stmt, cst.Try):
-                blocks += [h.body for h in stmt.handlers]
-            orelse = stmt.orelse
-            if isinstance(orelse, cst.If):
-                yield from _top_level([orelse])
-            elif orelse is not None:
-                blocks.append(orelse.body)
-            for block in blocks:
-                if isinstance(block, cst.IndentedBlock):
-                    yield from _top_level(block.body)
-
-
-def name_is_free(ctx: ModuleContext, name: str) -> bool:
-    """No node of the module spells `name`: a new import of it shadows nothing."""
-    return not any(isinstance(n, cst.Name) and n.value == name for n in walk(ctx.module))
-
-
-def target_names(target: cst.CSTNode) -> set[str]:
-    """Names a target binds: `a`, `a, (b, *c)`; not `x_ref[...]` or `obj.attr`."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(target_names(e.value) for e in target.elements)) if target.elements else set()
-    if isinstance(target, cst.StarredElement):
-        return target_names(target.value)
-    return set()

@@ -1,0 +1,125 @@
+"""Preconditions on a loop's shape before its body can run once per grid step: how the loop
+statement uses its result, where the body is defined, which kernel-local helpers only it calls,
+and that the body neither returns early nor (for R1) reads its carry."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import LoopInfo
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.scopes import walk_pruned, walk_scope
+from pallas_fix.rewrite.statements import body_statements
+
+
+def check_loop_statement(kernel: cst.FunctionDef, loop: LoopInfo, stmts: list, *, reduction: bool) -> Optional[cst.FunctionDef]:
+    """Refuse a fori_loop whose result is used in a way the rewrite cannot keep (R1: any use;
+    R2: anything but plain names) or whose body def is shared or defined late. Returns the
+    body's def when it is a statement of its own."""
+    if loop.kind != "fori_loop":
+        return None
+    statement, body = loop.statement, loop.body
+    if reduction:
+        if not _is_result_statement(statement, loop.call):
+            raise Refuse("the loop's result is used inside a larger expression; assign it to names first")
+    elif not _is_bare_loop_statement(statement, loop.call):
+        raise Refuse("the loop's result is used; only a loop run for its effects can become a grid axis")
+    if not isinstance(body, cst.FunctionDef):
+        return None
+    if body not in stmts:
+        raise Refuse("the loop body is not defined directly in the kernel")
+    if stmts.index(body) > stmts.index(statement):
+        raise Refuse("the loop body is defined after the loop")
+    refs = [n for n in walk(kernel) if isinstance(n, cst.Name) and n.value == body.name.value and n is not body.name]
+    if len(refs) != 1:
+        raise Refuse(f"the loop body `{body.name.value}` is used elsewhere in the kernel")
+    return body
+
+
+def _loop_call_target(stmt: cst.BaseStatement, call: cst.Call) -> tuple[bool, Optional[cst.BaseExpression]]:
+    """(True, None) for `call` alone on its line, (True, target) for `target = call`, else (False, None)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False, None
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr):
+        return small.value is call, None
+    if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+        return True, small.targets[0].target
+    return False, None
+
+
+def _is_result_statement(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """`fori_loop(...)`, `acc = fori_loop(...)` or `m, l = fori_loop(...)`."""
+    ok, t = _loop_call_target(stmt, call)
+    if t is None or isinstance(t, cst.Name):
+        return ok
+    return isinstance(t, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in t.elements)
+
+
+def _is_bare_loop_statement(stmt: cst.BaseStatement, call: cst.Call) -> bool:
+    """`fori_loop(...)` or `_ = fori_loop(...)`: run for its effects only."""
+    ok, t = _loop_call_target(stmt, call)
+    return ok and (t is None or (isinstance(t, cst.Name) and t.value == "_"))
+
+
+def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body) -> list[cst.CSTNode]:
+    """Kernel-local defs called from the loop body and from nowhere else."""
+    local = {s.name.value: s for s in body_statements(kernel) if isinstance(s, cst.FunctionDef) and s is not body}
+    found: list[cst.CSTNode] = []
+    frontier = [body]
+    while frontier:
+        fn = frontier.pop()
+        for node in walk(fn):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in local:
+                helper = local[node.func.value]
+                if helper not in found:
+                    found.append(helper)
+                    frontier.append(helper)
+    for helper in found:
+        for node in walk(kernel):
+            if isinstance(node, cst.Name) and node.value == helper.name.value and node is not helper.name:
+                if not any(a is body or a in found for a in ctx.ancestors(node)):
+                    raise Refuse(f"helper `{helper.name.value}` is also used outside the loop")
+    return found
+
+
+def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bool = False) -> None:
+    """No early return from the body; for R1 (`carry_used_ok` False) no read of the carry."""
+    if isinstance(body, cst.FunctionDef):
+        stmts = body_statements(body)
+        for n, stmt in enumerate(stmts):
+            if isinstance(stmt, cst.FunctionDef):
+                continue  # a nested def's returns are its own
+            for node in walk_scope(stmt, classes=True):
+                last = n == len(stmts) - 1 and node is stmt.body[-1] if isinstance(stmt, cst.SimpleStatementLine) else False
+                if isinstance(node, cst.Return) and not (last and (carry_used_ok or _returns_carry(node, carry))):
+                    raise Refuse("the loop body returns early")
+    if carry is None or carry_used_ok:
+        return
+    rebinds = lambda fn: any(p.name.value == carry for p in fn.params.params)  # noqa: E731
+    for node in walk_pruned(body.body, lambda n: isinstance(n, (cst.FunctionDef, cst.Lambda)) and rebinds(n)):
+        if isinstance(node, cst.Name) and node.value == carry:
+            parent = ctx.parent(node)
+            if isinstance(parent, cst.Return) and _enclosing_def(ctx, node) is body:
+                continue
+            if isinstance(body, cst.Lambda) and node is body.body:
+                continue
+            if isinstance(parent, cst.Param):
+                continue
+            raise Refuse(f"the loop body uses its carry `{carry}`")
+
+
+def _enclosing_def(ctx: ModuleContext, node: cst.CSTNode):
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return anc
+    return None
+
+
+def _returns_carry(ret: cst.Return, carry: Optional[str]) -> bool:
+    if ret.value is None:
+        return True
+    return isinstance(ret.value, cst.Name) and ret.value.value in ("None", carry)

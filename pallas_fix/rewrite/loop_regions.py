@@ -1,0 +1,235 @@
+"""The region of a kernel a loop-lifting codemod rewrites: the loop's statement, its body and
+helpers, what runs before and after it, and the edits that inline its body in place of the loop.
+
+Shared by R1 (independent loops) and R2 (reductions); the preconditions on the loop's shape live
+in `loop_checks`, the statements around it in `before_loop`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo, Origin
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.before_loop import bound_only_statements, check_before_loop
+from pallas_fix.rewrite.callsite import CallSite, pallas_alias
+from pallas_fix.rewrite.common import attempt, per_use
+from pallas_fix.rewrite.edits import Edit, remove_statement
+from pallas_fix.rewrite.kernel_edits import dead_assignments
+from pallas_fix.rewrite.loop_checks import check_body, check_loop_statement, loop_helpers
+from pallas_fix.rewrite.statements import body_statements, siblings_of
+from pallas_fix.rewrite.syntax import code, paren_text
+from pallas_fix.rewrite.translate import Translator, simplify
+
+
+def grid_translator(ctx: ModuleContext, site: KernelSite, cs: CallSite) -> Translator:
+    return Translator(ctx, site, cs.kernel_shape_dim, cs.kernel_rank)
+
+
+def uses_by_loop(analysis, *, carries: Optional[bool] = None) -> list[tuple[LoopInfo, list[IndexUse]]]:
+    """The dynamic indices driven by each loop index, for loops that do (or do not) carry;
+    `carries=None`: every loop."""
+    groups: dict[int, tuple[LoopInfo, list[IndexUse]]] = {}
+    for use in analysis.uses:
+        loop = use.provenance.loop
+        if use.provenance.origin is not Origin.LOOP or loop is None:
+            continue
+        if carries is not None and loop.carries is not carries:
+            continue
+        groups.setdefault(id(loop.call), (loop, []))[1].append(use)
+    return list(groups.values())
+
+
+def loop_planner(codemod: str, plan: Callable, *, carries: Optional[bool] = None) -> Callable[..., dict]:
+    """A planner asking `plan(analysis, loop, uses)` once per loop (see `uses_by_loop`), its
+    outcome (or refusal) anchored on every index the loop drives."""
+
+    def planner(analysis) -> dict:
+        groups = uses_by_loop(analysis, carries=carries)
+        return per_use(groups, lambda loop, uses: attempt(codemod, plan, analysis, loop, uses))
+
+    return planner
+
+
+def _is_trivial(stmt: cst.CSTNode) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(
+            isinstance(s, cst.Pass) or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString)))
+            for s in stmt.body
+        )
+    return False
+
+
+@dataclass
+class LoopRegion:
+    analysis: object
+    site: KernelSite
+    loop: LoopInfo
+    statement: cst.BaseStatement  # the kernel-level statement that runs the loop
+    body: cst.FunctionDef | cst.Lambda
+    body_def_stmt: Optional[cst.FunctionDef]  # the def of the body when separate from `statement`
+    functions: list[cst.CSTNode] = field(default_factory=list)  # body + helpers it calls
+    before: list[cst.BaseStatement] = field(default_factory=list)
+    after: list[cst.BaseStatement] = field(default_factory=list)
+    carry_name: Optional[str] = None
+    bound_stmts: list = field(default_factory=list)  # statements that only feed the loop bounds
+
+    @property
+    def ctx(self) -> ModuleContext:
+        return self.analysis.ctx  # type: ignore[attr-defined]
+
+    @property
+    def env(self):
+        return self.analysis.detection.envs.get(self.site.kernel)  # type: ignore[attr-defined]
+
+    # -- trip count --------------------------------------------------------------------------------
+    def trip_count(self, translate: Translator) -> Optional[cst.BaseExpression]:
+        env = self.env
+        lower = translate(self.loop.lower, env)
+        upper = translate(self.loop.upper, env)
+        if lower is None or upper is None:
+            return None
+        low0 = env.static_int(self.loop.lower) == 0
+        text = code(upper) if low0 else f"{paren_text(code(upper))} - {paren_text(code(lower))}"
+        if self.loop.step is not None and env.static_int(self.loop.step) != 1:
+            step = translate(self.loop.step, env)
+            if step is None:
+                return None
+            pl = pallas_alias(self.ctx)
+            text = f"{pl}.cdiv({text}, {code(step)})"
+        return simplify(cst.parse_expression(text))
+
+    # -- inlining ----------------------------------------------------------------------------------
+    def index_value_text(self, program_id: str) -> str:
+        env = self.env
+        text = program_id
+        if self.loop.step is not None and env.static_int(self.loop.step) != 1:
+            text = f"{paren_text(code(self.loop.step))} * {text}"
+        if env.static_int(self.loop.lower) != 0:
+            text = f"{paren_text(code(self.loop.lower))} + {text}"
+        return text
+
+    def body_statements(self, updated_body: cst.CSTNode) -> list[cst.BaseStatement]:
+        """The body's statements as they will stand in the kernel (trailing return dropped)."""
+        if isinstance(updated_body, cst.Lambda):
+            if isinstance(updated_body.body, cst.Name) and updated_body.body.value == self.carry_name:
+                return []
+            return [cst.SimpleStatementLine([cst.Expr(updated_body.body)])]
+        assert isinstance(updated_body, cst.FunctionDef)
+        stmts = body_statements(updated_body)
+        if stmts and isinstance(stmts[-1], cst.SimpleStatementLine) and isinstance(stmts[-1].body[-1], cst.Return):
+            last = stmts[-1]
+            if len(last.body) == 1:
+                stmts = stmts[:-1]
+            else:
+                stmts[-1] = last.with_changes(body=last.body[:-1])
+        return stmts
+
+    def dead_slice_statements(self, lifted_elements: set[int]) -> list[cst.BaseStatement]:
+        """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window: it goes too."""
+        return dead_assignments(self.ctx, list(self.functions), lifted_elements)
+
+    def index_needed(self, lifted_elements: set[int]) -> bool:
+        """Does the index name survive once the lifted windows (and dead named slices) are gone?"""
+        name = self.loop.index_name
+        body = self.body
+        dead = {id(s) for s in self.dead_slice_statements(lifted_elements)}
+        for node in walk(body.body if isinstance(body, cst.FunctionDef) else body.body):
+            if isinstance(node, cst.Name) and node.value == name and not self._inside(node, lifted_elements):
+                if any(id(a) in dead for a in self.ctx.ancestors(node)):
+                    continue
+                return True
+        return False
+
+    def _inside(self, node: cst.CSTNode, elements: set[int]) -> bool:
+        return any(id(a) in elements for a in self.ctx.ancestors(node))
+
+    def take_body_def(self, edits: dict[cst.CSTNode, Edit]) -> dict:
+        """Remove `def body` when it stands apart from the loop; the returned holder receives its
+        updated form and the comments above it, which move to where the loop was."""
+        holder: dict = {}
+        if self.body_def_stmt is not None:
+
+            def remove_def(updated: cst.CSTNode) -> cst.RemovalSentinel:
+                holder["body"] = updated
+                holder["comments"] = [l for l in updated.leading_lines if l.comment is not None]  # type: ignore[attr-defined]
+                return cst.RemovalSentinel.REMOVE
+
+            edits[self.body_def_stmt] = remove_def
+        return holder
+
+    def updated_body(self, holder: dict, updated_statement: cst.CSTNode) -> cst.CSTNode:
+        """The body as edited: the def `take_body_def` kept, the lambda in the loop call, or (for
+        `@pl.loop`) the loop statement itself."""
+        if self.body_def_stmt is not None:
+            if "body" not in holder:
+                raise Refuse("the loop body is defined after the loop")
+            return holder["body"]
+        if isinstance(self.body, cst.Lambda):
+            for n in walk(updated_statement):
+                if isinstance(n, cst.Lambda):
+                    return n
+            raise Refuse("cannot find the loop's lambda body")
+        return updated_statement
+
+    def inline_edits(
+        self,
+        program_id: str,
+        lifted_elements: Optional[set[int]] = None,
+    ) -> dict[cst.CSTNode, Edit]:
+        edits: dict[cst.CSTNode, Edit] = {}
+        lifted_elements = lifted_elements or set()
+        need_index = self.index_needed(lifted_elements)
+        index_stmt = (
+            [cst.parse_statement(f"{self.loop.index_name} = {self.index_value_text(program_id)}\n")] if need_index else []
+        )
+        holder = self.take_body_def(edits)
+
+        def replace_loop(updated: cst.CSTNode):
+            stmts = index_stmt + self.body_statements(self.updated_body(holder, updated))
+            if not stmts:
+                stmts = [cst.SimpleStatementLine([cst.Pass()])]
+            first = stmts[0]
+            leading = (
+                list(getattr(updated, "leading_lines", ()))
+                + list(holder.get("comments", []))
+                + list(getattr(first, "leading_lines", ()))
+            )
+            if hasattr(first, "leading_lines"):
+                stmts[0] = first.with_changes(leading_lines=leading)
+            return cst.FlattenSentinel(stmts)
+
+        edits[self.statement] = replace_loop
+        for stmt in self.dead_slice_statements(lifted_elements) + list(self.bound_stmts):
+            remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
+        return edits
+
+
+def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool = False) -> LoopRegion:
+    """The loop's statement, body and helpers. `reduction` admits a used result, code after the
+    loop and a used carry (R2 handles those); R1 refuses them."""
+    ctx: ModuleContext = analysis.ctx
+    kernel = site.kernel
+    assert kernel is not None
+    stmts = body_statements(kernel)
+    statement = loop.statement
+    if statement not in stmts:
+        raise Refuse("the loop is not a top-level statement of the kernel (it sits inside another block)")
+    body = loop.body
+    body_def_stmt = check_loop_statement(kernel, loop, stmts, reduction=reduction)
+    params = [p.name.value for p in body.params.params]
+    carry = params[1] if len(params) > 1 else None
+    region = LoopRegion(analysis, site, loop, statement, body, body_def_stmt, carry_name=carry)
+    index = stmts.index(statement)
+    region.before = [s for s in stmts[:index] if s is not body_def_stmt]
+    region.after = [s for s in stmts[index + 1 :] if not _is_trivial(s)]
+    region.functions = [body] + loop_helpers(ctx, kernel, body)
+    region.bound_stmts = bound_only_statements(ctx, kernel, loop, region.before)
+    check_body(ctx, body, carry, carry_used_ok=reduction)
+    if not reduction:
+        check_before_loop(ctx, region.before, region.bound_stmts, region.after)
+    return region
