@@ -26,7 +26,7 @@ from pallas_fix.engine import SourceError, analyze_source, fix_source
 from pallas_fix import codemods
 from pallas_fix.core.plans import FixPlan
 from pallas_fix.core.model import FixSafety, Origin
-from pallas_fix.output.formats import DOCS_URL
+from pallas_fix.output.common import DOCS_URL
 from pallas_fix.rules.registry import classify, describe
 from pallas_fix.analysis.windows import window_of
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
-from pallas_fix.frontends.lsp.server import Settings
+from pallas_fix.frontends.lsp.settings import Settings
 from pallas_fix.frontends.lsp.text import (
     Edit,
     apply_edits,

@@ -1,4 +1,8 @@
-"""`[tool.pallas-fix]` settings from the nearest pyproject.toml, merged with command-line options."""
+"""`[tool.pallas-fix]` settings from the nearest pyproject.toml, merged with command-line options.
+
+This is the one place that knows each setting's valid values: the pyproject loader, the CLI's
+options and the language server's settings all validate through the `parse_*` functions here.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,24 @@ from pallas_fix.core.model import Backend
 
 
 class ConfigError(ValueError):
-    pass
+    @property
+    def reason(self) -> str:
+        """The problem in words that stand without the offending value (the editor's warning)."""
+        return str(self)
+
+
+class SettingError(ConfigError):
+    """One setting given a value it cannot take: `KEY must be EXPECTED, not VALUE` (without the
+    `not` part when no value is passed). Each front end puts it in its own words: the pyproject
+    loader prefixes `[tool.pallas-fix]`, the language server shows `reason` and "; ignored"."""
+
+    def __init__(self, key: str, expected: str, *value) -> None:
+        self.key, self.expected = key, expected
+        super().__init__(self.reason + (f", not {value[0]!r}" if value else ""))
+
+    @property
+    def reason(self) -> str:
+        return f"{self.key} must be {self.expected}"
 
 
 @dataclass(frozen=True)
@@ -50,24 +71,59 @@ def find_pyproject(start: Path) -> Optional[Path]:
     return None
 
 
-def _codes(value, key: str) -> tuple[str, ...]:
+# -- the valid values of each setting: every front end validates through these ------------------
+TARGETS = ("default", "gpu-interpret")
+_BACKENDS = {"tpu": "tpu", "mosaic_gpu": "mosaic_gpu", "mosaic-gpu": "mosaic_gpu", "gpu": "mosaic_gpu", "triton": "triton"}
+
+
+def parse_codes(value, key: str) -> tuple[str, ...]:
+    """A rule code or a list of them (prefixes allowed), upper-cased."""
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"[tool.pallas-fix] {key} must be a list of rule codes")
+        raise SettingError(key, "a list of rule codes")
     return tuple(v.upper() for v in value)
 
 
-def parse_backend(value: Optional[str]) -> Optional[Backend]:
+def parse_backend(value) -> Optional[Backend]:
     if value is None:
         return None
-    aliases = {"tpu": "tpu", "mosaic_gpu": "mosaic_gpu", "mosaic-gpu": "mosaic_gpu", "gpu": "mosaic_gpu", "triton": "triton"}
-    key = aliases.get(value.lower())
+    if not isinstance(value, str):
+        raise SettingError("backend", "a string", value)
+    key = _BACKENDS.get(value.lower())
     if key is None:
         raise ConfigError(f"unknown backend {value!r}: use tpu, mosaic-gpu or triton")
     return Backend(key)
 
 
+def parse_target(value) -> str:
+    if value not in TARGETS:
+        raise SettingError("target", "one of " + ", ".join(TARGETS), value)
+    return value
+
+
+def parse_unroll_limit(value) -> int:
+    # bool is an int subclass; `unroll-limit = true` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingError("unroll-limit", "a non-negative integer", value)
+    return value
+
+
+def parse_flag(value, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise SettingError(key, "true or false", value)
+    return value
+
+
+def _parse_examples(value) -> dict[str, list[str]]:
+    if not isinstance(value, dict) or not all(
+        isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in value.values()
+    ):
+        raise ConfigError("[tool.pallas-fix.examples] must be a table of example strings (or lists of them)")
+    return {str(k): ([v] if isinstance(v, str) else list(v)) for k, v in value.items()}
+
+
+# -- pyproject.toml ----------------------------------------------------------------------------------
 def load_config(path: Path) -> Config:
     pyproject = find_pyproject(path)
     if pyproject is None:
@@ -98,35 +154,18 @@ def _load_pyproject(pyproject: Path, raw: bytes) -> Config:
         raise ConfigError(f"{pyproject}: {exc}") from None
 
 
-TARGETS = ("default", "gpu-interpret")
-
-
 def _from_table(table: dict, pyproject: Path) -> Config:
-    examples = table.get("examples", {})
-    if not isinstance(examples, dict) or not all(
-        isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in examples.values()
-    ):
-        raise ConfigError("[tool.pallas-fix.examples] must be a table of example strings (or lists of them)")
-    target = table.get("target", "default")
-    if target not in TARGETS:
-        raise ConfigError(f"[tool.pallas-fix] target must be one of {', '.join(TARGETS)}, not {target!r}")
-    unroll_limit = table.get("unroll-limit", 16)
-    # bool is an int subclass; `unroll-limit = true` is a mistake, not 1.
-    if isinstance(unroll_limit, bool) or not isinstance(unroll_limit, int) or unroll_limit < 0:
-        raise ConfigError(f"[tool.pallas-fix] unroll-limit must be a non-negative integer, not {unroll_limit!r}")
-    backend = table.get("backend")
-    if backend is not None and not isinstance(backend, str):
-        raise ConfigError(f"[tool.pallas-fix] backend must be a string, not {backend!r}")
-    unsafe_fixes = table.get("unsafe-fixes", False)
-    if not isinstance(unsafe_fixes, bool):
-        raise ConfigError(f"[tool.pallas-fix] unsafe-fixes must be true or false, not {unsafe_fixes!r}")
-    return Config(
-        select=_codes(table.get("select", []), "select"),
-        ignore=_codes(table.get("ignore", []), "ignore"),
-        backend=parse_backend(backend),
-        target=target,
-        unroll_limit=unroll_limit,
-        unsafe_fixes=unsafe_fixes,
-        examples={str(k): ([v] if isinstance(v, str) else list(v)) for k, v in examples.items()},
-        source=pyproject,
-    )
+    try:
+        examples = _parse_examples(table.get("examples", {}))
+        return Config(
+            target=parse_target(table.get("target", "default")),
+            unroll_limit=parse_unroll_limit(table.get("unroll-limit", 16)),
+            unsafe_fixes=parse_flag(table.get("unsafe-fixes", False), "unsafe-fixes"),
+            select=parse_codes(table.get("select", []), "select"),
+            ignore=parse_codes(table.get("ignore", []), "ignore"),
+            backend=parse_backend(table.get("backend")),
+            examples=examples,
+            source=pyproject,
+        )
+    except SettingError as exc:
+        raise ConfigError(f"[tool.pallas-fix] {exc}") from None

@@ -15,13 +15,24 @@ from typing import List, Optional
 
 import typer
 
-from pallas_fix.core.config import ConfigError, load_config, parse_backend
+from pallas_fix.core.config import ConfigError, parse_backend, parse_target, parse_unroll_limit
 from pallas_fix.core.model import Finding
-from pallas_fix.engine import SourceError, fix_source
+from pallas_fix.engine import SourceError
 from pallas_fix.frontends.files import FileError, iter_files, read_source
-from pallas_fix.frontends.notebook import notebook_diff
-from pallas_fix.frontends.service import FileReport, Options, analyse_file, verify_report, write_report
-from pallas_fix.output.formats import render_github, render_json, render_sarif, render_text, unified_diff
+from pallas_fix.frontends.notebook_service import notebook_diff
+from pallas_fix.frontends.report import FileReport
+from pallas_fix.frontends.service import (
+    Options,
+    analyse_file,
+    examples_for,
+    propose_fix,
+    verify_report,
+    verify_rewrite,
+    write_report,
+)
+from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
+from pallas_fix.rules.registry import RULES, describe
+from pallas_fix.verify.runner import format_verdict
 
 SUBCOMMANDS = ("explain", "verify", "lsp")
 
@@ -68,6 +79,25 @@ def _progress(message: str):
 
 
 def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ignore: bool, color: bool) -> int:
+    reports = _reports(paths, opts, workers, no_ignore)
+    err = _console(stderr=True)
+    exit_code = 0
+    all_findings: list[Finding] = []
+    verdict_json: list[dict] = []
+    for report in reports:
+        counted, code = _present(report, opts, fmt, color, err, verdict_json)
+        all_findings.extend(counted)
+        exit_code = max(exit_code, code)
+    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None)
+    if fmt is Format.text and not opts.diff_only:
+        err.print(_summary(reports, all_findings, opts))
+    if all_findings and exit_code == 0:
+        exit_code = 1
+    return exit_code
+
+
+def _reports(paths: list[str], opts: Options, workers: int, no_ignore: bool) -> list[FileReport]:
+    """One report per path: the paths that cannot be read first, then the analysed files in order."""
     targets: list[str] = []
     reports: list[FileReport] = []
     for path, err in iter_files(paths, no_ignore=no_ignore):
@@ -80,64 +110,51 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
             reports.extend(pool.map(analyse_file, targets, [opts] * len(targets), chunksize=8))
     else:
         reports.extend(analyse_file(p, opts) for p in targets)
+    return reports
 
-    exit_code = 0
-    all_findings: list[Finding] = []
-    verdict_json: list[dict] = []
-    err = _console(stderr=True)
-    machine = fmt is not Format.text
-    for report in reports:
-        if report.error:
-            err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(report.error)}", markup=True)
-            exit_code = 2
-            continue
-        if report.fix_error:
-            err.print(f"[yellow]warning[/]: {_e(report.path)}: {_e(report.fix_error)}", markup=True)
-        if not opts.apply:
-            all_findings.extend(report.findings)
-            if report.findings and fmt is Format.text and not opts.diff_only:
-                print(render_text(report.findings))
-            if report.proposed is not None and fmt is Format.text:
-                _print_diff(_diff(report), color)
-            continue
-        # --apply
-        if report.proposed is None:
-            all_findings.extend(report.remaining)
-            if report.remaining and fmt is Format.text:
-                print(render_text(report.remaining))
-            continue
-        status = _apply(report, opts, err, verdict_json, machine)
-        if status == "written":
-            all_findings.extend(report.remaining)
-            if report.remaining and fmt is Format.text:
-                print(render_text(report.remaining))
-        else:
-            all_findings.extend(report.findings)
-            if fmt is Format.text:
-                print(render_text(report.findings))
-            if status == "error":
-                exit_code = 2
-            else:
-                exit_code = max(exit_code, 1)
 
+def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, verdict_json: list[dict]) -> tuple[list[Finding], int]:
+    """Print one file's findings (and diff, or apply its rewrite): (the findings it counts, exit code)."""
+    if report.error:
+        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(report.error)}", markup=True)
+        return [], 2
+    if report.fix_error:
+        err.print(f"[yellow]warning[/]: {_e(report.path)}: {_e(report.fix_error)}", markup=True)
+    text = fmt is Format.text
+    if not opts.apply:
+        if report.findings and text and not opts.diff_only:
+            print(render_text(report.findings))
+        if report.proposed is not None and text:
+            _print_diff(_diff(report), color)
+        return report.findings, 0
+    status = "written" if report.proposed is None else _apply(report, opts, err, verdict_json)
+    if status == "written":
+        if report.remaining and text:
+            print(render_text(report.remaining))
+        return report.remaining, 0
+    if text:
+        print(render_text(report.findings))
+    return report.findings, 2 if status == "error" else 1
+
+
+def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]]) -> None:
     if fmt is Format.json:
-        print(render_json(all_findings, verdict_json if opts.apply else None))
+        print(render_json(findings, verdicts))
     elif fmt is Format.sarif:
-        print(render_sarif(all_findings))
+        print(render_sarif(findings))
     elif fmt is Format.github:
-        out = render_github(all_findings)
+        out = render_github(findings)
         if out:
             print(out)
-    if fmt is Format.text and not opts.diff_only:
-        checked = sum(1 for r in reports if not r.error)
-        fixable = sum(1 for f in all_findings if f.fixable)
-        summary = f"{len(all_findings)} finding(s) in {checked} file(s)"
-        if not opts.apply and fixable:
-            summary += f"; {fixable} fixable with --apply"
-        err.print(summary)
-    if all_findings and exit_code == 0:
-        exit_code = 1
-    return exit_code
+
+
+def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
+    checked = sum(1 for r in reports if not r.error)
+    fixable = sum(1 for f in findings if f.fixable)
+    summary = f"{len(findings)} finding(s) in {checked} file(s)"
+    if not opts.apply and fixable:
+        summary += f"; {fixable} fixable with --apply"
+    return summary
 
 
 def _diff(report: FileReport) -> str:
@@ -146,10 +163,23 @@ def _diff(report: FileReport) -> str:
     return unified_diff(report.path, report.original or "", report.proposed or "")
 
 
-def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], machine: bool) -> str:
+def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> str:
     """Verify and write one file. Returns written | refused | error."""
-    from pallas_fix.verify.runner import format_verdict
+    refused = _verify_before_writing(report, opts, err, verdict_json)
+    if refused:
+        return refused
+    try:
+        write_report(report)
+    except FileError as exc:
+        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
+        return "error"
+    for line in report.applied:
+        err.print(f"fixed {report.path}: {line}")
+    return "written"
 
+
+def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
+    """None when the rewrite may be written; else refused | error (said on stderr)."""
     gpu = bool(report.config and report.config.target == "gpu-interpret")
     verdicts, problem = (None, None)
     if opts.verify:
@@ -167,20 +197,26 @@ def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict], mac
         if opts.require_verified and not all(v.status == "verified" for v in verdicts):
             err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
             return "refused"
-    else:
-        why = "verification disabled" if not opts.verify else "no example call (add `# pallas-fix: example entry(f32[...])`)"
-        if opts.require_verified:
-            err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
-            return "refused"
-        err.print(f"not verified {report.path}: {why}")
+        return None
+    why = "verification disabled" if not opts.verify else "no example call (add `# pallas-fix: example entry(f32[...])`)"
+    if opts.require_verified:
+        err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
+        return "refused"
+    err.print(f"not verified {report.path}: {why}")
+    return None
+
+
+def _check_target(target: Optional[str]) -> None:
+    if target is not None:
+        _option("--target", parse_target, target)
+
+
+def _option(name: str, parse, value):
+    """`parse(value)` from pallas_fix.core.config, its ConfigError as a usage error of option `name`."""
     try:
-        write_report(report)
-    except FileError as exc:
-        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
-        return "error"
-    for line in report.applied:
-        err.print(f"fixed {report.path}: {line}")
-    return "written"
+        return parse(value)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint=name)
 
 
 check_app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
@@ -209,12 +245,10 @@ def check(
     no_ignore: bool = typer.Option(False, "--no-ignore", help="Include hidden and .gitignored paths."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the diff (default: on a terminal)."),
 ) -> None:
-    if target not in (None, "default", "gpu-interpret"):
-        raise typer.BadParameter("use default or gpu-interpret", param_hint="--target")
-    try:
-        parse_backend(backend)
-    except ConfigError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--backend")
+    _check_target(target)
+    _option("--backend", parse_backend, backend)
+    if unroll_limit is not None:
+        _option("--unroll-limit", parse_unroll_limit, unroll_limit)
     opts = Options(
         apply=apply,
         diff_only=diff,
@@ -236,10 +270,8 @@ def check(
 sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 
 
-@sub_app.command("explain", help="Print a rule's documentation (all rules when no code is given).")
+@sub_app.command("explain", help="Print a rule's documentation and examples (all rules when no code is given).")
 def explain(code: Optional[str] = typer.Argument(None)) -> None:
-    from pallas_fix.rules.registry import RULES, describe
-
     if code is None:
         for r in sorted(RULES.values(), key=lambda r: r.code):
             print(f"{r.code}  {r.name:30s} {r.summary}")
@@ -249,6 +281,7 @@ def explain(code: Optional[str] = typer.Argument(None)) -> None:
     except KeyError:
         print(f"unknown rule code {code!r}; known: {', '.join(sorted(RULES))}", file=sys.stderr)
         raise typer.Exit(2)
+    print(RULES[code.upper()].examples_text())
 
 
 @sub_app.command("verify", help="Verify a file's proposed rewrite (FILE) or compare two versions (OLD NEW) without writing.")
@@ -262,34 +295,16 @@ def verify_cmd(
 ) -> None:
     import json
 
-    from pallas_fix.core.examples import ExampleSyntaxError, collect_examples
-    from pallas_fix.verify.runner import format_verdict, verify_sources
-
     if len(files) not in (1, 2):
         raise typer.BadParameter("give FILE or OLD NEW")
-    try:
-        old = read_source(files[0]).text
-        if len(files) == 2:
-            new = read_source(files[1]).text
-        else:
-            config = load_config(__import__("pathlib").Path(files[0])).merged(target=target, unsafe_fixes=unsafe_fixes)
-            fixed = fix_source(old, files[0], config)
-            if fixed.error:
-                print(f"error: {files[0]}: {fixed.error}", file=sys.stderr)
-                raise typer.Exit(2)
-            if not fixed.changed:
-                print(f"{files[0]}: nothing to rewrite", file=sys.stderr)
-                raise typer.Exit(0)
-            new = fixed.source
-        examples = collect_examples(files[0], old, cli_examples=list(example))
-    except (FileError, ConfigError, SourceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    _check_target(target)
+    opts = Options(target=target, unsafe_fixes=unsafe_fixes, examples=tuple(example), verify_timeout=verify_timeout)
+    old, new = _versions(files, opts)
+    examples, problem = examples_for(files[0], old, opts)
+    if problem:
+        print(f"error: example: {problem}", file=sys.stderr)
         raise typer.Exit(2)
-    except ExampleSyntaxError as exc:
-        print(f"error: example: {exc}", file=sys.stderr)
-        raise typer.Exit(2)
-    gpu = target == "gpu-interpret"
-    verdicts = verify_sources(old, new, examples, path=files[0], timeout_s=verify_timeout, gpu_interpret=gpu)
+    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=target == "gpu-interpret")
     if fmt is Format.json:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
@@ -299,8 +314,28 @@ def verify_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
+def _versions(files: list[str], opts: Options) -> tuple[str, str]:
+    """`verify`'s two texts: OLD and NEW as given, or FILE and its proposed rewrite."""
+    try:
+        old = read_source(files[0]).text
+        if len(files) == 2:
+            return old, read_source(files[1]).text
+        fixed = propose_fix(files[0], old, opts)
+    except (FileError, ConfigError, SourceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2)
+    if fixed.error:
+        print(f"error: {files[0]}: {fixed.error}", file=sys.stderr)
+        raise typer.Exit(2)
+    if not fixed.changed:
+        print(f"{files[0]}: nothing to rewrite", file=sys.stderr)
+        raise typer.Exit(0)
+    return old, fixed.source
+
+
 @sub_app.command("lsp", help="Start the language server on stdio.")
 def lsp_cmd() -> None:
+    # pygls and lsprotocol take a while to import: only the server pays for them.
     from pallas_fix.frontends.lsp.server import serve
 
     serve()

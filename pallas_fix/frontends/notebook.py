@@ -15,6 +15,9 @@ and all other cells untouched) and keeps the file's JSON layout (nbformat writes
 non-ASCII as is, a final newline). The markers and placeholders must come back from the rewrite
 exactly once each and in order; otherwise the rewrite moved code across cells and the notebook is
 left unchanged.
+
+This module is the mapping between a notebook and its virtual module; notebook_service uses it to
+analyse a .ipynb file, show its rewrite and write it back.
 """
 
 from __future__ import annotations
@@ -24,22 +27,19 @@ import json
 import re
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.core.config import Config, ConfigError
-from pallas_fix.engine import SourceError, analyze_source, fix_source
-from pallas_fix.frontends.files import FileError, read_source, write_source
 from pallas_fix.core.model import Finding, Span
-from pallas_fix.output.formats import unified_diff
+from pallas_fix.frontends.file_errors import FileError
+from pallas_fix.frontends.lines import split_lines
 
 _MARKER = "# <pallas-fix cell {}>"
 _MARKER_RE = re.compile(r"^# <pallas-fix cell (\d+)>(?:\r\n|\r|\n)?\Z")
 _PLACEHOLDER = "# <pallas-fix ipython {}>"
 _PLACEHOLDER_RE = re.compile(r"^[ \t]*# <pallas-fix ipython (\d+)>[ \t]*(\r\n|\r|\n)?\Z")
 # Line forms IPython accepts and Python does not: magics, shell escapes, help, captured output.
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _MAGIC_LINE = re.compile(
     r"""^[ \t]*(?:
         [%!?]                                     # %magic, !shell, ?obj
@@ -48,11 +48,6 @@ _MAGIC_LINE = re.compile(
     )""",
     re.VERBOSE,
 )
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines with their endings, split where Python and LibCST split them (not at form feeds)."""
-    return _LINE.findall(text)
 
 
 class NotebookError(FileError):
@@ -107,7 +102,7 @@ def is_python(nb: dict) -> bool:
     return lang is None or str(lang).lower() in ("python", "python3", "ipython", "ipython3")
 
 
-def _cell_text(source) -> tuple[str, bool]:
+def cell_text(source) -> tuple[str, bool]:
     if isinstance(source, list):
         return "".join(str(s) for s in source), True
     return str(source or ""), False
@@ -158,7 +153,7 @@ def _virtual_cell(cell: _Cell) -> tuple[str, Optional[str]]:
         cell.appended_newline = True
     if _parses(text) is None:
         return text, None
-    lines = _split_lines(text)
+    lines = split_lines(text)
     if text.lstrip().startswith("%%"):
         cell.skipped = "cell magic"
         return "".join(_placeholder_lines(cell, lines, set(range(len(lines))))), None
@@ -185,7 +180,7 @@ def build_virtual(nb: dict) -> VirtualModule:
     for index, raw_cell in enumerate(nb["cells"]):
         if not isinstance(raw_cell, dict) or raw_cell.get("cell_type") != "code":
             continue
-        text, as_list = _cell_text(raw_cell.get("source", ""))
+        text, as_list = cell_text(raw_cell.get("source", ""))
         cell = _Cell(index, text, as_list)
         body, warning = _virtual_cell(cell)
         if warning:
@@ -200,7 +195,7 @@ def line_map(virtual_text: str) -> list[tuple[int, int]]:
     """For each virtual line (index = line - 1): (cell index, line inside the cell); -1 before any cell."""
     out = []
     cell, n = -1, 0
-    for line in _split_lines(virtual_text):
+    for line in split_lines(virtual_text):
         m = _MARKER_RE.match(line)
         if m:
             cell, n = int(m.group(1)), 0
@@ -211,7 +206,7 @@ def line_map(virtual_text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _locate(lmap: list[tuple[int, int]], line: int) -> tuple[int, int]:
+def locate(lmap: list[tuple[int, int]], line: int) -> tuple[int, int]:
     if 1 <= line <= len(lmap):
         return lmap[line - 1]
     return (lmap[-1][0], lmap[-1][1] + line - len(lmap)) if lmap else (-1, line)
@@ -225,8 +220,8 @@ def map_findings(findings: list[Finding], path: str, virtual_text: str) -> list[
     lmap = line_map(virtual_text)
     out = []
     for f in findings:
-        cell, line = _locate(lmap, f.span.line)
-        end_cell, end_line = _locate(lmap, f.span.end_line)
+        cell, line = locate(lmap, f.span.line)
+        end_cell, end_line = locate(lmap, f.span.end_line)
         if end_cell != cell:
             end_line = line
         span = Span(line, f.span.column, end_line, f.span.end_column)
@@ -244,7 +239,7 @@ def split_cells(vm: VirtualModule, new_text: str) -> dict[int, str]:
     order: list[int] = []
     current: Optional[list[str]] = None
     prefix: list[str] = []
-    for line in _split_lines(new_text):
+    for line in split_lines(new_text):
         m = _MARKER_RE.match(line)
         if m:
             idx = int(m.group(1))
@@ -266,7 +261,7 @@ def split_cells(vm: VirtualModule, new_text: str) -> dict[int, str]:
 
 
 def _restore(cell: _Cell, text: str) -> str:
-    lines = _split_lines(text)
+    lines = split_lines(text)
     used: set[int] = set()
     for n, line in enumerate(lines):
         m = _PLACEHOLDER_RE.match(line)
@@ -302,95 +297,5 @@ def dump_notebook(nb: dict, style: dict) -> str:
     return json.dumps(nb, indent=style["indent"], ensure_ascii=style["ensure_ascii"]) + style["tail"]
 
 
-def _as_source(text: str, as_list: bool):
+def as_source(text: str, as_list: bool):
     return re.findall(r"[^\n]*\n|[^\n]+\Z", text) if as_list else text
-
-
-# -- the CLI's entry points ---------------------------------------------------------------------------
-def analyse_notebook(path: str, report, config_for: Callable[[], Config]):
-    """`service.analyse_file` for a notebook: fills and returns the FileReport. The configuration
-    is read only once the notebook is known to be a Python one."""
-    try:
-        src = read_source(path)
-        nb = load_notebook(src.text)
-    except FileError as exc:
-        report.error = str(exc)
-        return report
-    if not is_python(nb):
-        report.skipped = True
-        return report
-    vm = build_virtual(nb)
-    try:
-        config = config_for()
-    except ConfigError as exc:
-        report.error = f"configuration: {exc}"
-        return report
-    report.config = config
-    report.original = vm.text
-    if "pallas_call" not in vm.text:
-        report.skipped = True
-        return report
-    try:
-        analysis = analyze_source(vm.text, path, config)
-    except SourceError as exc:
-        cell, line = _locate(line_map(vm.text), exc.line)
-        report.error = f"cell[{cell}]: {exc.reason} (line {line}, column {exc.column + 1})"
-        return report
-    report.findings = map_findings(analysis.findings, path, vm.text)
-    notes = list(vm.warnings)
-    if any(f.fixable for f in analysis.findings):
-        fixed = fix_source(vm.text, path, config)
-        if fixed.error:
-            notes.append(fixed.error)
-        elif fixed.changed:
-            try:
-                new_cells = split_cells(vm, fixed.source)
-            except NotebookError as exc:
-                notes.append(f"{exc}; the notebook is left unchanged")
-            else:
-                changes = {c.index: (c.text, new_cells[c.index]) for c in vm.cells if new_cells[c.index] != c.text}
-                report.proposed = fixed.source
-                report.applied = fixed.applied
-                report.remaining = map_findings(fixed.remaining, path, fixed.source)
-                style = json_style(src.text, nb)
-                if not style["exact"]:
-                    notes.append("the notebook's JSON layout is not nbformat's; writing re-formats the whole file")
-                report.notebook = NotebookEdit(
-                    raw=src.raw,
-                    changes=changes,
-                    as_list={c.index: c.as_list for c in vm.cells},
-                    style=style,
-                )
-    if report.proposed is None:
-        report.remaining = report.findings
-    if notes:
-        report.fix_error = "; ".join(notes)
-    return report
-
-
-def notebook_diff(path: str, edit: NotebookEdit) -> str:
-    """One unified diff per changed cell, named `nb.ipynb:cell[3]`."""
-    out = []
-    for index in sorted(edit.changes):
-        old, new = edit.changes[index]
-        # Cells rarely end with a newline; without one the diff's last lines would run together.
-        out.append(unified_diff(cell_path(path, index), _nl(old), _nl(new)))
-    return "".join(out)
-
-
-def _nl(text: str) -> str:
-    return text if text.endswith("\n") or not text else text + "\n"
-
-
-def write_notebook(path: str, edit: NotebookEdit) -> None:
-    """Write the changed cells' sources; everything else in the file stays as it was."""
-    src = read_source(path)
-    if src.raw != edit.raw:
-        raise FileError("file changed on disk since it was read; not written")
-    nb = load_notebook(src.text)
-    for index, (old, new) in edit.changes.items():
-        cell = nb["cells"][index]
-        if _cell_text(cell.get("source", ""))[0] != old:
-            raise FileError(f"cell[{index}] changed since it was read; not written")
-        cell["source"] = _as_source(new, edit.as_list.get(index, True))
-    write_source(src, dump_notebook(nb, edit.style))

@@ -6,17 +6,21 @@ processes; the CLI presents what it returns, notebooks get the same through thei
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend
-from pallas_fix.core.examples import ExampleSyntaxError, collect_examples
-from pallas_fix.core.model import Finding
-from pallas_fix.engine import SourceError, analyze_source, fix_source
+from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
+from pallas_fix.core.examples import ExampleSyntaxError
+from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files import FileError, read_source, write_source
-from pallas_fix.frontends.notebook import NotebookEdit, analyse_notebook, write_notebook
-from pallas_fix.verify.runner import verify_sources
+from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
+from pallas_fix.frontends.report import FileReport
+from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.runner import Verdict, verify_sources
+
+if TYPE_CHECKING:
+    from pallas_fix.core.example_values import Example
 
 
 def _quiet(message: str):
@@ -39,27 +43,12 @@ class Options:
     require_verified: bool = False
 
 
-@dataclass
-class FileReport:
-    path: str
-    findings: list[Finding] = field(default_factory=list)
-    original: Optional[str] = None
-    proposed: Optional[str] = None
-    applied: list[str] = field(default_factory=list)
-    remaining: list[Finding] = field(default_factory=list)
-    error: Optional[str] = None
-    fix_error: Optional[str] = None
-    skipped: bool = False
-    config: Optional[Config] = None
-    notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb
-
-
 def config_for(path: str, opts: Options) -> Config:
     """The file's configuration: its pyproject's [tool.pallas-fix], then the options."""
     base = load_config(Path(path))
     return base.merged(
-        select=tuple(c.upper() for c in opts.select) or None,
-        ignore=tuple(c.upper() for c in opts.ignore) or None,
+        select=parse_codes(list(opts.select), "select") or None,
+        ignore=parse_codes(list(opts.ignore), "ignore") or None,
         backend=parse_backend(opts.backend),
         target=opts.target,
         unroll_limit=opts.unroll_limit,
@@ -76,62 +65,65 @@ def analyse_file(path: str, opts: Options) -> FileReport:
 
 
 def _analyse_file(path: str, opts: Options) -> FileReport:
-    report = FileReport(path=path)
     if path.endswith(".ipynb"):
-        return analyse_notebook(path, report, lambda: config_for(path, opts))
+        return analyse_notebook(path, lambda: config_for(path, opts))
     try:
         src = read_source(path)
     except FileError as exc:
-        report.error = str(exc)
-        return report
-    report.original = src.text
+        return FileReport(path=path, error=str(exc))
+    report = FileReport(path=path, original=src.text)
     if "pallas_call" not in src.text:
-        report.skipped = True
         return report
     try:
         config = config_for(path, opts)
     except ConfigError as exc:
-        report.error = f"configuration: {exc}"
-        return report
-    report.config = config
+        return replace(report, error=f"configuration: {exc}")
+    report = replace(report, config=config)
     try:
         analysis = analyze_source(src.text, path, config)
     except SourceError as exc:
-        report.error = exc.reason + f" (line {exc.line}, column {exc.column + 1})"
+        return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
+    report = replace(report, findings=analysis.findings, remaining=analysis.findings)
+    if not any(f.fixable for f in analysis.findings):
         return report
-    report.findings = analysis.findings
-    if any(f.fixable for f in analysis.findings):
-        fixed = fix_source(src.text, path, config, analysis=analysis)
-        if fixed.error:
-            report.fix_error = fixed.error
-        elif fixed.changed:
-            report.proposed = fixed.source
-            report.applied = fixed.applied
-            report.remaining = fixed.remaining
-    if report.proposed is None:
-        report.remaining = analysis.findings
+    fixed = fix_source(src.text, path, config, analysis=analysis)
+    if fixed.error:
+        return replace(report, fix_error=fixed.error)
+    if fixed.changed:
+        return replace(report, proposed=fixed.source, applied=fixed.applied, remaining=fixed.remaining)
     return report
+
+
+def propose_fix(path: str, text: str, opts: Options) -> FixResult:
+    """The rewrite of `text` under the file's configuration, found without analysing it first
+    (raises ConfigError, SourceError)."""
+    return fix_source(text, path, config_for(path, opts))
+
+
+def examples_for(path: str, text: Optional[str], opts: Options) -> tuple[list[Example], Optional[str]]:
+    """The file's example calls (the options' own first), or ([], what is wrong with them)."""
+    try:
+        return collect_examples(path, text, cli_examples=list(opts.examples)), None
+    except (ExampleSyntaxError, ConfigError) as exc:  # the examples table of pyproject.toml is config
+        return [], str(exc)
+
+
+def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool) -> list[Verdict]:
+    """Run the interpreters on both versions for every example (one "unverified" verdict for none)."""
+    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu)
 
 
 def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet):
     """Run the interpreters on original vs proposed: (verdicts, None), or (None, what is wrong
-    with the examples). `progress(message)` is a context manager shown while they run."""
-    try:
-        examples = collect_examples(report.path, report.original, cli_examples=list(opts.examples))
-    except ExampleSyntaxError as exc:
-        return None, str(exc)
+    with the examples); ([], None) when there is no example. `progress(message)` is a context
+    manager shown while they run."""
+    examples, problem = examples_for(report.path, report.original, opts)
+    if problem:
+        return None, problem
     if not examples:
         return [], None
     with progress(f"verifying {report.path} ({len(examples)} example(s))"):
-        verdicts = verify_sources(
-            report.original or "",
-            report.proposed or "",
-            examples,
-            path=report.path,
-            timeout_s=opts.verify_timeout,
-            gpu_interpret=gpu,
-        )
-    return verdicts, None
+        return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu), None
 
 
 def write_report(report: FileReport) -> None:

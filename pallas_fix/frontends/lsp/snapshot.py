@@ -17,7 +17,7 @@ from lsprotocol import types
 from pallas_fix.core.config import Config
 from pallas_fix.engine import CheckResult, SourceError, analyze_source, applicable, apply_plan, fix_source
 from pallas_fix.core.model import Finding, FixSafety
-from pallas_fix.output.formats import DOCS_URL
+from pallas_fix.output.common import finding_notes, rule_url
 from pallas_fix.rules.registry import RULES, describe
 from pallas_fix.frontends.lsp.text import Edit, content, minimal_edits, split_lines, suppression_edit, to_units, units
 
@@ -64,7 +64,6 @@ class Snapshot:
     plan_texts: dict[int, object] = field(default_factory=dict)  # id(plan) -> new text | exception
     fix_all: Optional[list[Edit]] = None
     fix_all_done: bool = False
-    elapsed_s: float = 0.0
 
     @property
     def allow_unsafe(self) -> bool:
@@ -80,7 +79,6 @@ def key_of(f: Finding) -> Key:
 
 
 def analyse(uri: str, path: str, version: Optional[int], text: str, config: Config, encoding: str = "utf-16") -> Snapshot:
-    started = time.perf_counter()
     snap = Snapshot(uri, path, version, text, config, encoding, split_lines(text))
     try:
         snap.analysis = analyze_source(text, path, config)
@@ -98,7 +96,6 @@ def analyse(uri: str, path: str, version: Optional[int], text: str, config: Conf
                 # Offered when `fix_source(..., only={key})` would apply a plan for it.
                 if (f.fix_safety is FixSafety.SAFE or snap.allow_unsafe) and _plan_for(snap.analysis, key_of(f), snap.allow_unsafe):
                     snap.fixes[key_of(f)] = FixInfo(f.fix_id, f.fix_safety)
-    snap.elapsed_s = time.perf_counter() - started
     return snap
 
 
@@ -119,12 +116,7 @@ def finding_range(snap: Snapshot, f: Finding) -> types.Range:
 
 
 def _message(f: Finding) -> str:
-    text = f.message
-    if f.provenance:
-        text += f"\nstart comes from {f.provenance}"
-    if not f.fixable and f.refusal:
-        text += f"\nno fix: {f.refusal}"
-    return text
+    return "\n".join([f.message] + finding_notes(f))
 
 
 def diagnostic(snap: Snapshot, f: Finding) -> types.Diagnostic:
@@ -146,7 +138,7 @@ def diagnostic(snap: Snapshot, f: Finding) -> types.Diagnostic:
         message=_message(f),
         severity=SEVERITY.get(f.severity, types.DiagnosticSeverity.Hint),
         code=f.code,
-        code_description=types.CodeDescription(href=DOCS_URL.format(code=f.code.lower())),
+        code_description=types.CodeDescription(href=rule_url(f.code)),
         source=SOURCE,
         data=data,
     )
@@ -283,7 +275,7 @@ def hover_text(f: Finding, fix: Optional[FixInfo], markdown: bool) -> str:
     )
     if not markdown:
         return f"{f.code}: {f.message}\nstart comes from {f.provenance}\n{status}\n\n{doc}"
-    link = DOCS_URL.format(code=f.code.lower())
+    link = rule_url(f.code)
     return (
         f"**{f.code}** {f.message}\n\n"
         + (f"start comes from {f.provenance}\n\n" if f.provenance else "")

@@ -16,14 +16,9 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from pallas_fix.core.directives import SUPPRESS
+from pallas_fix.frontends.lines import split_lines
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _TERMINATOR = re.compile(r"(?:\r\n|\r|\n)\Z")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their terminators, split the way the protocol counts lines."""
-    return _LINE.findall(text)
 
 
 def content(line: str) -> str:
@@ -73,15 +68,6 @@ class Edit:
             },
             "newText": self.new_text,
         }
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Edit":
-        r = data["range"]
-        return cls(
-            (int(r["start"]["line"]), int(r["start"]["character"])),
-            (int(r["end"]["line"]), int(r["end"]["character"])),
-            str(data["newText"]),
-        )
 
 
 def _line_start(lines: list[str], index: int, encoding: str) -> tuple[int, int]:

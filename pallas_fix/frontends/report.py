@@ -1,0 +1,25 @@
+"""What the per-file service finds out about one file: its findings, the proposed rewrite (for
+a notebook, the cells it changes) and what went wrong. Front ends present it; workers return it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pallas_fix.core.config import Config
+from pallas_fix.core.model import Finding
+from pallas_fix.frontends.notebook import NotebookEdit
+
+
+@dataclass
+class FileReport:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    original: Optional[str] = None
+    proposed: Optional[str] = None
+    applied: list[str] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    error: Optional[str] = None
+    fix_error: Optional[str] = None
+    config: Optional[Config] = None
+    notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb
