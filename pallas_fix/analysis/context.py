@@ -107,14 +107,18 @@ class ModuleContext:
         return list(self._index(scope).values.get(name, ()))
 
     def resolve_value(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression:
-        """Follow `name` to its single assignment in the nearest scope that assigns it."""
+        """Follow `name` to its single assignment in the nearest scope that assigns it.
+
+        A name read inside its own assigned value (`kernel = partial(kernel, bs=8)`) means the
+        binding before that assignment, so it is left as the name: the caller resolves it as the
+        def (or parameter) it was."""
         seen = 0
         while isinstance(expr, cst.Name) and seen < 8:
             seen += 1
             for scope in self.scope_chain(at):
                 values = self.assignments(expr.value, scope)
                 if values:
-                    if len(values) != 1:
+                    if len(values) != 1 or self._within(at, values[0]):
                         return expr
                     at = values[0]
                     expr = values[0]
@@ -122,6 +126,9 @@ class ModuleContext:
             else:
                 return expr
         return expr
+
+    def _within(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        return node is ancestor or any(a is ancestor for a in self.ancestors(node))
 
     # -- positions ------------------------------------------------------------------------------
     def span(self, node: cst.CSTNode) -> Span:

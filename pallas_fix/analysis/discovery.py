@@ -107,16 +107,23 @@ def _decorator_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
 
 
 def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, at: cst.CSTNode) -> None:
-    expr = ctx.resolve_value(expr, at)
-    if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
-        inner = expr.args[0].value
+    """The kernel def behind `expr`, through names and (nested) `functools.partial` bindings,
+    whose arguments are collected from the outermost partial inwards. A loop with a visited set:
+    real code rebinds `kernel = functools.partial(kernel, ...)`, and no chain is followed twice."""
+    seen: set[int] = set()
+    while True:
+        expr = ctx.resolve_value(expr, at)
+        if id(expr) in seen:
+            return
+        seen.add(id(expr))
+        if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
+            break
         for arg in expr.args[1:]:
             if arg.keyword is not None:
                 site.partial_kwargs[arg.keyword.value] = arg.value
             elif not arg.star:
                 site.partial_args.append(arg.value)
-        _resolve_kernel(ctx, site, inner, expr)
-        return
+        expr, at = expr.args[0].value, expr
     if isinstance(expr, cst.Name):
         site.kernel_name = expr.value
         site.kernel = ctx.resolve_def(expr.value, at)

@@ -60,6 +60,8 @@ def analyse_file(path: str, opts: Options) -> FileReport:
     """Everything short of writing: pure, so it can run in a worker process."""
     try:
         return _analyse_file(path, opts)
+    except RecursionError:  # generated code can nest past what the analysis follows
+        return FileReport(path=path, error="the file nests too deeply for pallas-fix to analyse; it is unchanged")
     except Exception as exc:  # a bug on one file must not stop the run (or lose the other files)
         return FileReport(path=path, error=f"internal error ({type(exc).__name__}: {exc}); please report it with this file")
 
