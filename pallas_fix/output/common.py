@@ -4,12 +4,14 @@ its rule's documentation and the notes under its message."""
 from __future__ import annotations
 
 from pallas_fix.core.model import Finding
+from pallas_fix.rules.reference import anchor
 
+# docs/rules.md is generated from the rule modules (pallas_fix/rules/reference.py).
 DOCS_URL = "https://github.com/pallas-fix/pallas-fix/blob/main/docs/rules.md#{code}"
 
 
 def rule_url(code: str) -> str:
-    return DOCS_URL.format(code=code.lower())
+    return DOCS_URL.format(code=anchor(code))
 
 
 def finding_notes(f: Finding) -> list[str]:

@@ -31,7 +31,7 @@ from pallas_fix.rules.pf205_gpu_interpret_scalar_prefetch import RULE as PF205
 from pallas_fix.rules.pf206_gpu_interpret_vmap import RULE as PF206
 from pallas_fix.rules.rule import Rule
 
-__all__ = ["Rule", "RULES", "ORDER", "classify", "describe"]
+__all__ = ["Rule", "RULES", "ORDER", "classify", "describe", "unknown_codes"]
 
 # Every rule, one module each; the table is this explicit list, not registration on import.
 RULES: dict[str, Rule] = {
@@ -59,3 +59,9 @@ def describe(code: str) -> str:
     if r is None:
         raise KeyError(code)
     return f"{r.code} ({r.name}, {r.severity})\n\n{r.doc}\n"
+
+
+def unknown_codes(codes) -> list[str]:
+    """The codes of a select / ignore list that name no rule: each must be a rule code or a
+    prefix of one (`PF1`, `PF20`)."""
+    return [c for c in codes if not any(code.startswith(c.upper()) for code in RULES)]
