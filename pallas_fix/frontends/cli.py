@@ -16,7 +16,7 @@ from typing import List, Optional
 import typer
 
 from pallas_fix.core.config import ConfigError, parse_backend, parse_target, parse_unroll_limit
-from pallas_fix.core.model import Finding
+from pallas_fix.core.model import Finding, FixSafety
 from pallas_fix.engine import SourceError
 from pallas_fix.frontends.files import FileError, iter_files, read_source
 from pallas_fix.frontends.notebook_service import notebook_diff
@@ -26,12 +26,13 @@ from pallas_fix.frontends.service import (
     analyse_file,
     examples_for,
     propose_fix,
+    unknown_codes_message,
     verify_report,
     verify_rewrite,
     write_report,
 )
 from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
-from pallas_fix.rules.registry import RULES, describe
+from pallas_fix.rules.registry import RULES, describe, unknown_codes
 from pallas_fix.verify.runner import format_verdict
 
 SUBCOMMANDS = ("explain", "verify", "lsp")
@@ -149,11 +150,18 @@ def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Option
 
 
 def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
+    """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
+    finding the first analysis refused), and the unsafe fixes it leaves for --unsafe-fixes."""
     checked = sum(1 for r in reports if not r.error)
-    fixable = sum(1 for f in findings if f.fixable)
     summary = f"{len(findings)} finding(s) in {checked} file(s)"
-    if not opts.apply and fixable:
-        summary += f"; {fixable} fixable with --apply"
+    if opts.apply:
+        return summary
+    fixed = sum(max(0, len(r.findings) - len(r.remaining)) for r in reports if r.proposed is not None)
+    unsafe = sum(1 for r in reports for f in r.remaining if f.fixable and f.fix_safety is FixSafety.UNSAFE)
+    if fixed:
+        summary += f"; {fixed} fixable with --apply"
+    if unsafe:
+        summary += f", {unsafe} more with --unsafe-fixes" if fixed else f"; {unsafe} fixable with --apply --unsafe-fixes"
     return summary
 
 
@@ -249,6 +257,10 @@ def check(
     _option("--backend", parse_backend, backend)
     if unroll_limit is not None:
         _option("--unroll-limit", parse_unroll_limit, unroll_limit)
+    for flag, codes in (("--select", select), ("--ignore", ignore)):
+        unknown = unknown_codes(codes)
+        if unknown:
+            raise typer.BadParameter(unknown_codes_message(unknown), param_hint=flag)
     opts = Options(
         apply=apply,
         diff_only=diff,

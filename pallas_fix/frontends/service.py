@@ -16,6 +16,7 @@ from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files import FileError, read_source, write_source
 from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
+from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.example_sources import collect_examples
 from pallas_fix.verify.runner import Verdict, verify_sources
 
@@ -46,6 +47,10 @@ class Options:
 def config_for(path: str, opts: Options) -> Config:
     """The file's configuration: its pyproject's [tool.pallas-fix], then the options."""
     base = load_config(Path(path))
+    for key in ("select", "ignore"):
+        unknown = unknown_codes(getattr(base, key))
+        if unknown:
+            raise ConfigError(f"{base.source}: [tool.pallas-fix] {key}: {unknown_codes_message(unknown)}")
     return base.merged(
         select=parse_codes(list(opts.select), "select") or None,
         ignore=parse_codes(list(opts.ignore), "ignore") or None,
@@ -138,3 +143,7 @@ def write_report(report: FileReport) -> None:
     if src.text != report.original:
         raise FileError("file changed on disk since it was read; not written")
     write_source(src, report.proposed or "")
+
+
+def unknown_codes_message(unknown: list[str]) -> str:
+    return f"unknown rule code(s) {', '.join(unknown)}; the codes are {', '.join(sorted(RULES))} (prefixes allowed)"
