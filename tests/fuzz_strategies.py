@@ -27,8 +27,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @lru_cache(maxsize=None)
 def fixture_sources() -> tuple[tuple[str, str], ...]:
-    """(name, text) of the detection fixtures and, once they exist, the codemod `*_before.py` ones."""
-    paths = sorted((FIXTURES / "detect").glob("*.py")) + sorted((FIXTURES / "codemods").glob("*_before.py"))
+    """(name, text) of the detection fixtures and the `*_before.py` ones of the expression-level
+    codemods (tests/fixtures/codemods/traced_constant/ and scalar_start/)."""
+    paths = sorted((FIXTURES / "detect").glob("*.py")) + [
+        p for folder in ("traced_constant", "scalar_start") for p in sorted((FIXTURES / "codemods" / folder).glob("*_before.py"))
+    ]
     return tuple((f"{p.parent.name}/{p.name}", p.read_text(encoding="utf-8")) for p in paths)
 
 

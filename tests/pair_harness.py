@@ -1,6 +1,10 @@
 """Golden before/after pairs and refusal fixtures for codemod tests, and the checks they share.
 
-A fixture folder holds
+The fixtures of each codemod live in tests/fixtures/codemods/<codemod module>/ (the file name of
+its recipe in codemods/: lift_loop/, program_id_blocks/, lift_reduction/, traced_constant/,
+scalar_start/, static_unroll/, grid_to_loop/); `FAMILIES` says how each folder is run
+(target, unsafe fixes, refusal style, ...), and tests/test_codemod_pairs.py runs every check that
+applies to every pair and refusal. A fixture folder holds
 
 - `<name>_before.py` / `<name>_after.py`: the kernel as written and the text `fix_source` must
   turn it into. Each before-file carries an example directive
@@ -9,7 +13,9 @@ A fixture folder holds
   are left in the after-file (0 when absent).
 - `refuse_<name>.py`: a kernel that must come out unchanged, with
   `# pallas-fix-test: refusal <substring>` naming a fragment of the refusal reason some finding
-  must carry.
+  must carry (the "declared" style), or, in traced_constant/ and scalar_start/ (the "marked"
+  style), a `# refuse: <words>` comment ending every line whose finding must be refused with a
+  reason containing <words>.
 
 The checks are plain functions (they raise AssertionError with a readable message), so test
 modules only parametrize and decide what is expected to fail. Interpreter runs are the slow part
@@ -29,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from kernel_loading import abstract_args, file_flags, load_module
+from kernel_loading import FIXTURES, abstract_args, file_flags, load_module
 
 REPO = Path(__file__).resolve().parents[1]
+CODEMOD_FIXTURES = FIXTURES / "codemods"
 
 
 # =========================================================================== discovery
@@ -42,6 +49,7 @@ class Pair:
     name: str
     before: Path
     after: Path
+    family: str = ""  # the codemod folder (tests/fixtures/codemods/<family>/)
 
     @property
     def before_source(self) -> str:
@@ -55,6 +63,11 @@ class Pair:
     def remaining(self) -> int:
         return declared_remaining(self.before_source)
 
+    @property
+    def key(self) -> str:
+        """Unique across folders (names need not be)."""
+        return f"{self.family}/{self.name}"
+
     def __str__(self) -> str:  # pytest ids
         return self.name
 
@@ -65,7 +78,7 @@ def pairs(folder: Path) -> list[Pair]:
     out = []
     for before in sorted(folder.glob("*_before.py")):
         name = before.name.removesuffix("_before.py")
-        out.append(Pair(name, before, before.with_name(f"{name}_after.py")))
+        out.append(Pair(name, before, before.with_name(f"{name}_after.py"), folder.name))
     return out
 
 
@@ -156,7 +169,8 @@ def check_refusal(path: Path, **kwargs) -> None:
     result = rewrite(src, path, **kwargs)
     assert result.error is None, result.error
     assert result.source == src, "a refusal fixture was rewritten:\n" + text_diff(src, result.source, path.name)
-    reasons = [f.refusal for f in analyze_source(src, str(path)).findings if f.refusal]
+    # The reasons under the same configuration as the rewrite (e.g. `--target gpu-interpret`).
+    reasons = [f.refusal for f in analyze_source(src, str(path), kwargs.get("config")).findings if f.refusal]
     assert any(fragment in r for r in reasons), f"no refusal contains {fragment!r}; refusals: {reasons}"
 
 
@@ -225,14 +239,16 @@ def check_verdicts(pair: Pair, verdicts: list) -> None:
 class VerdictPool:
     """Verdicts per pair, computed in the background a few workers at a time.
 
-    `start(session)` launches the runs of every pair that the session's selected items of
-    `test_name` parametrize (their `pair` argument), so `-k` selections stay cheap; call it early
-    (an autouse module fixture) and the worker processes overlap with the in-process tests. `get`
-    waits for one pair's verdicts, verifying on demand a pair that was not announced.
+    `start(session)` launches the runs of every pair that the session's selected items of the
+    tests named in `test_names` parametrize (their `pair` argument), so `-k` selections stay
+    cheap; call it early (an autouse module fixture) and the worker processes overlap with the
+    in-process tests. `get` waits for one pair's verdicts, verifying on demand a pair that was not
+    announced. Pairs are keyed by `Pair.key`, so several tests (in several modules) asking for the
+    same pair share one run.
     """
 
-    def __init__(self, test_name: str, workers: int = 2, verify: Callable[[Pair], list] = verify_pair) -> None:
-        self.test_name = test_name
+    def __init__(self, test_names, workers: int = 2, verify: Callable[[Pair], list] = verify_pair) -> None:
+        self.test_names = {test_names} if isinstance(test_names, str) else set(test_names)
         self.workers = workers
         self.verify = verify
         self._futures: dict[str, Future] = {}
@@ -247,21 +263,22 @@ class VerdictPool:
             selected = [
                 item.callspec.params["pair"]
                 for item in session.items
-                if getattr(item, "originalname", None) == self.test_name
+                if getattr(item, "originalname", None) in self.test_names
                 and hasattr(item, "callspec")
-                and "pair" in item.callspec.params
+                and isinstance(item.callspec.params.get("pair"), Pair)
             ]
             if not selected:
                 return
             pool = ThreadPoolExecutor(max_workers=self.workers)
             for p in selected:
-                self._futures.setdefault(p.name, pool.submit(self.verify, p))
+                if p.key not in self._futures:
+                    self._futures[p.key] = pool.submit(self.verify, p)
             pool.shutdown(wait=False)
 
     def get(self, request, pair: Pair) -> list:
         self.start(request.session)
         with self._lock:
-            future = self._futures.get(pair.name)
+            future = self._futures.get(pair.key)
         return future.result() if future is not None else self.verify(pair)
 
 
@@ -290,3 +307,227 @@ def run_libcst_codemod(codemod: str, source: str, workdir: Path, filename: str =
     )
     assert proc.returncode == 0, f"libcst.tool exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return target.read_text(encoding="utf-8")
+
+
+def run_libcst_codemod_files(codemod: str, files: Iterable[Path], workdir: Path, *, pyproject: str = "") -> dict[str, str]:
+    """Run `python -m libcst.tool codemod -x <codemod>` once over copies of `files` (one job, so the
+    files are handled in order); {file name: new text}. `pyproject`: a [tool.pallas-fix] table to
+    write next to them (the runner reads the nearest pyproject.toml)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if pyproject:
+        (workdir / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+    names = []
+    for f in files:
+        (workdir / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
+        names.append(f.name)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    proc = subprocess.run(
+        [sys.executable, "-m", "libcst.tool", "codemod", "-x", codemod, "--no-format", "--hide-progress", "-j", "1", *names],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"libcst.tool exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return {n: (workdir / n).read_text(encoding="utf-8") for n in names}
+
+
+# =========================================================================== codemod families
+
+
+@dataclass(frozen=True)
+class Family:
+    """How the fixtures of one codemod folder are run (tests/fixtures/codemods/<folder>/)."""
+
+    folder: str
+    codemod: str  # the name `fix_id` / `Plan.codemod` / `--codemod` use
+    codes: frozenset  # the rule codes whose findings it fixes
+    libcst: str  # its class in pallas_fix.frontends.libcst_commands
+    target: Optional[str] = None  # `--target`
+    unsafe: bool = False  # every rewrite needs unsafe fixes
+    unsafe_pairs: frozenset = frozenset()  # the pairs that need them, when not every one does
+    only: bool = False  # rewrite with this codemod alone (`codemods={codemod}`, `Config()`)
+    refusal_style: str = "declared"  # "declared" (`# pallas-fix-test: refusal`) or "marked" (`# refuse:`)
+    # The jaxpr check of what stays dynamic: "declared" (exactly `remaining N` dynamic slices left),
+    # "fewer" (static detection agrees with the jaxpr; fewer dynamic slices), "int_starts" (static
+    # detection agrees; no start left that is not an integer scalar), None (not checked).
+    oracle: Optional[str] = "declared"
+    min_pairs: int = 1
+    min_refusals: int = 1
+    real_refusals: bool = True  # the refusal fixtures have dynamic slices for the oracle
+    gpu_interpret: bool = False  # verify in GPU interpret mode too
+    verify_timeout_s: Optional[float] = None
+    # Pairs the interpreters do not run: unsafe pairs and one-element pairs (a `def reference(`
+    # stands in for an original the HLO interpreter cannot run).
+    interp_skips_unsafe_and_reference: bool = False
+    one_verdict: bool = False  # exactly one verdict (one example) per pair
+    libcst_pairs: Optional[tuple] = None  # pairs the LibCST runner must rewrite; None: every safe pair
+    libcst_refusal: bool = False  # ... and it must leave the first refusal alone
+    cli_select: Optional[str] = None  # `pallas-fix --apply --no-verify --select X` must agree
+    applied_within: Optional[frozenset] = None  # every applied plan is one of these codemods
+
+    @property
+    def path(self) -> Path:
+        return CODEMOD_FIXTURES / self.folder
+
+    def pairs(self) -> list[Pair]:
+        return pairs(self.path)
+
+    def refusals(self) -> list[Path]:
+        return refusals(self.path)
+
+    def config(self):
+        from pallas_fix.core.config import Config
+
+        return Config(target=self.target) if self.target else Config()
+
+    def needs_unsafe(self, name: str) -> bool:
+        return self.unsafe or name in self.unsafe_pairs
+
+    def fix_kwargs(self, name: str = "", *, unsafe: Optional[bool] = None) -> dict:
+        """The keyword arguments of `fix_source` the family's tests have always used."""
+        out: dict = {}
+        if self.only:
+            out["config"] = self.config()
+            out["codemods"] = {self.codemod}
+            out["unsafe"] = self.needs_unsafe(name) if unsafe is None else unsafe
+            return out
+        if self.target:
+            out["config"] = self.config()
+        if unsafe if unsafe is not None else self.needs_unsafe(name):
+            out["unsafe"] = True
+        return out
+
+    def interpreted(self, pair: Pair) -> bool:
+        if not self.interp_skips_unsafe_and_reference:
+            return True
+        return not self.needs_unsafe(pair.name) and "def reference(" not in pair.before_source
+
+    def verify(self, pair: Pair) -> list:
+        kwargs: dict = {}
+        if self.gpu_interpret:
+            kwargs["gpu_interpret"] = True
+        if self.verify_timeout_s:
+            kwargs["timeout_s"] = self.verify_timeout_s
+        return verify_pair(pair, **kwargs)
+
+
+_GPU_CODEMODS = frozenset({"static-unroll", "grid-to-loop"})
+
+FAMILIES: dict[str, Family] = {
+    f.folder: f
+    for f in (
+        Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
+               min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",)),
+        Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
+               min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",)),
+        Family("lift_reduction", "lift-reduction", frozenset({"PF102"}), "LiftReduction", unsafe=True,
+               min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",)),
+        Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
+               refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,
+               interp_skips_unsafe_and_reference=True, one_verdict=True, libcst_refusal=True, cli_select="PF104"),
+        Family("scalar_start", "scalar-start", frozenset({"PF107"}), "ScalarStart", only=True,
+               unsafe_pairs=frozenset({"unsafe"}), refusal_style="marked", oracle="int_starts", min_pairs=5,
+               real_refusals=False, gpu_interpret=True, verify_timeout_s=300, interp_skips_unsafe_and_reference=True,
+               one_verdict=True, libcst_refusal=True, cli_select="PF107"),
+        Family("static_unroll", "static-unroll", frozenset({"PF101", "PF102"}), "StaticUnroll", target="gpu-interpret",
+               oracle=None, min_pairs=3, min_refusals=4, real_refusals=False, gpu_interpret=True,
+               libcst_pairs=("unroll",), applied_within=_GPU_CODEMODS),
+        Family("grid_to_loop", "grid-to-loop", frozenset({"PF201", "PF103"}), "GridToLoop", target="gpu-interpret",
+               oracle=None, min_pairs=3, min_refusals=2, real_refusals=False, gpu_interpret=True,
+               libcst_pairs=("grid_loop",), applied_within=_GPU_CODEMODS),
+    )
+}
+
+
+# Pairs whose golden-text test is a strict xfail naming the bug, keyed `folder/name` (see
+# tests/test_codemod_pairs.py); refusals likewise, keyed `folder/refuse_name`.
+BLOCKED: dict[str, str] = {}
+BLOCKED_REFUSALS: dict[str, str] = {}
+
+
+def family_of(pair_or_path) -> Family:
+    folder = pair_or_path.family if isinstance(pair_or_path, Pair) else pair_or_path.parent.name
+    return FAMILIES[folder]
+
+
+def codemod_pairs() -> list[Pair]:
+    return [p for f in FAMILIES.values() for p in f.pairs()]
+
+
+def codemod_refusals() -> list[Path]:
+    return [r for f in FAMILIES.values() for r in f.refusals()]
+
+
+def verify_codemod_pair(pair: Pair) -> list:
+    return family_of(pair).verify(pair)
+
+
+# The interpreter runs of the codemod pairs, shared by tests/test_codemod_pairs.py and the
+# codemod-specific interpreter tests that look closer at the same verdicts.
+VERDICTS = VerdictPool(
+    (
+        "test_pair_verified_in_the_interpreters",
+        "test_reduce_verdicts_cover_tpu_interpret_and_keep_the_reduction_sequential",
+        "test_rewrite_matches_the_reference_in_gpu_interpret_mode",
+    ),
+    verify=verify_codemod_pair,
+)
+
+
+def refuse_markers(source: str) -> dict[int, str]:
+    """{line: words} for every line ending in `# refuse: <words>`."""
+    import re
+
+    out = {}
+    for n, text in enumerate(source.splitlines(), 1):
+        m = re.search(r"#\s*refuse:\s*(.+?)\s*$", text)
+        if m:
+            out[n] = m.group(1)
+    return out
+
+
+def check_marked_refusal(path: Path, family: Family) -> None:
+    """A "marked" refusal fixture: unchanged with and without unsafe fixes, and the family's
+    findings are exactly the marked lines, each refused with a reason containing its words."""
+    from pallas_fix.engine import analyze_source
+
+    src = path.read_text(encoding="utf-8")
+    markers = refuse_markers(src)
+    assert markers, f"{path.name} marks no line with `# refuse: ...`"
+    for unsafe in (False, True):
+        result = rewrite(src, path, **family.fix_kwargs(path.stem, unsafe=unsafe))
+        assert result.error is None, result.error
+        assert result.source == src, "a refusal fixture was rewritten:\n" + text_diff(src, result.source, path.name)
+    findings = {f.span.line: f for f in analyze_source(src, str(path)).findings if f.code in family.codes}
+    assert set(findings) == set(markers), "every finding of the code is a marked refusal"
+    for line, words in markers.items():
+        f = findings[line]
+        assert not f.fixable
+        assert f.refusal and words in f.refusal, (line, f.refusal)
+
+
+def check_oracle_static(pair: Pair, kind: str) -> None:
+    """Static detection and the jaxpr agree on what stays dynamic after the rewrite, and the
+    fixed kind of slice is gone: `fewer` dynamic slices (a traced constant is an int32 Var in the
+    jaxpr), or no `int_starts` violation left (a start that is not an integer scalar)."""
+    import re
+
+    from pallas_fix.engine import analyze_source
+
+    (old,) = trace_reports(pair.before)
+    (new,) = trace_reports(pair.after)
+    remaining = {f.span.line for f in analyze_source(pair.after_source, str(pair.after)).findings}
+    assert new.lines(str(pair.after)) == remaining
+    if kind == "fewer":
+        assert len(new.dynamic_slices()) < len(old.dynamic_slices())
+    elif kind == "int_starts":
+        int_scalar = re.compile(r"u?int(8|16|32|64)\[\]")
+        bad = lambda rep: [a for a in rep.dynamic_slices() if a.dynamic_start and not int_scalar.fullmatch(a.start_aval or "")]
+        assert bad(old), "the original has a non-integer-scalar start"
+        assert bad(new) == []
+    else:
+        raise AssertionError(f"unknown oracle kind {kind!r}")

@@ -1,18 +1,24 @@
 """The expression-level codemods: traced constant → Python int (R4, PF104) and non-integer start →
 integer scalar (PF107).
 
-Fixtures live in tests/fixtures/codemods/:
-- `<codemod>_<case>_before.py` / `_after.py`: golden pairs (`_unsafe_` cases need unsafe fixes);
-- `refuse_<codemod>*.py`: files the codemod must leave unchanged; a line ending in
-  `# refuse: <words>` carries a finding whose refusal contains <words>.
+Fixtures live in tests/fixtures/codemods/traced_constant/ and tests/fixtures/codemods/scalar_start/:
+- `<case>_before.py` / `_after.py`: golden pairs (scalar_start's `unsafe` case needs unsafe fixes);
+- `refuse_*.py`: files the codemod must leave unchanged; a line ending in `# refuse: <words>`
+  carries a finding whose refusal contains <words>.
+
+The checks every codemod pair gets are in tests/test_codemod_pairs.py (each codemod run alone:
+the golden text; a second run, even with unsafe fixes, applies nothing; refusals unchanged with and
+without unsafe fixes, every finding of the code a marked refusal; static detection and the jaxpr
+agree on what stays dynamic and the fixed kind of slice is gone; both kernels verified in the
+interpreters, PF107's in GPU interpret mode too, except unsafe and one-element pairs; the LibCST
+runner and `pallas-fix --apply --no-verify --select CODE` write the golden text and leave a
+refusal alone). This module adds their own checks.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernel_loading import abstract_args, load_module
+import pair_harness as H
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.core.model import FixSafety
 from pallas_fix.verify.example_sources import collect_examples
 
-FIX = Path(__file__).parent / "fixtures" / "codemods"
+FIX = H.CODEMOD_FIXTURES
 CODEMODS = {
-    # fixture prefix: (codemod name, rule code, module, LibCST codemod class)
+    # fixture folder: (codemod name, rule code, module, LibCST codemod class)
     "traced_constant": ("traced-constant", "PF104", "traced_constant", "TracedConstantToInt"),
     "scalar_start": ("scalar-start", "PF107", "scalar_start", "ScalarStart"),
 }
@@ -38,28 +44,22 @@ HLO_ONE_ELEMENT_ERROR = "start_indices arguments to dynamic_slice must be scalar
 
 
 def _codemod_of(path: Path) -> tuple[str, str, str, str]:
-    stem = path.name.removeprefix("refuse_")
-    for prefix, info in CODEMODS.items():
-        if stem.startswith(prefix):
-            return info
-    raise AssertionError(f"{path.name} names no codemod")
+    info = CODEMODS.get(path.parent.name)
+    assert info is not None, f"{path} is in no codemod folder of this module"
+    return info
 
 
 def _pairs() -> list[tuple[Path, Path]]:
-    out = []
-    for before in sorted(FIX.glob("*_before.py")):
-        if before.name.startswith(tuple(CODEMODS)):
-            out.append((before, before.with_name(before.name.replace("_before.py", "_after.py"))))
-    return out
+    return [(p.before, p.after) for folder in CODEMODS for p in H.FAMILIES[folder].pairs()]
 
 
 PAIRS = _pairs()
-PAIR_IDS = [b.name.removesuffix("_before.py") for b, _ in PAIRS]
-REFUSALS = sorted(p for p in FIX.glob("refuse_*.py") if p.name.removeprefix("refuse_").startswith(tuple(CODEMODS)))
+PAIR_IDS = [f"{b.parent.name}/{b.name.removesuffix('_before.py')}" for b, _ in PAIRS]
+REFUSALS = [r for folder in CODEMODS for r in H.FAMILIES[folder].refusals()]
 
 
 def _unsafe(path: Path) -> bool:
-    return "_unsafe" in path.name
+    return H.FAMILIES[path.parent.name].needs_unsafe(path.name.removesuffix("_before.py").removesuffix("_after.py"))
 
 
 def _fix(path: Path, source: str | None = None, *, unsafe: bool | None = None):
@@ -73,21 +73,13 @@ def _one_element(before: Path) -> bool:
 
 
 def test_fixture_sets_are_complete():
-    counts = {prefix: sum(1 for b, _ in PAIRS if b.name.startswith(prefix) and not _unsafe(b)) for prefix in CODEMODS}
+    counts = {folder: sum(1 for b, _ in PAIRS if b.parent.name == folder and not _unsafe(b)) for folder in CODEMODS}
     assert all(n >= 4 for n in counts.values()), counts
     assert all(after.exists() for _, after in PAIRS)
     assert {_codemod_of(p)[0] for p in REFUSALS} == {info[0] for info in CODEMODS.values()}
 
 
-# =========================================================================== golden rewrites
-
-
-@pytest.mark.parametrize("before, after", PAIRS, ids=PAIR_IDS)
-def test_rewrite_matches_golden(before, after):
-    result = _fix(before)
-    assert result.error is None
-    assert result.source != before.read_text(), "the fixture exercises nothing"
-    assert result.source == after.read_text()
+# =========================================================================== findings
 
 
 @pytest.mark.parametrize("before, after", PAIRS, ids=PAIR_IDS)
@@ -102,16 +94,8 @@ def test_every_reported_start_gets_a_fix_and_none_remains(before, after):
     assert left == []
 
 
-@pytest.mark.parametrize("before, after", PAIRS, ids=PAIR_IDS)
-def test_applying_again_changes_nothing(before, after):
-    again = _fix(after, after.read_text(), unsafe=True)
-    assert again.error is None
-    assert again.source == after.read_text()
-    assert again.applied == []
-
-
 def test_unsafe_casts_are_not_applied_by_default():
-    before = FIX / "scalar_start_unsafe_before.py"
+    before = FIX / "scalar_start" / "unsafe_before.py"
     src = before.read_text()
     assert _fix(before, unsafe=False).source == src
     (finding,) = [f for f in analyze_source(src, str(before)).findings if f.code == "PF107"]
@@ -123,127 +107,13 @@ def test_unsafe_casts_are_not_applied_by_default():
 # =========================================================================== refusals
 
 
-def _markers(source: str) -> dict[int, str]:
-    out = {}
-    for n, text in enumerate(source.splitlines(), 1):
-        m = re.search(r"#\s*refuse:\s*(.+?)\s*$", text)
-        if m:
-            out[n] = m.group(1)
-    return out
-
-
-@pytest.mark.parametrize("path", REFUSALS, ids=[p.name for p in REFUSALS])
-def test_refusals_leave_the_file_unchanged_and_say_why(path):
-    name, code, _, _ = _codemod_of(path)
-    src = path.read_text()
-    markers = _markers(src)
-    assert markers
-    for unsafe in (False, True):
-        result = _fix(path, unsafe=unsafe)
-        assert result.error is None
-        assert result.source == src
-    findings = {f.span.line: f for f in analyze_source(src, str(path)).findings if f.code == code}
-    assert set(findings) == set(markers), "every finding of the code is a marked refusal"
-    for line, words in markers.items():
-        f = findings[line]
-        assert not f.fixable
-        assert f.refusal and words in f.refusal, (line, f.refusal)
-
-
 def test_narrow_dtype_refusal_names_the_wrapped_value():
-    path = FIX / "refuse_traced_constant.py"
+    path = FIX / "traced_constant" / "refuse_traced_constant.py"
     (f,) = [f for f in analyze_source(path.read_text(), str(path)).findings if "jnp.int8" in (f.refusal or "")]
     assert "200" in f.refusal and "[-128, 127]" in f.refusal
 
 
-# =========================================================================== LibCST runner
-
-
-@pytest.mark.parametrize("prefix", sorted(CODEMODS))
-def test_libcst_runner_matches_the_cli(prefix, tmp_path):
-    """`python -m libcst.tool codemod -x pallas_fix.codemods.<module>.<Class>` writes the same text
-    as `pallas-fix --apply --no-verify` (restricted to the codemod's rule: other codemods are not
-    this test's subject)."""
-    name, code, module, cls = CODEMODS[prefix]
-    pairs = [(b, a) for b, a in PAIRS if b.name.startswith(prefix)]
-    via_libcst, via_cli = tmp_path / "libcst", tmp_path / "cli"
-    via_libcst.mkdir()
-    via_cli.mkdir()
-    for before, _ in pairs:
-        shutil.copy(before, via_libcst / before.name)
-        shutil.copy(before, via_cli / before.name)
-    refusal = next(p for p in REFUSALS if _codemod_of(p)[0] == name)
-    shutil.copy(refusal, via_libcst / refusal.name)
-    safe = [str(via_libcst / b.name) for b, _ in pairs if not _unsafe(b)] + [str(via_libcst / refusal.name)]
-    run = subprocess.run(
-        [sys.executable, "-m", "libcst.tool", "codemod", "-x", f"pallas_fix.frontends.libcst_commands.{cls}",
-         "--no-format", "-j", "1", *safe],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    cli = [str(via_cli / b.name) for b, _ in pairs if not _unsafe(b)]
-    run = subprocess.run(
-        [sys.executable, "-m", "pallas_fix", "--apply", "--no-verify", "--select", code, *cli],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert run.returncode in (0, 1), run.stderr[-2000:]
-    for before, after in pairs:
-        if _unsafe(before):
-            continue
-        assert (via_libcst / before.name).read_text() == (via_cli / before.name).read_text() == after.read_text()
-    assert (via_libcst / refusal.name).read_text() == refusal.read_text()
-
-
-# =========================================================================== jaxpr oracle
-
-
-def _trace(path: Path):
-    from pallas_fix.verify.oracle import trace_report
-
-    src = path.read_text()
-    (example,) = collect_examples(path, src)
-    args, kwargs = abstract_args(example)
-    return trace_report(getattr(load_module(path), example.entry), *args, **kwargs)
-
-
-_INT_SCALAR = re.compile(r"u?int(8|16|32|64)\[\]")
-
-
-@pytest.mark.parametrize("before, after", PAIRS, ids=PAIR_IDS)
-def test_oracle_sees_no_dynamic_slice_of_the_fixed_kind(before, after):
-    _, code, _, _ = _codemod_of(before)
-    old, new = _trace(before), _trace(after)
-    # static detection and the jaxpr agree on what stays dynamic after the rewrite
-    remaining = {f.span.line for f in analyze_source(after.read_text(), str(after)).findings}
-    assert new.lines(str(after)) == remaining
-    if code == "PF104":
-        # a traced constant is an int32 Var in the jaxpr: the fixed slices are gone
-        assert len(new.dynamic_slices()) < len(old.dynamic_slices())
-    else:
-        bad = lambda rep: [a for a in rep.dynamic_slices() if a.dynamic_start and not _INT_SCALAR.fullmatch(a.start_aval or "")]
-        assert bad(old), "the original has a non-integer-scalar start"
-        assert bad(new) == []
-
-
-# =========================================================================== interpreters
-
-
-@pytest.mark.interp
-@pytest.mark.parametrize(
-    "before, after",
-    [p for p in PAIRS if not _unsafe(p[0]) and not _one_element(p[0])],
-    ids=[i for p, i in zip(PAIRS, PAIR_IDS) if not _unsafe(p[0]) and not _one_element(p[0])],
-)
-def test_rewrite_verified_in_the_interpreters(before, after):
-    from pallas_fix.verify import verify_sources
-
-    src = before.read_text()
-    examples = collect_examples(before, src)
-    gpu = _codemod_of(before)[1] == "PF107"
-    verdicts = verify_sources(src, after.read_text(), examples, path=str(before), gpu_interpret=gpu, timeout_s=300)
-    assert [v.status for v in verdicts] == ["verified"], [v.message for v in verdicts]
-    if gpu:
-        assert "gpu-interpret" in verdicts[0].interpreters
+# =========================================================================== GPU interpret mode
 
 
 _GPU_HARNESS = textwrap.dedent(
@@ -293,8 +163,8 @@ def _close(got: dict, want: dict) -> bool:
 @pytest.mark.interp
 @pytest.mark.parametrize(
     "before, after",
-    [p for p in PAIRS if p[0].name.startswith("scalar_start") and not _unsafe(p[0])],
-    ids=[i for p, i in zip(PAIRS, PAIR_IDS) if p[0].name.startswith("scalar_start") and not _unsafe(p[0])],
+    [p for p in PAIRS if p[0].parent.name == "scalar_start" and not _unsafe(p[0])],
+    ids=[i for p, i in zip(PAIRS, PAIR_IDS) if p[0].parent.name == "scalar_start" and not _unsafe(p[0])],
 )
 def test_gpu_interpret_mode_rejects_the_original_and_runs_the_rewrite(before, after):
     src = before.read_text()

@@ -4,10 +4,15 @@ Fixtures: tests/fixtures/gpu_interpret/
 - `pf20N_*.py`: one kernel per hazard, run in GPU interpret mode as its author wrote it
   (`interpret=plgpu.InterpretGPUParams()`); `# expect: PF20N` marks where the finding belongs.
 - `clean_kernels.py`: near misses of every rule that GPU interpret mode runs correctly.
-- `<name>_before.py` / `<name>_after.py`: golden rewrites under `--target gpu-interpret`.
-- `refuse_*.py`: kernels those rewrites must leave alone, with the refusal they must give.
 - `run_modes.py`: runs fixtures under `interpret=True` and GPU interpret mode in a subprocess
   (it needs only jax, so it also ran on jax 0.10.2; see docs/gpu-interpret.md).
+and the `--target gpu-interpret` rewrites' own, in tests/fixtures/codemods/static_unroll/ (R5) and
+tests/fixtures/codemods/grid_to_loop/:
+- `<name>_before.py` / `<name>_after.py`: golden rewrites under `--target gpu-interpret`.
+- `refuse_*.py`: kernels those rewrites must leave alone, with the refusal they must give.
+The checks every codemod pair gets (golden text and a second run under the target, only
+static-unroll / grid-to-loop applied, refusals unchanged and refused under the target, verified in
+GPU interpret mode, LibCST's runner on unroll and grid_loop) are in tests/test_codemod_pairs.py.
 
 The interpreter runs are what make the claims true: each hazard fixture fails or computes wrong
 results in GPU interpret mode while `interpret=True` runs it, and each after-file matches the
@@ -26,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import pair_harness as H
 from kernel_loading import FIXTURES, expected_markers
-from pair_harness import Pair, check_golden, check_idempotent, declared_refusal, pairs, refusals, run_libcst_codemod, text_diff, verify_pair
+from pair_harness import Pair, declared_refusal
 
 from pallas_fix.rules import gpu_hazards as gpu_interpret
 from pallas_fix.core.config import Config
@@ -47,8 +53,13 @@ OBSERVED = {
     "PF205": "Scalar arguments not (yet) supported on GPU",
     "PF206": "_pallas_call_batching_rule() got an unexpected keyword argument",
 }
-PAIRS = pairs(FIX)
-REFUSALS = refusals(FIX)
+REWRITE_FAMILIES = [H.FAMILIES["static_unroll"], H.FAMILIES["grid_to_loop"]]
+PAIRS = [p for f in REWRITE_FAMILIES for p in f.pairs()]
+REFUSALS = [r for f in REWRITE_FAMILIES for r in f.refusals()]
+# Every fixture of this module: the hazards and near misses, and the rewrites' pairs and refusals.
+ALL_FIXTURES = sorted(p for p in FIX.glob("*.py") if p.name != "run_modes.py") + [
+    p for f in REWRITE_FAMILIES for p in sorted(f.path.glob("*.py"))
+]
 # The originals of these pairs compute wrong results in GPU interpret mode (pl.program_id is 0).
 WRONG_IN_GPU_INTERPRET = {"grid_loop", "grid_unroll", "grid_when"}
 
@@ -71,13 +82,21 @@ def _same(a, b) -> bool:
 def mode_runs() -> dict:
     """Every fixture kernel under `interpret=True` and GPU interpret mode, in one subprocess
     (running GPU interpret mode here would leave its global state in the test process)."""
-    files = [str(p) for p in sorted(FIX.glob("*.py")) if p.name != "run_modes.py" and not p.name.startswith("refuse_")]
+    files = [str(p) for p in ALL_FIXTURES if not p.name.startswith("refuse_")]
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, str(FIX / "run_modes.py"), *files], capture_output=True, text=True, timeout=600, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {Path(k).name: v for k, v in json.loads(proc.stdout).items()}
+    out = {Path(k).name: v for k, v in json.loads(proc.stdout).items()}
+    assert len(out) == len(files), "two fixtures share a file name"
+    return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _start_interpreter_runs(request):
+    # The verdicts of the pairs are shared with test_codemod_pairs.py: start them early.
+    H.VERDICTS.start(request.session)
 
 
 # =========================================================================== PF2xx rules
@@ -213,33 +232,14 @@ def test_fixture_set():
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=str)
-def test_golden_and_idempotent(pair: Pair):
-    check_golden(pair, config=GPU)
-    check_idempotent(pair, config=GPU)
-    applied = fix_source(pair.before_source, str(pair.before), GPU).applied
-    assert applied and all(a.split(" ", 1)[0].rstrip(":") in GPU_CODEMODS for a in applied), applied
-
-
-@pytest.mark.parametrize("pair", PAIRS, ids=str)
 def test_default_target_offers_no_gpu_interpret_rewrite(pair: Pair):
     analysis = analyze_source(pair.before_source, str(pair.before))
     assert not {f.fix_id for f in analysis.findings} & GPU_CODEMODS
     assert not {p.codemod for p in analysis.plans} & GPU_CODEMODS
 
 
-@pytest.mark.parametrize("path", REFUSALS, ids=lambda p: p.stem)
-def test_refusal(path: Path):
-    source = path.read_text(encoding="utf-8")
-    fragment = declared_refusal(source)
-    result = fix_source(source, str(path), GPU)
-    assert result.error is None, result.error
-    assert result.source == source, "a refusal fixture was rewritten:\n" + text_diff(source, result.source, path.name)
-    reasons = [f.refusal for f in analyze_source(source, str(path), GPU).findings if f.refusal]
-    assert any(fragment in r for r in reasons), f"no refusal contains {fragment!r}: {reasons}"
-
-
 def test_blockspec_rewrites_are_screened_out_under_the_gpu_interpret_target():
-    path = FIX / "refuse_unroll_over_limit.py"
+    path = H.FAMILIES["static_unroll"].path / "refuse_unroll_over_limit.py"
     source = path.read_text(encoding="utf-8")
     default = analyze_source(source, str(path))
     assert any(p.codemod == "lift-loop" for p in default.plans), "lift-loop should lift this loop by default"
@@ -275,8 +275,10 @@ def test_pf201_carries_the_grid_to_loop_fix_only_under_the_target():
 
 @pytest.mark.interp
 @pytest.mark.parametrize("pair", PAIRS, ids=str)
-def test_rewrite_matches_the_reference_in_gpu_interpret_mode(pair: Pair, mode_runs):
-    verdicts = verify_pair(pair, gpu_interpret=True)
+def test_rewrite_matches_the_reference_in_gpu_interpret_mode(request, pair: Pair, mode_runs):
+    # The verdicts of test_codemod_pairs.py::test_pair_verified_in_the_interpreters (one run).
+    verdicts = H.VERDICTS.get(request, pair)
+    assert verdicts, "no verdict"
     for v in verdicts:
         assert v.status == "verified", v.message
         assert "gpu-interpret" in v.interpreters
@@ -307,23 +309,12 @@ def test_the_default_targets_lifted_loop_does_not_run_in_gpu_interpret_mode():
     assert v.status == "error" and "has_trivial_window" in v.message, v.message
 
 
-@pytest.mark.parametrize(
-    "codemod, name",
-    [("pallas_fix.frontends.libcst_commands.StaticUnroll", "unroll"), ("pallas_fix.frontends.libcst_commands.GridToLoop", "grid_loop")],
-)
-def test_libcst_runner(codemod, name, tmp_path):
-    pair = next(p for p in PAIRS if p.name == name)
-    assert run_libcst_codemod(codemod, pair.before_source, tmp_path) == pair.after_source
-
-
 def test_run_modes_reads_example_directives():
     """The runner's tiny directive parser agrees with pallas-fix's on every fixture it runs."""
     from pallas_fix.verify.example_sources import collect_examples
 
     directive = re.compile(r"#\s*pallas-fix:\s*example\s+(\w+)\(")
-    for path in FIX.glob("*.py"):
-        if path.name == "run_modes.py":
-            continue
+    for path in ALL_FIXTURES:
         source = path.read_text(encoding="utf-8")
         examples = collect_examples(path, source, pyproject=False)
         assert [e.entry for e in examples] == directive.findall(source), path.name

@@ -1,20 +1,26 @@
 """R2 (lift-reduction, PF102): a fori_loop reduction becomes a sequential grid axis with scratch
 carries, `_init` / `_finalize` under `pl.when`.
 
-Fixtures: tests/fixtures/reduce/ (conventions in tests/pair_harness.py). R2's fixes are unsafe, so
-every rewrite here runs with unsafe fixes on. Every pair is checked four ways: the rewrite is the
-golden text; both kernels agree in the interpreters (TPU kernels also under TPU interpret mode with
-race detection, on one and on several cores; Mosaic GPU kernels only under the HLO interpreter,
-since TPU interpret mode rejects them); the jaxpr oracle finds no dynamic slice left in the
-after-file; a second run changes nothing.
+Fixtures: tests/fixtures/codemods/lift_reduction/ (conventions in tests/pair_harness.py). R2's
+fixes are unsafe, so every rewrite here runs with unsafe fixes on. The checks every codemod pair
+gets are in tests/test_codemod_pairs.py (the rewrite is the golden text; both kernels agree in the
+interpreters; the jaxpr oracle finds no dynamic slice left in the after-file; a second run changes
+nothing; refusals come out unchanged and are real kernels; LibCST's runner, opted in to unsafe
+fixes through pyproject.toml, gives the golden text of matmul_tpu). This module adds R2's own:
+the finding is PF102 where the oracle sees a dynamic slice, and only an unsafe fix; the
+interpreter verdicts cover TPU interpret mode with race detection, on one and on several cores,
+with the reduction axis "arbitrary" (Mosaic GPU kernels only under the HLO interpreter, since TPU
+interpret mode rejects them); no PF102 is left; every PF102 finding of a refusal carries the
+reason; comments survive.
 
 hazard_*.py files are kernels for which R2 must either refuse or produce a rewrite that verifies;
 it does neither yet (strict xfail).
 
-BLOCKED pairs are kernels R2 should rewrite but does not, or rewrites into a broken file: their
-after-file is written by hand in the tool's style (and verified like the others), and only the
-golden-text test is a strict xfail naming the bug. Once the bug is fixed that test XPASSes and
-fails: regenerate the after-file with the tool, read it, and drop the entry.
+BLOCKED pairs (pair_harness.BLOCKED, keys `lift_reduction/<name>`) are kernels R2 should rewrite
+but does not, or rewrites into a broken file: their after-file is written by hand in the tool's
+style (and verified like the others), and only the golden-text test is a strict xfail naming the
+bug. Once the bug is fixed that test XPASSes and fails: regenerate the after-file with the tool,
+read it, and drop the entry.
 """
 
 from __future__ import annotations
@@ -24,18 +30,18 @@ from pathlib import Path
 import pytest
 
 import pair_harness as H
-from kernel_loading import FIXTURES
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
 from pallas_fix.core.model import FixSafety
 
-FIX = FIXTURES / "reduce"
-PAIRS = H.pairs(FIX)
-REFUSALS = H.refusals(FIX)
-CODEMOD = "lift-reduction"
+FAMILY = H.FAMILIES["lift_reduction"]
+FIX = FAMILY.path
+PAIRS = FAMILY.pairs()
+REFUSALS = FAMILY.refusals()
+CODEMOD = FAMILY.codemod
 UNSAFE = {"unsafe": True}
 
-BLOCKED: dict[str, str] = {}
+BLOCKED: dict[str, str] = {k.split("/", 1)[1]: v for k, v in H.BLOCKED.items() if k.startswith("lift_reduction/")}
 
 # Blocked because detection gives the loop another code than PF102.
 MISCLASSIFIED: set[str] = set()
@@ -58,16 +64,12 @@ def _pf102(source: str, path: Path) -> list:
 
 PAIR_PARAMS = [pytest.param(p, id=p.name) for p in PAIRS]
 
-# VerdictPool picks the session's items by test name alone: a name of our own keeps it from also
-# verifying the pairs of test_lift_pairs.py (and that module's pool from verifying ours).
-_POOL = H.VerdictPool("test_reduce_pair_verified_in_the_interpreters")
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _start_interpreter_runs(request):
     # Interpreter runs are worker processes: start them first so that they overlap with the
-    # in-process tests.
-    _POOL.start(request.session)
+    # in-process tests. The pool is shared with test_codemod_pairs.py: each pair runs once.
+    H.VERDICTS.start(request.session)
 
 
 # =========================================================================== the fixture set
@@ -98,27 +100,14 @@ def test_pair_is_an_unsafe_r2_fix(pair):
     assert H.rewrite(pair.before_source, pair.before).source == pair.before_source, "applied without --unsafe-fixes"
 
 
-# =========================================================================== (1) golden text
-
-
-@pytest.mark.parametrize(
-    "pair",
-    [
-        pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=BLOCKED[p.name])] if p.name in BLOCKED else [])
-        for p in PAIRS
-    ],
-)
-def test_rewrite_matches_golden(pair):
-    H.check_golden(pair, **UNSAFE)
-
-
-# =========================================================================== (2) interpreters
+# =========================================================================== interpreters
 
 
 @pytest.mark.interp
 @pytest.mark.parametrize("pair", PAIR_PARAMS)
-def test_reduce_pair_verified_in_the_interpreters(request, pair):
-    verdicts = _POOL.get(request, pair)
+def test_reduce_verdicts_cover_tpu_interpret_and_keep_the_reduction_sequential(request, pair):
+    # The verdicts of test_codemod_pairs.py::test_pair_verified_in_the_interpreters (one run).
+    verdicts = H.VERDICTS.get(request, pair)
     H.check_verdicts(pair, verdicts)
     for v in verdicts:
         assert v.dynamic_slices_before and v.dynamic_slices_after == 0
@@ -134,20 +123,12 @@ def test_reduce_pair_verified_in_the_interpreters(request, pair):
             assert call["dimension_semantics"][-1] == "arbitrary", call
 
 
-# =========================================================================== (3) jaxpr oracle
+# =========================================================================== no PF102 left
 
 
 @pytest.mark.parametrize("pair", PAIR_PARAMS)
-def test_oracle_counts_no_dynamic_slice_after(pair):
-    H.check_oracle_counts(pair)
-
-
-# =========================================================================== (4) fixed point
-
-
-@pytest.mark.parametrize("pair", PAIR_PARAMS)
-def test_second_run_changes_nothing(pair):
-    H.check_idempotent(pair, **UNSAFE)
+def test_no_pf102_left_after_the_rewrite(pair):
+    # (the golden text, the oracle and the second run: test_codemod_pairs.py)
     assert _pf102(pair.after_source, pair.after) == []
 
 
@@ -155,8 +136,8 @@ def test_second_run_changes_nothing(pair):
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in REFUSALS])
-def test_refusal_leaves_the_file_unchanged(path):
-    H.check_refusal(path, **UNSAFE)
+def test_every_pf102_finding_of_a_refusal_carries_the_reason(path):
+    # (unchanged under unsafe fixes, some finding carrying the reason: test_codemod_pairs.py)
     # Every finding of the loop carries the reason, not just one of them.
     src = path.read_text()
     findings = _pf102(src, path)
@@ -165,8 +146,8 @@ def test_refusal_leaves_the_file_unchanged(path):
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in REFUSALS])
-def test_refusal_fixture_is_a_real_kernel(path):
-    H.check_real_kernel(path)
+def test_refusal_oracle_lines_are_the_pf102_lines(path):
+    # (a real kernel with dynamic slices: test_codemod_pairs.py)
     (report,) = H.trace_reports(path)
     assert report.lines(str(path)) == {f.span.line for f in _pf102(path.read_text(), path)}
 
@@ -227,17 +208,3 @@ def test_effect_before_a_read_keeps_its_place():
     if result.changed:
         verdicts = verify_sources(src, result.source, collect_examples(path, src, pyproject=False), path=str(path))
         assert [v.status for v in verdicts] == ["verified"], [v.message for v in verdicts]
-
-
-# =========================================================================== LibCST's own runner
-
-
-def test_libcst_runner_gives_the_golden_text(tmp_path: Path):
-    # The runner reads [tool.pallas-fix] from the nearest pyproject.toml: opting in to unsafe fixes
-    # there is how a LibCST user gets R2.
-    pair = next(p for p in PAIRS if p.name == "matmul_tpu")
-    (tmp_path / "pyproject.toml").write_text("[tool.pallas-fix]\nunsafe-fixes = true\n")
-    produced = H.run_libcst_codemod(
-        "pallas_fix.frontends.libcst_commands.LiftReduction", pair.before_source, tmp_path, pair.before.name
-    )
-    assert produced == pair.after_source, H.text_diff(pair.after_source, produced, pair.name)
