@@ -278,3 +278,29 @@ def test_apply_verifies_the_notebook_as_one_module(tmp_path, capsys, planner):
     assert re.search(r"^verified pick: 1 dynamic slice -> 0", err, flags=re.M), err
     cell = "".join(json.loads(path.read_text())["cells"][1]["source"])
     assert "third = 3 * BS" in cell and "%matplotlib inline" in cell
+
+
+def test_line_numbers_in_messages_are_the_cells_own(tmp_path, capsys):
+    """Provenance names the loop's line: in a notebook that is the cell's line, not the line of
+    the joined module the analysis reads."""
+    kernel = (
+        "def kernel(x_ref, o_ref):\n"
+        "    def body(i, carry):\n"
+        "        o_ref[pl.ds(i * 8, 8)] = x_ref[pl.ds(i * 8, 8)] + 1.0\n"
+        "        return carry\n"
+        "    lax.fori_loop(0, 4, body, None)\n"
+        "\n"
+        "def run(x):\n"
+        "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n"
+    )
+    cells = ["import jax\nfrom jax import lax\nfrom jax.experimental import pallas as pl\n", kernel]
+    nb = make_notebook()
+    nb["cells"] = [
+        {"cell_type": "code", "execution_count": None, "id": f"c{n}", "metadata": {}, "outputs": [], "source": _lines(text)}
+        for n, text in enumerate(cells)
+    ]
+    path = write_nb(tmp_path, nb)
+    run_cli("--no-color", "--format", "json", path)
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert findings and all(f["path"] == f"{path}:cell[1]" for f in findings)
+    assert all("on line 5," in f["provenance"] for f in findings), [f["provenance"] for f in findings]

@@ -6,6 +6,7 @@ it, and the engine derives findings and plans from it into a result of its own.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -48,8 +49,14 @@ def mentions_pallas(source: str) -> bool:
     return "pallas_call" in source
 
 
+# LibCST's message repeats the place in its own numbering ("parser error: error at 14:4: ..."),
+# which disagrees with the line and column every front end reports; only the reason is kept.
+_PLACE_IN_MESSAGE = re.compile(r"^(?:parser error: )?error at \d+:\d+: ")
+
+
 def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
-    return SourceError(path, f"syntax error: {exc.message}", exc.raw_line, exc.raw_column)
+    reason = _PLACE_IN_MESSAGE.sub("", exc.message)
+    return SourceError(path, f"syntax error: {reason}", exc.raw_line, exc.raw_column)
 
 
 def analyze(source: str, path: str = "<string>", config: Optional[Config] = None) -> Analysis:

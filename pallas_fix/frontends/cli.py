@@ -197,8 +197,13 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
             return "error"
     if verdicts:
         verdict_json.extend({"path": report.path, **v.to_json()} for v in verdicts)
+        untouched = [v for v in verdicts if _untouched(v)]
         for v in verdicts:
-            err.print(format_verdict(v))
+            if not any(v is u for u in untouched):
+                err.print(format_verdict(v))
+        if untouched:
+            names = ", ".join(v.entry for v in untouched)
+            err.print(f"verified {names}: outputs equal; the rewrite left their dynamic slices as they were")
         if any(v.status not in ("verified", "unverified") for v in verdicts):
             err.print(f"[bold red]not written[/]: {_e(report.path)}: verification failed; the file is unchanged", markup=True)
             return "refused"
@@ -206,12 +211,18 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
             err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
             return "refused"
         return None
-    why = "verification disabled" if not opts.verify else "no example call (add `# pallas-fix: example entry(f32[...])`)"
+    why = "verification disabled" if not opts.verify else f"no example call (add `# pallas-fix: example {report.example_hint}`)"
     if opts.require_verified:
         err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
         return "refused"
     err.print(f"not verified {report.path}: {why}")
     return None
+
+
+def _untouched(v) -> bool:
+    """A verified example whose dynamic slices the rewrite left as they were (its kernels are
+    usually not the ones rewritten): a line of its own would only repeat the count."""
+    return v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after
 
 
 def _check_target(target: Optional[str]) -> None:

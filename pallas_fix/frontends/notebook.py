@@ -225,8 +225,23 @@ def map_findings(findings: list[Finding], path: str, virtual_text: str) -> list[
         if end_cell != cell:
             end_line = line
         span = Span(line, f.span.column, end_line, f.span.end_column)
-        out.append(replace(f, path=cell_path(path, cell), span=span))
+        words = {"message": _cell_lines(f.message, lmap, cell), "provenance": _cell_lines(f.provenance, lmap, cell)}
+        out.append(replace(f, path=cell_path(path, cell), span=span, **words))
     return out
+
+
+_LINE_WORD = re.compile(r"\bline (\d+)\b")
+
+
+def _cell_lines(text: str, lmap: list[tuple[int, int]], cell: int) -> str:
+    """`line N` of the joined module, as the cell numbering the finding's place uses: `line 4`
+    in the finding's own cell, `cell[2] line 4` in another."""
+
+    def local(m: re.Match) -> str:
+        other, line = locate(lmap, int(m.group(1)))
+        return f"line {line}" if other == cell else f"cell[{other}] line {line}"
+
+    return _LINE_WORD.sub(local, text)
 
 
 # -- rewrites back into cells -------------------------------------------------------------------------

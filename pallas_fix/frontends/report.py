@@ -23,3 +23,4 @@ class FileReport:
     fix_error: Optional[str] = None
     config: Optional[Config] = None
     notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb
+    example_hint: str = "entry(f32[...])"  # an example call to suggest, named after the file's entry

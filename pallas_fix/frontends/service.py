@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
 from pallas_fix.core.examples import ExampleSyntaxError
-from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source
+from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files import FileError, read_source, write_source
 from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
@@ -90,7 +90,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
         analysis = analyze_source(src.text, path, config)
     except SourceError as exc:
         return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
-    report = replace(report, findings=analysis.findings, remaining=analysis.findings)
+    report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis))
     if not any(f.fixable for f in analysis.findings):
         return report
     fixed = fix_source(src.text, path, config, analysis=analysis)
@@ -147,3 +147,15 @@ def write_report(report: FileReport) -> None:
 
 def unknown_codes_message(unknown: list[str]) -> str:
     return f"unknown rule code(s) {', '.join(unknown)}; the codes are {', '.join(sorted(RULES))} (prefixes allowed)"
+
+
+def example_hint(analysis: CheckResult) -> str:
+    """An example call to suggest for verification: the module-level function that makes the
+    first pallas_call, one `f32[...]` per argument it requires."""
+    for site in analysis.sites:
+        fn = site.enclosing
+        if fn is None or analysis.ctx is None or analysis.ctx.parent(fn) is not analysis.ctx.module:
+            continue
+        required = [p for p in fn.params.params if p.default is None]
+        return f"{fn.name.value}({', '.join('f32[...]' for _ in required)})"
+    return FileReport.example_hint

@@ -76,12 +76,30 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
     if note:
         notes.append(note)
     if infos is None:
+        original_error = _trace_error(call.bind(f_orig), structs)
+        if original_error is not None:  # the example does not fit the code, the rewrite aside
+            raise _Abort(f"{_the_example(call)} does not trace the original either; check the example: "
+                         f"{summarize_exc(original_error)}{user_frame(original_error)}")
         raise _Abort(f"tracing the rewrite failed: {summarize_exc(trace_error)}{user_frame(trace_error)}")
     v["dynamic_slices_after"], note = _dynamic_slices(call.bind(f_rew), structs, jaxpr_rew)
     if note and note not in notes:
         notes.append(note)
     v["details"]["pallas_calls"] = infos
     return infos
+
+
+def _trace_error(fn: Callable, structs: list) -> Optional[Exception]:
+    try:
+        trace(fn, structs)
+    except Exception as e:
+        return e
+    return None
+
+
+def _the_example(call: Call) -> str:
+    """The example as the user gave it, and where it came from."""
+    where = f" ({call.ex.origin})" if call.ex.origin else ""
+    return f"the example `{call.ex.canonical()}`{where}"
 
 
 class _SeedFailed(Exception):
@@ -111,8 +129,8 @@ def _reference(call: Call, f_orig: Callable, f_rew: Callable, seeds: list[int]) 
     except _SeedFailed as failed:
         original_broken = summarize_exc(failed.error)
         if not NON_SCALAR_START.search(original_broken):
-            raise _Abort(f"the original failed under interpret (seed {failed.seed}): "
-                         f"{original_broken}{user_frame(failed.error)}") from None
+            raise _Abort(f"{_the_example(call)} does not run the original under interpret (seed {failed.seed}); "
+                         f"check the example: {original_broken}{user_frame(failed.error)}") from None
     # A start that is not an integer scalar (PF107) fails in every interpreter: there is
     # no reference. The rewrite can still be run everywhere and checked for agreement.
     try:
