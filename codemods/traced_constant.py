@@ -37,6 +37,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.values import int_binop
 
 from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse, Origin
@@ -229,7 +230,7 @@ class _Plan(C.StartEdits):
             right = self._eval(expr.right, env, values, depth + 1)
             if left is None or right is None:
                 return None
-            result = _apply(expr.operator, left, right)
+            result = int_binop(expr.operator, left, right)
             if result is not None:
                 values.append(result)
             return result
@@ -246,32 +247,6 @@ class _Plan(C.StartEdits):
         if result is not None:
             values.append(result)
         return result
-
-
-def _apply(op: cst.BaseBinaryOp, a: int, b: int) -> Optional[int]:
-    if isinstance(op, cst.Add):
-        return a + b
-    if isinstance(op, cst.Subtract):
-        return a - b
-    if isinstance(op, cst.Multiply):
-        return a * b
-    if isinstance(op, cst.FloorDivide) and b:
-        return a // b
-    if isinstance(op, cst.Modulo) and b:
-        return a % b
-    if isinstance(op, cst.Power) and 0 <= b < 64:
-        return a**b
-    if isinstance(op, cst.LeftShift) and 0 <= b < 64:
-        return a << b
-    if isinstance(op, cst.RightShift) and b >= 0:
-        return a >> b
-    if isinstance(op, cst.BitAnd):
-        return a & b
-    if isinstance(op, cst.BitOr):
-        return a | b
-    if isinstance(op, cst.BitXor):
-        return a ^ b
-    return None
 
 
 def _leaf_names(expr: cst.BaseExpression) -> list[cst.Name]:

@@ -286,26 +286,11 @@ class VerdictPool:
 
 
 def run_libcst_codemod(codemod: str, source: str, workdir: Path, filename: str = "kernel.py") -> str:
-    """Run `python -m libcst.tool codemod -x <codemod>` on a copy of `source`; the file's new text.
-
-    `--no-format`: LibCST would otherwise pipe the result through black, which is not what the
-    CLI does.
-    """
+    """Run `python -m libcst.tool codemod -x <codemod>` on a copy of `source`; the file's new text."""
     workdir.mkdir(parents=True, exist_ok=True)
     target = workdir / filename
     target.write_text(source, encoding="utf-8")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    proc = subprocess.run(
-        [sys.executable, "-m", "libcst.tool", "codemod", "-x", codemod, "--no-format", "--hide-progress", filename],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"libcst.tool exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    _libcst_tool(codemod, [filename], workdir)
     return target.read_text(encoding="utf-8")
 
 
@@ -320,11 +305,18 @@ def run_libcst_codemod_files(codemod: str, files: Iterable[Path], workdir: Path,
     for f in files:
         (workdir / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
         names.append(f.name)
+    _libcst_tool(codemod, names, workdir, "-j", "1")
+    return {n: (workdir / n).read_text(encoding="utf-8") for n in names}
+
+
+def _libcst_tool(codemod: str, names: list[str], workdir: Path, *options: str) -> None:
+    """`--no-format`: LibCST would otherwise pipe the result through black, which is not what the
+    CLI does."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "libcst.tool", "codemod", "-x", codemod, "--no-format", "--hide-progress", "-j", "1", *names],
+        [sys.executable, "-m", "libcst.tool", "codemod", "-x", codemod, "--no-format", "--hide-progress", *options, *names],
         cwd=workdir,
         env=env,
         capture_output=True,
@@ -332,7 +324,6 @@ def run_libcst_codemod_files(codemod: str, files: Iterable[Path], workdir: Path,
         timeout=300,
     )
     assert proc.returncode == 0, f"libcst.tool exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return {n: (workdir / n).read_text(encoding="utf-8") for n in names}
 
 
 # =========================================================================== codemod families

@@ -19,7 +19,7 @@ from pallas_fix.analysis.bindings import Bindings, Unpack, scope_bindings, singl
 from pallas_fix.analysis.call_values import call_value
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.loops import describe_loop, find_loops
-from pallas_fix.analysis.values import REF, REFLIST, STATIC, STATIC_FLOAT, Val, combine
+from pallas_fix.analysis.values import REF, REFLIST, STATIC, STATIC_FLOAT, Val, combine, int_binop
 from pallas_fix.core.model import LoopInfo, Origin
 from pallas_fix.core.names import call_arg
 
@@ -251,22 +251,7 @@ class Env:
             right = self.static_int(expr.right, depth + 1)
             if left is None or right is None:
                 return None
-            op = expr.operator
-            if isinstance(op, cst.Add):
-                return left + right
-            if isinstance(op, cst.Subtract):
-                return left - right
-            if isinstance(op, cst.Multiply):
-                return left * right
-            if isinstance(op, cst.FloorDivide) and right:
-                return left // right
-            if isinstance(op, cst.Modulo) and right:
-                return left % right
-            if isinstance(op, cst.Power) and 0 <= right < 64:
-                return left**right
-            if isinstance(op, cst.LeftShift) and 0 <= right < 64:
-                return left << right
-            return None
+            return int_binop(expr.operator, left, right)
         if isinstance(expr, cst.Name):
             value = self.static_value_expr(expr.value)
             if value is not None:

@@ -73,3 +73,31 @@ def _combined_type(vals: list[Val]) -> str:
     if "bool" in types and len(types) == 1:
         return "bool"
     return "int"
+
+
+def int_binop(op: cst.BaseBinaryOp, a: int, b: int) -> Optional[int]:
+    """`a op b` for the integer operators Python code writes in index arithmetic; None for the
+    others, for division by zero and for shifts or powers too large to mean an index."""
+    if isinstance(op, cst.Add):
+        return a + b
+    if isinstance(op, cst.Subtract):
+        return a - b
+    if isinstance(op, cst.Multiply):
+        return a * b
+    if isinstance(op, cst.FloorDivide) and b:
+        return a // b
+    if isinstance(op, cst.Modulo) and b:
+        return a % b
+    if isinstance(op, cst.Power) and 0 <= b < 64:
+        return a**b
+    if isinstance(op, cst.LeftShift) and 0 <= b < 64:
+        return a << b
+    if isinstance(op, cst.RightShift) and b >= 0:
+        return a >> b
+    if isinstance(op, cst.BitAnd):
+        return a & b
+    if isinstance(op, cst.BitOr):
+        return a | b
+    if isinstance(op, cst.BitXor):
+        return a ^ b
+    return None

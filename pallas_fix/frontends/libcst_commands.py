@@ -15,15 +15,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.codemod import CodemodCommand, SkipFile
 
-from pallas_fix.codemods import (
-    grid_to_loop,
-    lift_loop,
-    lift_reduction,
-    program_id_blocks,
-    scalar_start,
-    static_unroll,
-    traced_constant,
-)
+from pallas_fix import codemods
 from pallas_fix.core.config import Config, load_config
 from pallas_fix.core.plans import Recipe
 from pallas_fix.engine import fix_source
@@ -55,10 +47,10 @@ def command_for(recipe: Recipe) -> type[CodemodCommand]:
     return _PallasFixCommand
 
 
-LiftIndependentLoop = command_for(lift_loop.RECIPE)
-ProgramIdBlocks = command_for(program_id_blocks.RECIPE)
-ScalarStart = command_for(scalar_start.RECIPE)
-TracedConstantToInt = command_for(traced_constant.RECIPE)
-LiftReduction = command_for(lift_reduction.RECIPE)
-GridToLoop = command_for(grid_to_loop.RECIPE)
-StaticUnroll = command_for(static_unroll.RECIPE)
+LiftIndependentLoop = command_for(codemods.lift_loop.RECIPE)
+ProgramIdBlocks = command_for(codemods.program_id_blocks.RECIPE)
+ScalarStart = command_for(codemods.scalar_start.RECIPE)
+TracedConstantToInt = command_for(codemods.traced_constant.RECIPE)
+LiftReduction = command_for(codemods.lift_reduction.RECIPE)
+GridToLoop = command_for(codemods.grid_to_loop.RECIPE)
+StaticUnroll = command_for(codemods.static_unroll.RECIPE)
