@@ -65,6 +65,8 @@ class CallEdits:
                 spec = self.cs.spec_of(slot)
                 if spec.node is None or spec.index_map is None:
                     continue
+                self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=True)
+                self.cs.refuse_if_shared(self.cs.spec_list(kind)[slot.index], "BlockSpec", within_call=True)
                 if isinstance(spec.index_map, cst.Lambda):
                     lam = spec.index_map
                     if lam in self.edits:
@@ -99,6 +101,7 @@ class CallEdits:
                 self.new_keywords.append((f"{kind}_specs", value))
                 continue
             items = elements(container)
+            self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
             if items is None:
                 # a single spec standing for the single operand
                 c = new_codes[slots[0].index]
@@ -109,6 +112,7 @@ class CallEdits:
                 if c is None:
                     continue
                 target = exprs[s.index]
+                self.cs.refuse_if_shared(target, "BlockSpec", within_call=False)
                 resolved = self.cs.ctx.resolve_value(target, self.cs.site.call) if target is not None else None
                 node = resolved if isinstance(resolved, cst.Call) else target
                 self.edits[node] = _replace_with(c)
@@ -121,6 +125,7 @@ class CallEdits:
         if grid_expr is None:
             self.new_keywords.insert(0, ("grid", f"({trip},)"))
             return
+        self.cs.refuse_if_shared(grid_expr, "grid", within_call=True)
         resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.site.call)
         dims = [code(d) for d in self.cs.grid] + [trip]
         text = "(" + ", ".join(dims) + ")"
@@ -135,6 +140,8 @@ class CallEdits:
             self._declare_semantics(call)
             return
         assert values is not None
+        self.cs.refuse_if_shared(self.cs.site.kw("compiler_params"), "compiler_params", within_call=True)
+        self.cs.refuse_if_shared(arg.value, "dimension_semantics", within_call=True)
         if len(values) != self.ngrid:
             raise CallSiteError(f"dimension_semantics has {len(values)} entries for a {self.ngrid}-axis grid")
         new = self.new_axis.semantics

@@ -18,6 +18,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
+from pallas_fix.rewrite.imports import PALLAS, spelling
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
 from pallas_fix.rewrite.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -150,6 +151,28 @@ class CallSite:
             raise CallSiteError(f"{kind}_specs has {len(items)} entries for {count} operands")
         return items
 
+    def refuse_if_shared(self, expr: Optional[cst.BaseExpression], what: str, *, within_call: bool) -> None:
+        """Edits change a name's bound value in place: refuse when `expr` is a name that is also
+        read elsewhere (another operand's spec, another pallas_call's grid), since the edit would
+        change those too. `within_call`: reads inside this pallas_call itself are this edit's own."""
+        if not isinstance(expr, cst.Name):
+            return
+        name = expr.value
+        scope = next((sc for sc in self.ctx.scope_chain(self.site.call) if self.ctx.assignments(name, sc)), None)
+        if scope is None:
+            return
+        for node in walk(scope):
+            if not isinstance(node, cst.Name) or node.value != name or node is expr:
+                continue
+            if isinstance(self.ctx.parent(node), cst.AssignTarget):
+                continue
+            if within_call and any(a is self.site.call for a in self.ctx.ancestors(node)):
+                continue
+            raise CallSiteError(
+                f"`{name}` ({what}) is also used elsewhere and the rewrite would change it there too; "
+                f"give this pallas_call its own {what}"
+            )
+
     def _is_block_spec(self, expr: cst.BaseExpression) -> bool:
         expr = self.ctx.resolve_value(expr, self.site.call)
         return isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.BLOCK_SPEC)
@@ -279,7 +302,7 @@ class CallSite:
         return pallas_alias(self.ctx)
 
     def needs_pallas_import(self) -> bool:
-        return pallas_alias(self.ctx) == "pl" and self.ctx.imports.bindings.get("pl") != N.PALLAS
+        return spelling(self.ctx, PALLAS).add is not None
 
     def dimension_semantics(self) -> tuple[Optional[cst.Call], Optional[cst.Arg], Optional[list[str]]]:
         params = self.site.kw("compiler_params")
@@ -310,12 +333,7 @@ class CallSite:
 
 def pallas_alias(ctx: ModuleContext) -> str:
     """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
-    for local, full in ctx.imports.bindings.items():
-        if full == N.PALLAS:
-            return local
-    if N.PALLAS in ctx.imports.modules and ctx.imports.bindings.get("jax") == "jax":
-        return N.PALLAS
-    return "pl"
+    return spelling(ctx, PALLAS).text
 
 
 def _mutates(node: cst.CSTNode, name: str) -> bool:

@@ -16,7 +16,7 @@ from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
-from pallas_fix.rewrite.callsite import CallSiteError
+from pallas_fix.rewrite.operands import CallSiteError
 from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rules.registry import classify
 from pallas_fix.analysis.windows import window_of
