@@ -1,0 +1,139 @@
+"""Coverage: how much of the kernels people write pallas-fix fixes, and why it refuses the rest.
+
+Two corpora:
+- the blind corpus, tests/fixtures/blind/ (kernels written without reading the planners, each
+  labelled `# label: fix | either | refuse` and carrying an example call), and
+- JAX's own Pallas kernels, read at run time from the installed jax package
+  (jax/experimental/pallas/ops/**).
+
+Per kernel file: findings, whether a rewrite is proposed, what it fixed, and (with --verify) the
+verification verdicts; then the share of fix-labelled blind kernels fixed (and verified), the
+rewrites that changed outputs, and a histogram of refusal reasons.
+
+    .venv/bin/python benchmarks/bench_coverage.py                 # proposals only (seconds)
+    .venv/bin/python benchmarks/bench_coverage.py --verify        # verify every proposal (minutes)
+    .venv/bin/python benchmarks/bench_coverage.py --corpus blind --held-out-only --verify
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pallas_fix.frontends.service import Options, analyse_file, verify_report  # noqa: E402
+
+BLIND = ROOT / "tests" / "fixtures" / "blind"
+_LABEL = re.compile(r"^#\s*label:\s*(fix|either|refuse)\b", re.M)
+# Refusal texts name the place they refer to (`x_ref`, line numbers): a histogram groups by shape.
+_DETAILS = re.compile(r"`[^`]*`|\b\d+\b")
+
+
+@dataclass
+class Row:
+    path: Path
+    label: Optional[str]
+    findings: int = 0
+    fixed: int = 0
+    proposed: bool = False
+    verdicts: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    error: Optional[str] = None
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.verdicts) and all(v == "verified" for v in self.verdicts)
+
+    @property
+    def differs(self) -> bool:
+        return any(v == "mismatch" for v in self.verdicts)
+
+
+def blind_files(held_out_only: bool) -> list[Path]:
+    files = sorted(BLIND.glob("*.py"))
+    if not held_out_only:
+        return files
+    readme = (BLIND / "README.md").read_text(encoding="utf-8")
+    held = readme.split("## Held out", 1)[1] if "## Held out" in readme else ""
+    names = set(re.findall(r"`?([\w]+\.py)`?", held))
+    return [f for f in files if f.name in names]
+
+
+def jax_files() -> list[Path]:
+    import jax
+
+    ops = Path(jax.__file__).parent / "experimental" / "pallas" / "ops"
+    return sorted(p for p in ops.rglob("*.py") if "pallas_call" in p.read_text(encoding="utf-8"))
+
+
+def measure(path: Path, verify: bool, opts: Options) -> Row:
+    text = path.read_text(encoding="utf-8")
+    m = _LABEL.search(text)
+    row = Row(path, m.group(1) if m else None)
+    report = analyse_file(str(path), opts)
+    if report.error:
+        row.error = report.error
+        return row
+    row.findings = len(report.findings)
+    row.proposed = report.proposed is not None
+    row.fixed = max(0, len(report.findings) - len(report.remaining)) if row.proposed else 0
+    row.refusals = [f.refusal for f in report.remaining if f.refusal and not f.fixable]
+    if verify and row.proposed:
+        verdicts, problem = verify_report(report, opts, gpu=False)
+        row.verdicts = [v.status for v in verdicts or []] or [f"example problem: {problem}" if problem else "no example"]
+    return row
+
+
+def summarise(name: str, rows: list[Row], verify: bool) -> None:
+    print(f"\n== {name}: {len(rows)} files")
+    print(f"{'file':48} {'label':7} {'find':>4} {'fixed':>5}  outcome")
+    for r in rows:
+        outcome = r.error or ("proposed" if r.proposed else "refused")
+        if r.verdicts:
+            outcome += " / " + ",".join(sorted(set(r.verdicts)))
+        print(f"{r.path.name[:48]:48} {r.label or '-':7} {r.findings:4} {r.fixed:5}  {outcome}")
+    labelled = [r for r in rows if r.label == "fix"]
+    if labelled:
+        fixed = sum(1 for r in labelled if r.proposed and r.fixed)
+        line = f"fix-labelled: {fixed} of {len(labelled)} get a rewrite"
+        if verify:
+            line += f", {sum(1 for r in labelled if r.verified)} of {len(labelled)} verified"
+        print(line)
+    if verify:
+        print(f"rewrites whose outputs differ: {sum(1 for r in rows if r.differs)}")
+    wrong_way = [r.path.name for r in rows if r.label == "refuse" and r.proposed]
+    if wrong_way:
+        print(f"refuse-labelled files that got a rewrite (check them): {', '.join(wrong_way)}")
+    print(f"files with findings: {sum(1 for r in rows if r.findings)}; findings {sum(r.findings for r in rows)}, "
+          f"fixed {sum(r.fixed for r in rows)}")
+    histogram = collections.Counter(_DETAILS.sub("…", reason) for r in rows for reason in set(r.refusals))
+    if histogram:
+        print("refusal reasons (files):")
+        for reason, n in histogram.most_common(15):
+            print(f"  {n:3}  {reason[:150]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", choices=("blind", "jax", "both"), default="both")
+    ap.add_argument("--verify", action="store_true", help="verify every proposed rewrite (slow)")
+    ap.add_argument("--held-out-only", action="store_true", help="only the blind corpus's held-out files")
+    ap.add_argument("--backend", default=None, help="override backend detection (e.g. tpu)")
+    args = ap.parse_args()
+    # Plain --apply's policy today: safe fixes only. --unsafe-fixes is the explicit opt-in.
+    opts = Options(verify=args.verify, backend=args.backend)
+    if args.corpus in ("blind", "both"):
+        summarise("blind corpus", [measure(p, args.verify, opts) for p in blind_files(args.held_out_only)], args.verify)
+    if args.corpus in ("jax", "both"):
+        summarise("JAX's Pallas ops (installed jax)", [measure(p, args.verify, opts) for p in jax_files()], args.verify)
+
+
+if __name__ == "__main__":
+    main()
