@@ -101,10 +101,10 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
         print(f"{r.path.name[:48]:48} {r.label or '-':7} {r.findings:4} {r.fixed:5}  {outcome}")
     labelled = [r for r in rows if r.label == "fix"]
     if labelled:
-        fixed = sum(1 for r in labelled if r.proposed and r.fixed)
-        line = f"fix-labelled: {fixed} of {len(labelled)} get a rewrite"
+        line = f"fix-labelled: {sum(1 for r in labelled if r.proposed)} of {len(labelled)} get a rewrite"
         if verify:
             line += f", {sum(1 for r in labelled if r.verified)} of {len(labelled)} verified"
+        line += f" ({sum(1 for r in labelled if r.proposed and not r.fixed)} of them remove no finding)"
         print(line)
     if verify:
         print(f"rewrites whose outputs differ: {sum(1 for r in rows if r.differs)}")
