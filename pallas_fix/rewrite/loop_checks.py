@@ -9,9 +9,10 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.names import call_arg
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.scopes import walk_pruned, walk_scope
+from pallas_fix.rewrite.scopes import bindings, param_names, walk_pruned, walk_scope
 from pallas_fix.rewrite.statements import body_statements
 
 
@@ -84,6 +85,35 @@ def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body) -> list[cst.
                 if not any(a is body or a in found for a in ctx.ancestors(node)):
                     raise Refuse(f"helper `{helper.name.value}` is also used outside the loop")
     return found
+
+
+def check_signature(ctx: ModuleContext, loop: LoopInfo) -> None:
+    """The body must be `(index)` or `(index, carry)`, passed as itself, and keep its index.
+
+    Inlining replaces the parameters by the grid index and the carry: a parameter with a default
+    (`def body(i, c, factor=3.0)`) or one bound by `functools.partial(body, factor=4.0)` would be
+    dropped (a NameError, or the default instead of the bound value); an index the body rebinds
+    (`i = i + 1`) no longer is the grid index where its windows use it."""
+    body = loop.body
+    if loop.kind == "fori_loop":
+        passed = call_arg(loop.call, 2, "body_fun")
+        if isinstance(passed, cst.Call):
+            raise Refuse(f"the loop body is passed as `{ctx.code(passed)}`; inlining it would drop the bound arguments")
+    declared = param_names(body)
+    plain = [p.name.value for p in body.params.params]
+    if declared != set(plain) or len(plain) > 2 or any(p.default is not None for p in body.params.params):
+        raise Refuse(
+            f"the loop body takes parameters besides its index and carry ({', '.join(sorted(declared - set(plain[:2])))}); "
+            "inlining it would drop them"
+        )
+    if _rebinds(body, loop.index_name):
+        raise Refuse(f"the loop body rebinds its index `{loop.index_name}`; its windows would not follow the grid axis")
+
+
+def _rebinds(body, name: str) -> bool:
+    """A binding of `name` in the body's own scope (its parameter list aside)."""
+    stmts = body.body.body if isinstance(body, cst.FunctionDef) and isinstance(body.body, cst.IndentedBlock) else []
+    return any(name in set(bindings(stmt, nested=False)) for stmt in stmts)
 
 
 def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bool = False) -> None:

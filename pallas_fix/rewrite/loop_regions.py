@@ -20,7 +20,7 @@ from pallas_fix.rewrite.callsite import CallSite, pallas_alias
 from pallas_fix.rewrite.common import attempt, per_use
 from pallas_fix.rewrite.edits import Edit, remove_statement
 from pallas_fix.rewrite.kernel_edits import dead_assignments
-from pallas_fix.rewrite.loop_checks import check_body, check_loop_statement, loop_helpers
+from pallas_fix.rewrite.loop_checks import check_body, check_loop_statement, check_signature, loop_helpers
 from pallas_fix.rewrite.statements import body_statements, siblings_of
 from pallas_fix.rewrite.syntax import code, paren_text
 from pallas_fix.rewrite.translate import Translator, simplify
@@ -220,6 +220,7 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     if statement not in stmts:
         raise Refuse("the loop is not a top-level statement of the kernel (it sits inside another block)")
     body = loop.body
+    check_signature(ctx, loop)
     body_def_stmt = check_loop_statement(kernel, loop, stmts, reduction=reduction)
     params = [p.name.value for p in body.params.params]
     carry = params[1] if len(params) > 1 else None
