@@ -110,6 +110,55 @@ def check_signature(ctx: ModuleContext, loop: LoopInfo) -> None:
         raise Refuse(f"the loop body rebinds its index `{loop.index_name}`; its windows would not follow the grid axis")
 
 
+def check_hygiene(ctx: ModuleContext, kernel: cst.FunctionDef, loop: LoopInfo, carry: Optional[str], removed: list) -> None:
+    """Inlining moves the body's own bindings, and `index = pl.program_id(k)`, into the kernel's
+    scope: none of those names may already mean something there (a kernel-level `s` a closure
+    reads, a kernel-level `i` a helper uses), or the move would change what it means. The carry
+    is the codemod's own business (R2 turns it into scratch)."""
+    stmts = loop.body.body.body if isinstance(loop.body, cst.FunctionDef) and isinstance(loop.body.body, cst.IndentedBlock) else []
+    moved = {loop.index_name} | {n for stmt in stmts for n in bindings(stmt, nested=False)}
+    moved.discard(carry)
+    clash = sorted(moved & param_names(kernel))
+    skip = {id(s) for s in removed}
+    for stmt in body_statements(kernel):
+        if id(stmt) in skip:
+            continue
+        clash += [name for name in sorted(moved) if _mentions(ctx, stmt, name)]
+    if clash:
+        raise Refuse(
+            f"inlining the loop body would bind `{clash[0]}` in the kernel, where that name already means something "
+            "else; rename it in the body"
+        )
+
+
+def _mentions(ctx: ModuleContext, stmt: cst.CSTNode, name: str) -> bool:
+    """`stmt` reads or binds the kernel-level `name` (a nested function or lambda that binds its own
+    `name` is not looked into)."""
+
+    def own(n: cst.CSTNode) -> bool:
+        if not isinstance(n, (cst.FunctionDef, cst.Lambda)):
+            return False
+        inner = n.body.body if isinstance(n, cst.FunctionDef) and isinstance(n.body, cst.IndentedBlock) else []
+        return name in param_names(n) or any(name in set(bindings(s, nested=False)) for s in inner)
+
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
+        return True
+    for node in walk_pruned(stmt, own):
+        if isinstance(node, cst.Name) and node.value == name and _is_variable(ctx, node):
+            return True
+    return False
+
+
+def _is_variable(ctx: ModuleContext, node: cst.Name) -> bool:
+    """A name that refers to a variable: not an attribute's name, a keyword argument or a parameter."""
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return False
+    return not isinstance(parent, cst.Param)
+
+
 def _rebinds(body, name: str) -> bool:
     """A binding of `name` in the body's own scope (its parameter list aside)."""
     stmts = body.body.body if isinstance(body, cst.FunctionDef) and isinstance(body.body, cst.IndentedBlock) else []
