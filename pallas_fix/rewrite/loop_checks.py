@@ -106,7 +106,7 @@ def check_signature(ctx: ModuleContext, loop: LoopInfo) -> None:
             f"the loop body takes parameters besides its index and carry ({', '.join(sorted(declared - set(plain[:2])))}); "
             "inlining it would drop them"
         )
-    if _rebinds(body, loop.index_name):
+    if loop.index_name in _own_bindings(body):
         raise Refuse(f"the loop body rebinds its index `{loop.index_name}`; its windows would not follow the grid axis")
 
 
@@ -115,8 +115,7 @@ def check_hygiene(ctx: ModuleContext, kernel: cst.FunctionDef, loop: LoopInfo, c
     scope: none of those names may already mean something there (a kernel-level `s` a closure
     reads, a kernel-level `i` a helper uses), or the move would change what it means. The carry
     is the codemod's own business (R2 turns it into scratch)."""
-    stmts = loop.body.body.body if isinstance(loop.body, cst.FunctionDef) and isinstance(loop.body.body, cst.IndentedBlock) else []
-    moved = {loop.index_name} | {n for stmt in stmts for n in bindings(stmt, nested=False)}
+    moved = {loop.index_name} | _own_bindings(loop.body)
     moved.discard(carry)
     clash = sorted(moved & param_names(kernel))
     skip = {id(s) for s in removed}
@@ -136,10 +135,7 @@ def _mentions(ctx: ModuleContext, stmt: cst.CSTNode, name: str) -> bool:
     `name` is not looked into)."""
 
     def own(n: cst.CSTNode) -> bool:
-        if not isinstance(n, (cst.FunctionDef, cst.Lambda)):
-            return False
-        inner = n.body.body if isinstance(n, cst.FunctionDef) and isinstance(n.body, cst.IndentedBlock) else []
-        return name in param_names(n) or any(name in set(bindings(s, nested=False)) for s in inner)
+        return isinstance(n, (cst.FunctionDef, cst.Lambda)) and (name in param_names(n) or name in _own_bindings(n))
 
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == name:
         return True
@@ -159,10 +155,10 @@ def _is_variable(ctx: ModuleContext, node: cst.Name) -> bool:
     return not isinstance(parent, cst.Param)
 
 
-def _rebinds(body, name: str) -> bool:
-    """A binding of `name` in the body's own scope (its parameter list aside)."""
-    stmts = body.body.body if isinstance(body, cst.FunctionDef) and isinstance(body.body, cst.IndentedBlock) else []
-    return any(name in set(bindings(stmt, nested=False)) for stmt in stmts)
+def _own_bindings(fn: cst.FunctionDef | cst.Lambda) -> set[str]:
+    """The names a function's body binds in its own scope (its parameters aside)."""
+    stmts = body_statements(fn) if isinstance(fn, cst.FunctionDef) else []
+    return {name for stmt in stmts for name in bindings(stmt, nested=False)}
 
 
 def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bool = False) -> None:
