@@ -27,7 +27,7 @@ from pallas_fix.rules.gpu_hazards import HAZARDS
 from pallas_fix.rules.kernel import kernel_findings
 from pallas_fix.rules.registry import classify
 
-__all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source"]
+__all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
 
 MAX_ROUNDS = 32
 
@@ -212,12 +212,14 @@ def fix_source(
     only: Optional[set[tuple[int, int]]] = None,
     codemods: Optional[set[str]] = None,
     analysis: Optional[CheckResult] = None,
+    kernels: Optional[set[str]] = None,
 ) -> FixResult:
     """Apply every enabled fix, one plan per round, re-analysing after each round.
 
     `only` limits the first round to findings at these (line, column) positions (the editor's
-    quick fix for one finding). `analysis`, when the caller already analysed `source` with the
-    same config, stands in for the first round's analysis.
+    quick fix for one finding); `kernels` limits every round to the plans of these kernels (see
+    `plan_kernel`). `analysis`, when the caller already analysed `source` with the same config,
+    stands in for the first round's analysis.
     """
     config = config or Config()
     allow_unsafe = config.unsafe_fixes if unsafe is None else unsafe
@@ -230,6 +232,8 @@ def fix_source(
         except SourceError as exc:  # only a rewrite LibCST cannot parse back gets here
             return _failed(result, exc)
         plans = applicable(checked.plans, allow_unsafe, codemods, only if round_no == 0 else None)
+        if kernels is not None:
+            plans = [p for p in plans if plan_kernel(p) in kernels]
         if only is not None and round_no > 0:
             plans = []
         if not plans:
@@ -265,6 +269,21 @@ def applicable(
     if only is not None:
         plans = [p for p in plans if any((u.span.line, u.span.column) in only for u in p.uses)]
     return plans
+
+
+def plan_kernel(plan: FixPlan) -> Optional[str]:
+    """The name of the kernel a plan rewrites (its pallas_call's kernel), None when unknown."""
+    site = plan.site or next((u.kernel_site for u in plan.uses if u.kernel_site is not None), None)
+    return site.kernel_name if site is not None else None
+
+
+def planned_kernels(result: CheckResult, allow_unsafe: bool = True) -> list[Optional[str]]:
+    """The kernels with at least one applicable plan, in the order of their first plan."""
+    names: list[Optional[str]] = []
+    for plan in applicable(result.plans, allow_unsafe):
+        if plan_kernel(plan) not in names:
+            names.append(plan_kernel(plan))
+    return names
 
 
 def _failed(result: FixResult, exc: Exception) -> FixResult:

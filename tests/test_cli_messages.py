@@ -24,11 +24,11 @@ def run(capsys, *args) -> tuple[int, str, str]:
 def test_the_summary_separates_safe_fixes_from_those_needing_unsafe_fixes(capsys):
     # Two PF101 and two PF103 are safe; the two PF102 (a reduction) need --unsafe-fixes.
     _, _, err = run(capsys, "--no-color", EXAMPLE)
-    assert err.strip().splitlines()[-1] == "6 finding(s) in 1 file(s); 4 fixable with --apply, 2 more with --unsafe-fixes"
+    assert err.strip().splitlines()[-1] == "6 finding(s) in 1 file(s); 4 fixable with --apply, 2 more once verified on an example, or with --unsafe-fixes"
     _, _, err = run(capsys, "--no-color", "--unsafe-fixes", EXAMPLE)
     assert err.strip().splitlines()[-1] == "6 finding(s) in 1 file(s); 6 fixable with --apply"
     _, _, err = run(capsys, "--no-color", "--select", "PF102", EXAMPLE)
-    assert err.strip().splitlines()[-1] == "2 finding(s) in 1 file(s); 2 fixable with --apply --unsafe-fixes"
+    assert err.strip().splitlines()[-1] == "2 finding(s) in 1 file(s); 2 fixable with --apply once verified on an example, or with --unsafe-fixes"
 
 
 @pytest.mark.parametrize("flag", ["--select", "--ignore"])

@@ -18,6 +18,9 @@ import typer
 from pallas_fix.core.config import ConfigError, parse_backend, parse_target, parse_unroll_limit
 from pallas_fix.core.model import Finding, FixSafety
 from pallas_fix.engine import SourceError
+from pallas_fix.frontends.cli_apply import apply_file
+from pallas_fix.frontends.console import console as _console
+from pallas_fix.frontends.console import escape as _e
 from pallas_fix.frontends.files import FileError, iter_files, read_source
 from pallas_fix.frontends.notebook_service import notebook_diff
 from pallas_fix.frontends.report import FileReport
@@ -27,9 +30,7 @@ from pallas_fix.frontends.service import (
     examples_for,
     propose_fix,
     unknown_codes_message,
-    verify_report,
     verify_rewrite,
-    write_report,
 )
 from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
 from pallas_fix.rules.registry import RULES, describe, unknown_codes
@@ -45,20 +46,6 @@ class Format(str, Enum):
     github = "github"
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    # markup=False: paths and messages are printed as they are (`[...]` in them is not markup);
-    # lines that want style escape what they interpolate (`_e`).
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
-
-
-def _e(value) -> str:
-    from rich.markup import escape
-
-    return escape(str(value))
-
-
 def _print_diff(text: str, color: bool) -> None:
     if color:
         from rich.syntax import Syntax
@@ -68,15 +55,6 @@ def _print_diff(text: str, color: bool) -> None:
         sys.stdout.write(text)
         if not text.endswith("\n"):
             sys.stdout.write("\n")
-
-
-def _progress(message: str):
-    """A spinner on a terminal while the interpreters run; nothing when output is piped."""
-    import contextlib
-
-    if not sys.stderr.isatty() or os.environ.get("CI"):
-        return contextlib.nullcontext()
-    return _console(stderr=True).status(message, spinner="dots")
 
 
 def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ignore: bool, color: bool) -> int:
@@ -128,8 +106,10 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
         if report.proposed is not None and text:
             _print_diff(_diff(report), color)
         return report.findings, 0
-    status = "written" if report.proposed is None else _apply(report, opts, err, verdict_json)
-    if status == "written":
+    status = "unchanged"
+    if report.proposed is not None or any(f.fixable for f in report.findings):
+        status, report = apply_file(report, opts, err, verdict_json)
+    if status in ("written", "unchanged"):
         if report.remaining and text:
             print(render_text(report.remaining))
         return report.remaining, 0
@@ -151,7 +131,8 @@ def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Option
 
 def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
     """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
-    finding the first analysis refused), and the unsafe fixes it leaves for --unsafe-fixes."""
+    finding the first analysis refused), and the unsafe fixes it writes only once verified (or
+    with --unsafe-fixes)."""
     checked = sum(1 for r in reports if not r.error)
     summary = f"{len(findings)} finding(s) in {checked} file(s)"
     if opts.apply:
@@ -161,7 +142,8 @@ def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) 
     if fixed:
         summary += f"; {fixed} fixable with --apply"
     if unsafe:
-        summary += f", {unsafe} more with --unsafe-fixes" if fixed else f"; {unsafe} fixable with --apply --unsafe-fixes"
+        how = "once verified on an example, or with --unsafe-fixes"
+        summary += f", {unsafe} more {how}" if fixed else f"; {unsafe} fixable with --apply {how}"
     return summary
 
 
@@ -169,60 +151,6 @@ def _diff(report: FileReport) -> str:
     if report.notebook is not None:
         return notebook_diff(report.path, report.notebook)
     return unified_diff(report.path, report.original or "", report.proposed or "")
-
-
-def _apply(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> str:
-    """Verify and write one file. Returns written | refused | error."""
-    refused = _verify_before_writing(report, opts, err, verdict_json)
-    if refused:
-        return refused
-    try:
-        write_report(report)
-    except FileError as exc:
-        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
-        return "error"
-    for line in report.applied:
-        err.print(f"fixed {report.path}: {line}")
-    return "written"
-
-
-def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
-    """None when the rewrite may be written; else refused | error (said on stderr)."""
-    gpu = bool(report.config and report.config.target == "gpu-interpret")
-    verdicts, problem = (None, None)
-    if opts.verify:
-        verdicts, problem = verify_report(report, opts, gpu=gpu, progress=_progress)
-        if problem:
-            err.print(f"[bold red]error[/]: {_e(report.path)}: example: {_e(problem)}", markup=True)
-            return "error"
-    if verdicts:
-        verdict_json.extend({"path": report.path, **v.to_json()} for v in verdicts)
-        untouched = [v for v in verdicts if _untouched(v)]
-        for v in verdicts:
-            if not any(v is u for u in untouched):
-                err.print(format_verdict(v))
-        if untouched:
-            names = ", ".join(v.entry for v in untouched)
-            err.print(f"verified {names}: outputs equal; the rewrite left their dynamic slices as they were")
-        if any(v.status not in ("verified", "unverified") for v in verdicts):
-            err.print(f"[bold red]not written[/]: {_e(report.path)}: verification failed; the file is unchanged", markup=True)
-            return "refused"
-        if opts.require_verified and not all(v.status == "verified" for v in verdicts):
-            err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
-            return "refused"
-        return None
-    why = "verification disabled" if not opts.verify else f"no example call (add `# pallas-fix: example {report.example_hint}`)"
-    if opts.require_verified:
-        err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
-        return "refused"
-    err.print(f"not verified {report.path}: {why}")
-    return None
-
-
-def _untouched(v) -> bool:
-    """A verified example whose dynamic slices the rewrite left as they were (its kernels are
-    usually not the ones rewritten): a line of its own would only repeat the count."""
-    return v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after
 
 
 def _check_target(target: Optional[str]) -> None:
@@ -260,6 +188,7 @@ def check(
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Verify rewrites through the Pallas interpreters before writing."),
     verify_timeout: float = typer.Option(300.0, "--verify-timeout", help="Seconds allowed for verifying one file."),
     require_verified: bool = typer.Option(False, "--require-verified", help="Refuse to write rewrites that could not be verified."),
+    kernel: List[str] = typer.Option([], "--kernel", help="Rewrite only these kernels (function names)."),
     workers: int = typer.Option(1, "--workers", "-j", help="Analyse files in this many processes."),
     no_ignore: bool = typer.Option(False, "--no-ignore", help="Include hidden and .gitignored paths."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the diff (default: on a terminal)."),
@@ -285,6 +214,7 @@ def check(
         verify=verify,
         verify_timeout=verify_timeout,
         require_verified=require_verified,
+        kernels=tuple(kernel),
     )
     use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
     raise typer.Exit(run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color))
@@ -321,7 +251,9 @@ def verify_cmd(
     if len(files) not in (1, 2):
         raise typer.BadParameter("give FILE or OLD NEW")
     _check_target(target)
-    opts = Options(target=target, unsafe_fixes=unsafe_fixes, examples=tuple(example), verify_timeout=verify_timeout)
+    # Verification is how an unsafe fix becomes safe: it considers every plan unless told not to.
+    unsafe = True if unsafe_fixes is None else unsafe_fixes
+    opts = Options(target=target, unsafe_fixes=unsafe, examples=tuple(example), verify_timeout=verify_timeout)
     old, new = _versions(files, opts)
     examples, problem = examples_for(files[0], old, opts)
     if problem:

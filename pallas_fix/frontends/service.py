@@ -14,6 +14,7 @@ from pallas_fix.core.config import Config, ConfigError, load_config, parse_backe
 from pallas_fix.core.examples import ExampleSyntaxError
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files import FileError, read_source, write_source
+from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.rules.registry import RULES, unknown_codes
@@ -42,6 +43,7 @@ class Options:
     verify: bool = True
     verify_timeout: float = 300.0
     require_verified: bool = False
+    kernels: tuple = ()  # --kernel: rewrite only these kernels
 
 
 def config_for(path: str, opts: Options) -> Config:
@@ -131,6 +133,43 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
         return [], None
     with progress(f"verifying {report.path} ({len(examples)} example(s))"):
         return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu), None
+
+
+def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet) -> tuple[Optional[FileRewrite], Optional[str]]:
+    """`--apply`'s rewrite of a file, verified and accepted kernel by kernel
+    (:mod:`pallas_fix.frontends.kernel_rewrites`): (the rewrite, None), or (None, what is wrong
+    with the examples)."""
+    examples, problem = examples_for(report.path, report.original, opts) if opts.verify else ([], None)
+    if problem:
+        return None, problem
+    config = report.config or Config()
+    verifier = _kernel_verifier(report.path, examples, opts, gpu, progress) if examples else None
+    return rewrite_by_kernel(
+        report.original or "", report.path, config, verifier,
+        allow_unsafe=bool(config.unsafe_fixes), require_verified=opts.require_verified,
+        only_kernels=set(opts.kernels) or None,
+        unverified_why="no example call" if opts.verify else "verification disabled",
+    ), None
+
+
+def _kernel_verifier(path: str, examples: list[Example], opts: Options, gpu: bool, progress):
+    """A verifier that, once an example has run, runs it again only for the kernels it reached:
+    each kernel of a file is verified on its own, and most examples reach one kernel."""
+    reached_by: dict[int, set] = {}  # id(example) -> the kernels its first run traced
+
+    def verify(old: str, new: str, kernel: Optional[str]) -> list[Verdict]:
+        chosen = [e for e in examples if id(e) not in reached_by or kernel in reached_by[id(e)]]
+        if not chosen:
+            return []
+        with progress(f"verifying {path}{f' ({kernel})' if kernel else ''}, {len(chosen)} example(s)"):
+            verdicts = verify_rewrite(path, old, new, chosen, opts, gpu=gpu)
+        for example, verdict in zip(chosen, verdicts):
+            calls = verdict.details.get("pallas_calls")
+            if calls is not None:
+                reached_by.setdefault(id(example), {c.get("kernel") for c in calls})
+        return verdicts
+
+    return verify
 
 
 def write_report(report: FileReport) -> None:

@@ -87,6 +87,7 @@ def _describe_pallas_call(eqn) -> dict:
     grid = tuple(getattr(gm, "grid", ()) or ())
     sem = tuple(getattr(cp, "dimension_semantics", None) or ()) if backend == "tpu" else ()
     return {
+        "kernel": _kernel_name(eqn),
         "backend": backend,
         "markers": markers,
         "grid": [d if isinstance(d, int) else None for d in grid],
@@ -94,6 +95,14 @@ def _describe_pallas_call(eqn) -> dict:
         "parallel_points": _parallel_points(grid, sem),
         "num_scalar_prefetch": getattr(gm, "num_scalar_prefetch", 0),
     }
+
+
+def _kernel_name(eqn):
+    """The kernel function's name, as the kernel jaxpr's debug info gives it ("my_kernel at
+    path:line"; partials unwrapped), or None; it tells which kernels an example reached."""
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    src = getattr(info, "func_src_info", None) or ""
+    return src.split(" at ", 1)[0] or None
 
 
 def _describe_core_map(eqn) -> dict:

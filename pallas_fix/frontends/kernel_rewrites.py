@@ -1,0 +1,119 @@
+"""Verify and accept a file's rewrite one kernel at a time.
+
+The policy (README, "What --apply writes"):
+
+- a kernel's rewrite that verification proves equal on an example that reaches the kernel is
+  accepted whatever its safety class: verification is how an unsafe fix becomes safe;
+- a kernel no example reaches (or a file with no example) gets only its safe fixes (unsafe ones
+  too with --unsafe-fixes), marked "not verified"; --require-verified refuses those;
+- a kernel whose rewrite fails verification keeps its original text, and the other kernels of the
+  file still get theirs.
+
+Kernels are rewritten in the order of their first plan, each on top of the kernels accepted
+before it, so every verification compares two texts that differ in one kernel only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from pallas_fix.core.config import Config
+from pallas_fix.core.model import Finding
+from pallas_fix.engine import FixResult, analyze_source, fix_source, planned_kernels
+from pallas_fix.verify.runner import Verdict
+
+# (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run
+Verifier = Callable[[str, str, Optional[str]], list[Verdict]]
+
+
+@dataclass(frozen=True)
+class KernelRewrite:
+    kernel: Optional[str]
+    status: str  # verified | not verified | failed | refused
+    applied: tuple[str, ...] = ()  # plan descriptions, when the rewrite was accepted
+    verdicts: tuple[Verdict, ...] = ()
+    reason: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.status in ("verified", "not verified")
+
+
+@dataclass
+class FileRewrite:
+    source: str  # the text to write: the original plus every accepted kernel rewrite
+    kernels: list[KernelRewrite] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)  # the findings of `source`
+    error: Optional[str] = None
+
+    def accepted(self) -> list[KernelRewrite]:
+        return [k for k in self.kernels if k.accepted]
+
+
+def reached(verdict: Verdict, kernel: Optional[str]) -> bool:
+    """Did the example run `kernel`? (the rewrite's traced pallas_calls name their kernels)"""
+    calls = verdict.details.get("pallas_calls") or []
+    return kernel is not None and any(c.get("kernel") == kernel for c in calls)
+
+
+def rewrite_by_kernel(
+    source: str,
+    path: str,
+    config: Config,
+    verifier: Optional[Verifier],
+    *,
+    allow_unsafe: bool,
+    require_verified: bool = False,
+    only_kernels: Optional[set[str]] = None,
+    unverified_why: str = "no example call",
+) -> FileRewrite:
+    """Accept each kernel's rewrite on its own (see the module docstring). `verifier` is None
+    when there is nothing to verify with, for the reason `unverified_why`."""
+    try:
+        order = planned_kernels(analyze_source(source, path, config))
+    except Exception as exc:  # the caller analysed this text already; a failure here is a bug
+        return FileRewrite(source, error=f"internal error ({type(exc).__name__}: {exc})")
+    if only_kernels is not None:
+        order = [k for k in order if k in only_kernels]
+    out = FileRewrite(source)
+    for kernel in order:
+        outcome, text = _one_kernel(out.source, path, config, kernel, verifier, allow_unsafe, require_verified, unverified_why)
+        if outcome is not None:
+            out.kernels.append(outcome)
+            out.source = text
+    out.remaining = analyze_source(out.source, path, config).findings
+    return out
+
+
+def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_verified, no_verifier_why):
+    """(outcome, the text after it); outcome None when the kernel has nothing left to change."""
+    if verifier is not None:
+        candidate = fix_source(current, path, config, unsafe=True, kernels={kernel})
+        if candidate.error:
+            return KernelRewrite(kernel, "failed", reason=candidate.error), current
+        if not candidate.changed:
+            return None, current
+        verdicts = tuple(verifier(current, candidate.source, kernel))
+        failed = [v for v in verdicts if v.status not in ("verified", "unverified")]
+        if failed:
+            return KernelRewrite(kernel, "failed", verdicts=verdicts, reason=_failure(failed[0], candidate)), current
+        if any(v.ok and reached(v, kernel) for v in verdicts):
+            return KernelRewrite(kernel, "verified", tuple(candidate.applied), verdicts), candidate.source
+        unverified_why = "no example reaches this kernel"
+    else:
+        verdicts, unverified_why = (), no_verifier_why
+    fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
+    if fallback.error:
+        return KernelRewrite(kernel, "failed", reason=fallback.error), current
+    if not fallback.changed:
+        unsafe_left = "its fixes are unsafe: they need verification or --unsafe-fixes"
+        return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"{unverified_why}, and {unsafe_left}"), current
+    if require_verified:
+        return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"not verified ({unverified_why}) and --require-verified is set"), current
+    return KernelRewrite(kernel, "not verified", tuple(fallback.applied), verdicts, reason=unverified_why), fallback.source
+
+
+def _failure(verdict: Verdict, candidate: FixResult) -> str:
+    what = "; ".join(candidate.applied) or "the rewrite"
+    return f"{what}: {verdict.status} on {verdict.example or verdict.entry}: {verdict.message}".rstrip(": ")
