@@ -23,7 +23,7 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
-from pallas_fix.rules.gpu_hazards import HAZARDS
+from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
 from pallas_fix.rules.kernel import kernel_findings
 from pallas_fix.rules.registry import classify
 
@@ -109,7 +109,16 @@ def check(analysis: Analysis) -> CheckResult:
         if f.plan is not None:
             plans.setdefault(id(f.plan), f.plan)  # type: ignore[arg-type]
     kept.sort(key=lambda f: (f.span.line, f.span.column, f.code))
-    return CheckResult(analysis, kept, list(plans.values()))
+    return CheckResult(analysis, kept, sorted(plans.values(), key=_plan_rank))
+
+
+# Start fixes (a one-element slice or a float used as a start, a traced constant) come before
+# lifts: a lift planned around a start that no interpreter accepts gives a kernel none runs.
+_START_FIXES = ("scalar-start", "traced-constant")
+
+
+def _plan_rank(plan: FixPlan) -> int:
+    return 0 if plan.codemod in _START_FIXES else 1
 
 
 def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcome]]:
@@ -121,8 +130,9 @@ def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcom
             continue
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
-    if analysis.config.target == "gpu-interpret":
-        outcomes = _screen_for_gpu_interpret(analysis, outcomes)
+    why = trigger(analysis)
+    if why is not None:
+        outcomes = _screen_for_gpu_interpret(analysis, outcomes, why)
     return outcomes
 
 
@@ -147,8 +157,10 @@ def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
     return counts
 
 
-def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]]) -> dict[Anchor, list[Outcome]]:
-    """Under `--target gpu-interpret`, refuse plans whose result has more PF2xx hazards."""
+def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]], why: str) -> dict[Anchor, list[Outcome]]:
+    """Where kernels run in GPU interpret mode (`why`: --target gpu-interpret, or the module uses
+    it), refuse plans whose result has more PF2xx hazards: a rewrite must not stop running in an
+    interpreter the original ran in."""
     if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
         return outcomes
     before = hazard_counts(analysis.source, analysis.path, analysis.config)
@@ -159,14 +171,14 @@ def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Ou
         for outcome in items:
             if isinstance(outcome, FixPlan):
                 if id(outcome) not in verdicts:
-                    verdicts[id(outcome)] = _screen(analysis, outcome, before)
+                    verdicts[id(outcome)] = _screen(analysis, outcome, before, why)
                 outcome = verdicts[id(outcome)]
             kept.append(outcome)
         screened[key] = kept
     return screened
 
 
-def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int]) -> Outcome:
+def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int], why: str) -> Outcome:
     try:
         after_source = plan.rewrite(analysis.ctx.module).code  # type: ignore[union-attr]
         after = hazard_counts(after_source, analysis.path, analysis.config)
@@ -176,7 +188,8 @@ def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int]) -> Outcom
     if not added:
         return plan
     what = "; ".join(f"{HAZARDS[c].what} ({c})" for c in added)
-    return Refusal(plan.codemod, f"{plan.codemod} would add {what}, which GPU interpret mode cannot run (--target gpu-interpret)")
+    anyway = "" if why == "--target gpu-interpret" else "; for kernels you compile, --target compiled lifts it anyway"
+    return Refusal(plan.codemod, f"{plan.codemod} would add {what}, which GPU interpret mode cannot run ({why}){anyway}")
 
 
 # -- fixing -----------------------------------------------------------------------------------------

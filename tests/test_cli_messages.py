@@ -68,7 +68,7 @@ def _without_examples(tmp_path) -> Path:
 
 def test_the_verification_hint_names_the_entry(capsys, tmp_path):
     path = _without_examples(tmp_path)
-    _, _, err = run(capsys, "--apply", "--select", "PF101", path)
+    _, _, err = run(capsys, "--apply", "--select", "PF101", "--no-synthesise", path)
     assert "no example call (add `# pallas-fix: example silu(f32[...])`)" in err
 
 
@@ -91,3 +91,9 @@ def test_examples_whose_kernels_the_rewrite_leaves_alone_share_one_line(capsys, 
     assert re.search(r"^verified silu: 2 dynamic slices -> 0", err, re.M), err
     assert "verified scale_rows, matmul: outputs equal; the rewrite left their dynamic slices as they were" in err
     assert not re.search(r"^verified (scale_rows|matmul):", err, re.M)
+
+
+def test_exit_zero_keeps_findings_from_failing_a_hook_but_not_usage_errors(capsys, tmp_path):
+    assert run(capsys, EXAMPLE)[0] == 1
+    assert run(capsys, "--exit-zero", EXAMPLE)[0] == 0
+    assert run(capsys, "--exit-zero", tmp_path / "missing.py")[0] == 2

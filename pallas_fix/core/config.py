@@ -46,7 +46,7 @@ class Config:
     select: tuple[str, ...] = ()  # code prefixes; empty = all
     ignore: tuple[str, ...] = ()
     backend: Optional[Backend] = None
-    target: str = "default"  # "default" | "gpu-interpret"
+    target: str = "default"  # "default" | "gpu-interpret" | "compiled"
     unroll_limit: int = 16
     unsafe_fixes: bool = False
     examples: dict[str, list[str]] = field(default_factory=dict)  # glob -> example strings
@@ -72,7 +72,8 @@ def find_pyproject(start: Path) -> Optional[Path]:
 
 
 # -- the valid values of each setting: every front end validates through these ------------------
-TARGETS = ("default", "gpu-interpret")
+# "compiled": kernels are compiled, never run in GPU interpret mode, whatever the module says.
+TARGETS = ("default", "gpu-interpret", "compiled")
 _BACKENDS = {"tpu": "tpu", "mosaic_gpu": "mosaic_gpu", "mosaic-gpu": "mosaic_gpu", "gpu": "mosaic_gpu", "triton": "triton"}
 
 

@@ -182,13 +182,15 @@ def check(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes (prefixes allowed)."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes (prefixes allowed)."),
     backend: Optional[str] = typer.Option(None, "--backend", help="tpu | mosaic-gpu | triton (overrides detection)."),
-    target: Optional[str] = typer.Option(None, "--target", help="default | gpu-interpret"),
+    target: Optional[str] = typer.Option(None, "--target", help="default | gpu-interpret | compiled"),
     unroll_limit: Optional[int] = typer.Option(None, "--unroll-limit", help="Largest trip count R5 unrolls (gpu-interpret target)."),
     example: List[str] = typer.Option([], "--example", help="Example call for verification, e.g. 'matmul(f32[256, 512], f32[512, 256])'."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Verify rewrites through the Pallas interpreters before writing."),
     verify_timeout: float = typer.Option(300.0, "--verify-timeout", help="Seconds allowed for verifying one file."),
     require_verified: bool = typer.Option(False, "--require-verified", help="Refuse to write rewrites that could not be verified."),
+    synthesise: bool = typer.Option(True, "--synthesise/--no-synthesise", help="Without example calls, find some in the code and its __main__ block."),
     kernel: List[str] = typer.Option([], "--kernel", help="Rewrite only these kernels (function names)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings remain or a rewrite is refused (errors still exit 2)."),
     workers: int = typer.Option(1, "--workers", "-j", help="Analyse files in this many processes."),
     no_ignore: bool = typer.Option(False, "--no-ignore", help="Include hidden and .gitignored paths."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the diff (default: on a terminal)."),
@@ -214,10 +216,12 @@ def check(
         verify=verify,
         verify_timeout=verify_timeout,
         require_verified=require_verified,
+        synthesise=synthesise,
         kernels=tuple(kernel),
     )
     use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
-    raise typer.Exit(run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color))
+    code = run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color)
+    raise typer.Exit(0 if exit_zero and code == 1 else code)
 
 
 sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,8 +20,7 @@ def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict])
     report of what the file now holds)."""
     if report.notebook is not None:
         return _apply_notebook(report, opts, err, verdict_json), report
-    gpu = bool(report.config and report.config.target == "gpu-interpret")
-    rewrite, problem = rewrite_kernels(report, opts, gpu=gpu, progress=_progress)
+    rewrite, problem = rewrite_kernels(report, opts, gpu=report.gpu_interpret, progress=_progress)
     if problem or rewrite is None or rewrite.error:
         err.print(f"[bold red]error[/]: {_e(report.path)}: {'example: ' + problem if problem else rewrite and rewrite.error}", markup=True)
         return "error", report
@@ -86,10 +85,9 @@ def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[d
 
 def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
     """None when the rewrite may be written; else refused | error (said on stderr)."""
-    gpu = bool(report.config and report.config.target == "gpu-interpret")
     verdicts, problem = (None, None)
     if opts.verify:
-        verdicts, problem = verify_report(report, opts, gpu=gpu, progress=_progress)
+        verdicts, problem = verify_report(report, opts, gpu=report.gpu_interpret, progress=_progress)
         if problem:
             err.print(f"[bold red]error[/]: {_e(report.path)}: example: {_e(problem)}", markup=True)
             return "error"

@@ -100,7 +100,8 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
             return KernelRewrite(kernel, "failed", verdicts=verdicts, reason=_failure(failed[0], candidate)), current
         if any(v.ok and reached(v, kernel) for v in verdicts):
             return KernelRewrite(kernel, "verified", tuple(candidate.applied), verdicts), candidate.source
-        unverified_why = "no example reaches this kernel"
+        ran = any(reached(v, kernel) for v in verdicts)
+        unverified_why = "its examples had no original output to compare with" if ran else "no example reaches this kernel"
     else:
         verdicts, unverified_why = (), no_verifier_why
     fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})

@@ -28,6 +28,7 @@ from pallas_fix.frontends.notebook import (
 )
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.output.diff import unified_diff
+from pallas_fix.rules.gpu_hazards import trigger
 
 
 def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
@@ -58,7 +59,8 @@ def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
     if any(f.fixable for f in analysis.findings):
         rewrite, notes = _rewrite(path, src, nb, vm, fix_source(vm.text, path, config))
     notes = vm.warnings + notes
-    fields = {"findings": findings, "remaining": findings, "fix_error": "; ".join(notes) if notes else None, **rewrite}
+    fields = {"findings": findings, "remaining": findings, "fix_error": "; ".join(notes) if notes else None,
+              "gpu_interpret": trigger(analysis.analysis) is not None, **rewrite}
     return replace(report, **fields)
 
 

@@ -24,3 +24,4 @@ class FileReport:
     config: Optional[Config] = None
     notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb
     example_hint: str = "entry(f32[...])"  # an example call to suggest, named after the file's entry
+    gpu_interpret: bool = False  # its kernels may run in GPU interpret mode: verify there too

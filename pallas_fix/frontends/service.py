@@ -17,6 +17,7 @@ from pallas_fix.frontends.files import FileError, read_source, write_source
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
+from pallas_fix.rules.gpu_hazards import trigger
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.example_sources import collect_examples
 from pallas_fix.verify.runner import Verdict, verify_sources
@@ -43,6 +44,7 @@ class Options:
     verify: bool = True
     verify_timeout: float = 300.0
     require_verified: bool = False
+    synthesise: bool = True  # find example calls in the code when none are given
     kernels: tuple = ()  # --kernel: rewrite only these kernels
 
 
@@ -92,7 +94,8 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
         analysis = analyze_source(src.text, path, config)
     except SourceError as exc:
         return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
-    report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis))
+    report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis),
+                     gpu_interpret=trigger(analysis.analysis) is not None)
     if not any(f.fixable for f in analysis.findings):
         return report
     fixed = fix_source(src.text, path, config, analysis=analysis)
@@ -112,13 +115,14 @@ def propose_fix(path: str, text: str, opts: Options) -> FixResult:
 def examples_for(path: str, text: Optional[str], opts: Options) -> tuple[list[Example], Optional[str]]:
     """The file's example calls (the options' own first), or ([], what is wrong with them)."""
     try:
-        return collect_examples(path, text, cli_examples=list(opts.examples)), None
+        return collect_examples(path, text, cli_examples=list(opts.examples), synthesise=opts.synthesise), None
     except (ExampleSyntaxError, ConfigError) as exc:  # the examples table of pyproject.toml is config
         return [], str(exc)
 
 
 def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool) -> list[Verdict]:
-    """Run the interpreters on both versions for every example (one "unverified" verdict for none)."""
+    """Run the interpreters on both versions for every example (one "unverified" verdict for none);
+    `gpu`: also GPU interpret mode (the module or the target says its kernels run there)."""
     return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu)
 
 

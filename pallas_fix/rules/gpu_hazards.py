@@ -115,6 +115,8 @@ def trigger(analysis: Analysis) -> Optional[str]:
     """Why this module's kernels may run in GPU interpret mode, or None when nothing says so."""
     if analysis.config.target == TARGET:
         return "--target gpu-interpret"
+    if analysis.config.target == "compiled":
+        return None
     ctx = analysis.ctx
     if ctx is None or not any(s in analysis.source for s in ("InterpretGPUParams", "gpu_interpret_mode")):
         return None
