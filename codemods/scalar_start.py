@@ -23,6 +23,16 @@ fails in the HLO interpreter, "Indexer must have integer or boolean type", and r
 The one-element form fails wherever it runs (HLO interpreter: "start_indices arguments to
 dynamic_slice must be scalars" at lowering; TPU: "Advanced indexers"; GPU interpret mode:
 "Dynamic indexing not supported"), so the rewrite gives the start the meaning its author wrote.
+
+Past the end. The rewritten start is data: when a table entry points past the end of the sliced
+ref, the HLO interpreter clamps the window and TPU / GPU interpret mode raise IndexError, as for
+any start loaded from a ref; the original never ran, so there is no clamp of its own to keep, and
+verification (whose index operands stay in range, `pallas_fix.verify.index_ranges`) judges the
+in-range tables. What the rewrite must not change is which table entry is read: for a traced
+position `pl.ds(k, 1)` and `k` read the same entry (the HLO interpreter normalises and clamps both
+alike), but for a Python-int position they do not (`pl.ds(5, 1)` past the end fails at trace
+time, `table[5]` is clamped silently, `table[-1]` wraps around). A Python-int position is
+rewritten only when the table's own extent bounds it (`_check_table_position`).
 """
 
 from __future__ import annotations
@@ -85,6 +95,7 @@ class _Scalarize(C.StartEdits):
                 raise Refuse(
                     f"the one-element window in `{ctx.code(sub)}` is a named slice; pallas-fix rewrites `pl.ds(k, 1)` written in place"
                 )
+            _check_table_position(ctx, env, sub, i)
 
         def edit(updated: cst.Subscript) -> cst.Subscript:
             elements = list(updated.slice)
@@ -183,6 +194,93 @@ def value_rank(analysis, expr: cst.BaseExpression, env, depth: int = 0) -> Optio
     return None
 
 
+# -- where in the table ----------------------------------------------------------------------------
+def _check_table_position(ctx, env, sub: cst.Subscript, dim: int) -> None:
+    """The table entry a one-element load reads must be the one its scalar load reads.
+
+    A traced position reads the same entry either way: the HLO interpreter normalises and clamps
+    `pl.ds(k, 1)` and `k` alike (measured: -1 and past-the-end positions give the same entry), and
+    TPU / GPU interpret mode reject both. A Python-int position does not: `pl.ds(5, 1)` past the
+    end of the table fails at trace time ("Out of bound slice"), but `table[5]` is clamped silently
+    and `table[-1]` wraps around. So a Python-int position must be provably inside the table:
+    bounded by the table's own extent along that dimension (`for k in range(n)`, `n - 1`, `0`,
+    with `n` read from `table.shape`); any other is refused."""
+    start = _ds_start(sub.slice[dim].slice.value)  # type: ignore[union-attr]
+    if env.value(start).dynamic or _inside_extent(ctx, env, start, sub.value, dim):
+        return
+    raise Refuse(
+        f"the table position `{ctx.code(start)}` in `{ctx.code(sub)}` is a Python int that pallas-fix cannot bound"
+        f" by the extent of `{ctx.code(sub.value)}`: past its end, the scalar load would be clamped silently (and a"
+        f" negative one wraps around) where the one-element slice fails at trace time; write the position as"
+        f" `k` of `for k in range({ctx.code(sub.value)}.shape[{dim}])` or index the table with a traced value"
+    )
+
+
+def _inside_extent(ctx, env, start: cst.BaseExpression, table: cst.BaseExpression, dim: int) -> bool:
+    """`0 <= start < table.shape[dim]`, from the code alone."""
+    if env.static_int(start) == 0:
+        return True
+    if isinstance(start, cst.BinaryOperation) and isinstance(start.operator, cst.Subtract):
+        return env.static_int(start.right) == 1 and _is_extent(ctx, start.left, table, dim)
+    if isinstance(start, cst.Name):
+        loop = _range_loop(ctx, start)
+        if loop is None:
+            return False
+        args = [a.value for a in loop.iter.args]  # type: ignore[attr-defined]
+        low = env.static_int(args[0]) if len(args) == 2 else 0
+        return low is not None and low >= 0 and _is_extent(ctx, args[-1], table, dim)
+    return False
+
+
+def _range_loop(ctx, name: cst.Name) -> Optional[cst.For]:
+    """The `for name in range(...)` that is the only binding of `name`, if it is."""
+    scope = C.scope_at(ctx, name)
+    found = list(scope[name.value]) if scope is not None else []
+    if len(found) != 1 or not hasattr(found[0], "node"):
+        return None
+    loop = ctx.parent(found[0].node)
+    if not (isinstance(loop, cst.For) and loop.target is found[0].node and isinstance(loop.iter, cst.Call)):
+        return None
+    iter_call = loop.iter
+    if not (isinstance(iter_call.func, cst.Name) and iter_call.func.value == "range" and 1 <= len(iter_call.args) <= 2):
+        return None
+    return loop
+
+
+def _is_extent(ctx, expr: cst.BaseExpression, table: cst.BaseExpression, dim: int, depth: int = 0) -> bool:
+    """`expr` is `table.shape[dim]`, or a name bound once to it (`n = t.shape[d]`, `m, n = t.shape`)."""
+    if not isinstance(table, cst.Name) or depth > 3:
+        return False
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        index = expr.slice[0].slice.value
+        return (_is_shape_of(expr.value, table) and isinstance(index, cst.Integer)
+                and int(index.evaluated_value) == dim)
+    if not isinstance(expr, cst.Name):
+        return False
+    scope = C.scope_at(ctx, expr)
+    found = list(scope[expr.value]) if scope is not None else []
+    if len(found) != 1 or not hasattr(found[0], "node"):
+        return False
+    target = found[0].node
+    holder = ctx.parent(target)
+    if isinstance(holder, cst.AssignTarget):
+        assign = ctx.parent(holder)
+        return isinstance(assign, cst.Assign) and _is_extent(ctx, assign.value, table, dim, depth + 1)
+    element, tup = holder, ctx.parent(holder)
+    if isinstance(element, cst.Element) and isinstance(tup, cst.Tuple):
+        holder = ctx.parent(tup)
+        assign = ctx.parent(holder) if isinstance(holder, cst.AssignTarget) else None
+        position = list(tup.elements).index(element)
+        return (isinstance(assign, cst.Assign) and position == dim and _is_shape_of(assign.value, table)
+                and not any(isinstance(e, cst.StarredElement) for e in tup.elements))
+    return False
+
+
+def _is_shape_of(expr: cst.BaseExpression, table: cst.Name) -> bool:
+    return (isinstance(expr, cst.Attribute) and expr.attr.value == "shape"
+            and isinstance(expr.value, cst.Name) and expr.value.value == table.value)
+
+
 def _ds_start(call: cst.Call) -> cst.BaseExpression:
     for a in call.args:
         if a.keyword is not None and a.keyword.value == "start":
@@ -197,13 +295,6 @@ def _int32_spelling(analysis, at: cst.CSTNode) -> imports.Spelling:
     if found is None:
         raise Refuse("the module has no name for `jax.numpy` and `jnp` is already used for something else")
     return found
-
-def _visible(ctx, name: str, at: cst.CSTNode) -> bool:
-    scope = C.scope_at(ctx, at)
-    if scope is None:
-        return False
-    found = scope[name]
-    return bool(found) and all(isinstance(a.scope, GlobalScope) for a in found)
 
 
 def _cast_plan(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:

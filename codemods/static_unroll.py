@@ -19,9 +19,14 @@ the surrounding function uses):
 After (call form, always available): `acc = init` / `for j in range(4): acc = body(j, acc)`.
 
 Only when the trip count is computable from literals and module constants and at most
-`unroll_limit` (default 16, `--unroll-limit`): unrolling multiplies trace size. Refused when the
-body reads attributes of the index (`i.astype`): a Python int has none. Under the default target
-this codemod offers nothing; lifting the loop into a grid axis (R1) is the fix there.
+`unroll_limit` (default 16, `--unroll-limit`): unrolling multiplies trace size. The unrolled index
+is a Python int, which is not the weakly typed int32 the traced index was (`i * 1103515245`
+wraps only in int32, `1.0 / i` raises at 0, `i.astype` does not exist): a read of it stays a
+Python int only where that provably means the same (non-negative int32 index arithmetic landing
+in a slice start or subscript), every other read becomes `jnp.asarray(i)`
+(`pallas_fix.rewrite.unrolled_index`). Refused when the body binds the index name again. Under
+the default target this codemod offers nothing; lifting the loop into a grid axis (R1) is the fix
+there.
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
-from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.names import call_arg as _arg
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
+from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.common import code_of
 from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.loop_regions import loop_planner
 from pallas_fix.rewrite.scopes import bindings, fresh_namer, param_names, walk_scope
+from pallas_fix.rewrite.unrolled_index import IndexTyping, index_typing
 from pallas_fix.rules.gpu_hazards import TARGET, targeted
 
 NAME = "static-unroll"
@@ -78,45 +86,27 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     limit = analysis.config.unroll_limit
     if trips > limit:
         raise Refuse(f"{head} runs {trips} iterations, more than the unroll limit {limit} (--unroll-limit)")
-    _check_index(analysis, loop)
+    typing = index_typing(ctx, env, loop, range(lo, hi, step))
     statement = loop.statement
     block = ctx.parent(statement) if statement is not None else None
     if not isinstance(block, cst.IndentedBlock):
         raise Refuse("the loop is not a statement of its own inside a function body")
     rng = _range_text(ctx, loop)
     if loop.kind == "pl.loop":
-        edits, form = _pl_loop_edits(ctx, loop, block, rng)
+        edits, form = _pl_loop_edits(ctx, loop, block, rng, typing)
     else:
-        edits, form = _fori_edits(ctx, loop, block, rng)
+        edits, form = _fori_edits(ctx, loop, block, rng, typing)
 
     def rewrite(module: cst.Module) -> cst.Module:
         new, _ = apply_edits(module, dict(edits))
-        return new
+        return imports.add_imports(new, [typing.numpy.add if typing.numpy else None])
 
-    description = f"static-unroll ({form} form): {head}({ctx.code(loop.lower)}, {ctx.code(loop.upper)}) becomes `for ... in {rng}` ({trips} iterations)"
+    description = (f"static-unroll ({form} form): {head}({ctx.code(loop.lower)}, {ctx.code(loop.upper)}) becomes"
+                   f" `for ... in {rng}` ({trips} iterations){typing.describe()}")
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=uses[0].kernel_site)
 
 
 # -- preconditions --------------------------------------------------------------------------------------
-def _check_index(analysis, loop: LoopInfo) -> None:
-    """The index becomes a Python int, and so does arithmetic on it: `i.astype(...)`,
-    `(i * 2 + 1).astype(...)` would fail. An attribute of a value that mixes the index with
-    array data (`(x_ref[...] * i).sum()`) stays an array and is fine."""
-    ctx = analysis.ctx
-    envs = analysis.detection.envs
-    index = loop.index_name
-    root = loop.body.body
-    for node in walk(root):
-        if not isinstance(node, cst.Attribute):
-            continue
-        if not any(isinstance(n, cst.Name) and n.value == index for n in walk(node.value)):
-            continue
-        env = next((envs[a] for a in ctx.ancestors(node) if a in envs), None)
-        val = env.value(node.value) if env is not None else None
-        if val is None or not (val.is_ref or val.origin in (Origin.REF_LOAD, Origin.TRACED)):
-            raise Refuse(f"the loop body reads `{ctx.code(node)}`; unrolled, `{ctx.code(node.value)}` is a Python number without it")
-
-
 def _range_text(ctx: ModuleContext, loop: LoopInfo) -> str:
     lower, upper = ctx.code(loop.lower), ctx.code(loop.upper)
     if loop.step is not None:
@@ -185,7 +175,8 @@ def _is_return_of(stmt: Optional[cst.CSTNode], carry: Optional[str]) -> bool:
 
 
 # -- edits ----------------------------------------------------------------------------------------------------
-def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rng: str) -> tuple[dict, str]:
+def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rng: str,
+                typing: IndexTyping) -> tuple[dict, str]:
     stmt = loop.statement
     assert isinstance(stmt, cst.SimpleStatementLine)
     if len(stmt.body) != 1:
@@ -206,18 +197,18 @@ def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rn
     # Inline only a plain (index, carry) def: the result is discarded and the body never reads
     # its carry, so the carry's value cannot matter.
     if kind == "expr" and len(params) == 2 and _inline_problem(ctx, loop, block, params[1]) is None:
-        return _inline_edits(ctx, loop, stmt, rng), "inline"
-    return _call_edits(ctx, loop, stmt, small, kind, rng, init), "call"
+        return _inline_edits(ctx, loop, stmt, rng, typing), "inline"
+    return _call_edits(ctx, loop, stmt, small, kind, rng, init, typing), "call"
 
 
 def _has_return(fn) -> bool:
     return isinstance(fn, cst.FunctionDef) and any(isinstance(n, cst.Return) for s in fn.body.body for n in walk_scope(s, classes=False))
 
 
-def _inline_edits(ctx: ModuleContext, loop: LoopInfo, stmt: cst.BaseStatement, rng: str) -> dict:
+def _inline_edits(ctx: ModuleContext, loop: LoopInfo, stmt: cst.BaseStatement, rng: str, typing: IndexTyping) -> dict:
     body: cst.FunctionDef = loop.body  # type: ignore[assignment]
-    inner = list(body.body.body)
-    if inner and _is_return_of(inner[-1], _carry_param(body)):
+    inner = [typing.applied(s) for s in body.body.body]
+    if inner and _is_return_of(body.body.body[-1], _carry_param(body)):
         inner = inner[:-1]
     if not inner:
         inner = [cst.SimpleStatementLine([cst.Pass()])]
@@ -244,9 +235,11 @@ def _carry_param(fn: cst.FunctionDef) -> Optional[str]:
     return params[1] if len(params) > 1 else None
 
 
-def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst.BaseExpression) -> dict:
+def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst.BaseExpression,
+                typing: IndexTyping) -> dict:
     body_expr = _arg(loop.call, 2, "body_fun")
     assert body_expr is not None
+    edits = _retyped_body(ctx, loop, body_expr, typing)
     scope = ctx.scope_of(stmt)
     taken = {n.value for n in walk(scope) if isinstance(n, cst.Name)}
     taken |= {n.value for n in walk(ctx.module) if isinstance(n, cst.Name)}
@@ -258,7 +251,7 @@ def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst
     func = ctx.code(body_expr)
     if isinstance(body_expr, cst.Lambda):
         func = fresh("body")
-        lines.append(f"{func} = {ctx.code(body_expr)}")
+        lines.append(f"{func} = {code_of(typing.applied(body_expr))}")
     elif not isinstance(body_expr, (cst.Name, cst.Attribute)):
         func = f"({func})"
     init_text = ctx.code(init)
@@ -279,7 +272,23 @@ def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst
                 lines.append(f"return {carry}")
     new = [cst.parse_statement(text + "\n") for text in lines]
     new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
-    return {stmt: lambda _n: cst.FlattenSentinel(new)}
+    edits[stmt] = lambda _n: cst.FlattenSentinel(new)
+    return edits
+
+
+def _retyped_body(ctx: ModuleContext, loop: LoopInfo, body_expr: cst.BaseExpression, typing: IndexTyping) -> dict:
+    """The index casts inside a body def that stays where it is (a lambda is rewritten in place
+    of the loop instead). The def must serve only this loop: a cast would change what another
+    caller's Python-int argument means."""
+    if not typing.edits or isinstance(body_expr, cst.Lambda):
+        return {}
+    body = loop.body
+    if not isinstance(body, cst.FunctionDef) or not isinstance(body_expr, cst.Name):
+        raise Refuse("the loop's index needs int32 casts inside a body pallas-fix does not see defined here")
+    scope = ctx.scope_of(body)
+    if sum(1 for n in walk(scope) if isinstance(n, cst.Name) and n.value == body.name.value and n is not body.name) != 1:
+        raise Refuse(f"the loop's index needs int32 casts inside `{body.name.value}`, which is also used elsewhere")
+    return dict(typing.edits)
 
 
 def _closed_over(ctx: ModuleContext, scope, name: str) -> bool:
@@ -299,7 +308,8 @@ def _closed_over(ctx: ModuleContext, scope, name: str) -> bool:
     return False
 
 
-def _pl_loop_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rng: str) -> tuple[dict, str]:
+def _pl_loop_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rng: str,
+                   typing: IndexTyping) -> tuple[dict, str]:
     fn: cst.FunctionDef = loop.body  # type: ignore[assignment]
     if loop.carries:
         raise Refuse("the pl.loop carries a value (init_carry)")
@@ -308,12 +318,12 @@ def _pl_loop_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock,
     if len(fn.decorators) != 1:
         raise Refuse("the pl.loop body has other decorators")
     if _inline_problem(ctx, loop, block, None) is None and not _has_return(fn):
-        return _inline_edits(ctx, loop, fn, rng), "inline"
+        return _inline_edits(ctx, loop, fn, rng, typing), "inline"
     scope = ctx.scope_of(fn)
     if any(isinstance(n, cst.Name) and n.value == fn.name.value and n is not fn.name for n in walk(scope)):
         raise Refuse(f"`{fn.name.value}` (what pl.loop returned) is used elsewhere")
     index = fresh_index(ctx, fn, scope)
-    plain = fn.with_changes(decorators=[])
+    plain = typing.applied(fn).with_changes(decorators=[])
     call = cst.parse_statement(f"for {index} in {rng}:\n    {fn.name.value}({index})\n")
     return {fn: lambda _n: cst.FlattenSentinel([plain, call])}, "call"
 

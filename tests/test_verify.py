@@ -320,6 +320,34 @@ def test_compare_rules():
     assert not res[0].ok and "structure" in res[0].reason
 
 
+def test_tolerance_is_per_element_not_scaled_by_the_largest_value():
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    ref = rng.uniform(-1.0, 1.0, 256).astype(bf16)
+    ref[0] = 4.0  # one large element used to widen the bound for every element
+    got = ref.copy()
+    got[7] = bf16(float(ref[7]) + 0.078)
+    # the old bound, atol * max(1, max|ref|) + rtol * |ref|, allowed 0.08 + 0.02 |ref| here
+    r = compare_leaf(ref, got)
+    assert not r.ok and "index (7,)" in r.reason and "bfloat16" in r.reason
+    got[7] = bf16(float(ref[7]) + 0.0078)  # one bf16 ulp at ~1: rounding, not a bug
+    assert compare_leaf(ref, got).ok
+
+
+def test_summation_order_noise_passes_at_cancelling_elements():
+    # f32 dot products of large inputs summed in two orders: elements that cancel to ~0 carry
+    # rounding the size of the summands; atol scales with the leaf's typical magnitude for them.
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((64, 512)) * 8).astype(np.float32)
+    y = (rng.standard_normal((512, 64)) * 8).astype(np.float32)
+    forward = x @ y
+    blocked = sum(x[:, k:k + 64] @ y[k:k + 64, :] for k in range(448, -1, -64)).astype(np.float32)
+    assert compare_leaf(forward, blocked).ok
+    assert not compare_leaf(forward, blocked * np.float32(1.0001)).ok
+
+
 # =========================================================================== verdicts
 
 
@@ -469,6 +497,92 @@ def test_gpu_interpret_rejects_gridded_blockspecs():
     assert v.status == "error"
     assert v.interpreters == ["interpret", "gpu-interpret"]
     assert "has_trivial_window" in v.message  # the bare assert, made readable
+
+
+def test_inputs_vary_in_scale_by_seed_and_are_deterministic():
+    from pallas_fix.verify.example_calls import Call
+
+    call = Call(Example("f", [ArgSpec("f32", (4096,)), ArgSpec("i32", (4096,)), ArgSpec("u8", (64,))], {}, "f(...)"))
+    per_seed = {seed: call.inputs(seed) for seed in (0, 1, 2)}
+    floats = {seed: float(np.abs(v[0]).max()) for seed, v in per_seed.items()}
+    ints = {seed: int(np.abs(v[1]).max()) for seed, v in per_seed.items()}
+    assert floats[0] < 6 < floats[1] and floats[2] > 20  # N(0, 1), x8, heavy-tailed
+    assert ints == {0: 4, 1: 32, 2: 256}
+    assert per_seed[2][1].min() < 0 and per_seed[2][2].min() >= 0  # signed / unsigned
+    again = call.inputs(1)
+    assert all(np.array_equal(a, b) for a, b in zip(again, per_seed[1]))
+
+
+@pytest.mark.interp
+def test_index_operands_stay_inside_what_they_index():
+    from pallas_fix.verify.example_calls import Call
+
+    src = _src("gather_before.py")
+    (ex,) = collect_examples(FIX / "gather_before.py", src)
+    namespace: dict = {}
+    exec(compile(src, str(FIX / "gather_before.py"), "exec"), namespace)
+    call = Call(ex, reference=namespace["gather_rows"])
+    assert call.index_bounds() == [None, 63]  # ids index the 64 rows of the table, one row each
+    for seed in (0, 1, 2):
+        ids = call.inputs(seed)[1]
+        assert ids.min() >= 0 and ids.max() <= 63
+    assert call.inputs(2)[1].max() > 4
+
+
+def test_ragged_sizes_and_substitution():
+    from pallas_fix.verify.ragged import _ragged_size, _substitute
+
+    assert _ragged_size(256, 64) == 253 and _ragged_size(300, 64) is None  # already ragged
+    assert _ragged_size(6, 3) == 5 and _ragged_size(64, 1) is None
+    assert _ragged_size(320, None) == 317 and _ragged_size(300, None) is None  # mask bounds
+    ex = Example("f", [ArgSpec("f32", (256, 128)), ArgSpec("f32", (256, 64))], {"n": 256, "bs": 64, "flag": True},
+                 "f(...)", origin="k.py:2")
+    variant = _substitute(ex, {256: 253, 64: 61}, divisors={64})
+    assert variant.canonical() == "f(f32[253, 128], f32[253, 61], n=253, bs=64, flag=True)"
+    assert variant.origin == "ragged variant of k.py:2"
+    assert _substitute(ex, {1000: 997}, divisors=set()) is None
+
+
+@pytest.mark.interp
+def test_inputs_past_six_catch_a_clipping_rewrite():
+    (v,) = _verify("elementwise_before.py", "elementwise_after_clipped.py")
+    # N(0, 1) inputs (the only ones before) never reach the clip; seed 1 draws them x8
+    assert v.status == "mismatch" and "seed 1" in v.message, v.message
+
+
+@pytest.mark.interp
+def test_index_values_past_four_catch_a_capped_gather():
+    (v,) = _verify("gather_before.py", "gather_after_small_ids.py")
+    # ids drawn from [-4, 4] (before) never exceed the cap; ids drawn over the table's rows do
+    assert v.status == "mismatch", v.message
+    (same,) = _verify("gather_before.py", "gather_before.py")
+    assert same.status == "verified", same.message
+
+
+@pytest.mark.interp
+def test_ragged_variant_runs_and_says_which_shapes():
+    (v,) = _verify("ragged_before.py", "ragged_after.py")
+    assert v.status == "verified", v.message
+    assert "also on the ragged shapes `double_rows(f32[253, 128])`" in v.message
+    assert v.details["ragged"]["ran"] == ["`double_rows(f32[253, 128])`"]
+
+
+@pytest.mark.interp
+def test_ragged_variant_catches_a_rewrite_that_only_divides():
+    (v,) = _verify("ragged_before.py", "ragged_after_floor_grid.py")
+    # f32[256, 128] divides into blocks of 64: the floor-division grid is only wrong on f32[253, 128]
+    assert v.status == "mismatch", v.message
+    assert v.message.startswith("on `double_rows(f32[253, 128])` (a ragged variant")
+    assert "the example as given verified" in v.message
+
+
+@pytest.mark.interp
+def test_ragged_variant_the_original_rejects_is_dropped():
+    src = _src("ragged_before.py").replace("    n = x_ref.shape[0]\n", "    n = x_ref.shape[0]\n    assert n % BS == 0\n")
+    (ex,) = collect_examples(FIX / "ragged_before.py", src)
+    (v,) = verify_sources(src, src, [ex], path=str(FIX / "ragged_before.py"))
+    assert v.status == "verified", v.message
+    assert "ragged variant dropped: `double_rows(f32[253, 128])` (the original does not run on it" in v.message
 
 
 @pytest.mark.interp

@@ -11,8 +11,10 @@ attributes: ``ops.matmul``) and its arguments::
     entry    := NAME ("." NAME)*
     arg      := NAME "=" value | value           (positional arguments come first)
     value    := array | literal | "(" tuple ")" | "[" list "]" | NAME
-    array    := DTYPE "[" [dim ("," dim)* [","]] "]"      f32[256, 512]; f32[] is a scalar
+    array    := DTYPE "[" [dim ("," dim)* [","]] "]" [range]   f32[256, 512]; f32[] is a scalar
     dim      := INT | NAME
+    range    := "in" "[" bound "," bound ")"                     i32[8] in [0, 4)
+    bound    := ["-"] (INT | FLOAT | NAME)
     literal  := INT | FLOAT | STRING | True | False | None | "-" INT | "-" FLOAT
 
 ``DTYPE`` is one of ``f32 bf16 f16 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool`` (the long numpy
@@ -24,6 +26,12 @@ unknown name is a syntax error pointing at it.
 Array arguments (anything containing an ``f32[...]``, including tuples of them) become seeded
 random inputs; every other value is a static Python argument passed as is (positionally or by
 keyword).
+
+A value range draws an array's values from the half-open interval ``[low, high)``: integers
+``low <= v < high`` for an integer dtype (``i32[8] in [0, 4)``: an index table into 4 blocks;
+the bounds must be integers that the dtype holds), uniform floats for a float dtype
+(``f32[64] in [0.5, 2.0)``); ``bool`` takes no range. Without one, floats are N(0, 1), signed
+integers lie in [-4, 4] and unsigned ones in [0, 4].
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from pallas_fix.core.example_values import DTYPE_ALIASES, DTYPES, ArgSpec, Example, ExampleSyntaxError
+from pallas_fix.core.example_values import DTYPE_ALIASES, DTYPES, INT_BOUNDS, ArgSpec, Example, ExampleSyntaxError
 
 
 # --------------------------------------------------------------------------- tokenizer / parser
@@ -68,11 +76,12 @@ class _Sym:
 
 @dataclass
 class _ArrayNode:
-    """``f32[M, 8]`` as parsed: dims may still be :class:`_Sym` names."""
+    """``f32[M, 8] in [0, N)`` as parsed: dims and bounds may still be :class:`_Sym` names."""
 
     dtype: str
     dims: list
     pos: int
+    value_range: Optional[tuple] = None  # (low, high, position of "in")
 
 
 class _Parser:
@@ -255,7 +264,29 @@ class _Parser:
                     f"expected ',' or ']' in the shape of {dt.text!r}, found {self._describe(self.peek())}"
                 )
         self.next()
-        return _ArrayNode(dtype, dims, dt.pos)
+        node = _ArrayNode(dtype, dims, dt.pos)
+        if self.peek().kind == "name" and self.peek().text == "in":
+            node.value_range = self.value_range()
+        return node
+
+    # range := "in" "[" bound "," bound ")"
+    def value_range(self) -> tuple:
+        where = self.next().pos
+        self.expect("[", "'[' after 'in' (a value range looks like in [0, 4))")
+        low = self.bound()
+        self.expect(",", "',' between the bounds of the value range")
+        high = self.bound()
+        self.expect(")", "')' to close the value range (the upper bound is excluded: in [0, 4))")
+        return low, high, where
+
+    def bound(self) -> Any:
+        t = self.peek()
+        if t.kind == "name":
+            self.next()
+            return _Sym(t.text, t.pos)
+        if t.kind in ("int", "float") or (t.kind == "punct" and t.text in "-+"):
+            return self.value()
+        raise self.error(f"expected a number for the value range, found {self._describe(t)}")
 
 
 def _resolve(v: Any, constants: dict, err) -> Any:
@@ -266,7 +297,8 @@ def _resolve(v: Any, constants: dict, err) -> Any:
             )
         return constants[v.name]
     if isinstance(v, _ArrayNode):
-        return ArgSpec(v.dtype, tuple(_resolve_dim(d, constants, err) for d in v.dims))
+        shape = tuple(_resolve_dim(d, constants, err) for d in v.dims)
+        return ArgSpec(v.dtype, shape, _resolve_range(v, constants, err))
     if isinstance(v, tuple):
         return tuple(_resolve(x, constants, err) for x in v)
     if isinstance(v, list):
@@ -286,6 +318,28 @@ def _resolve_dim(d: Any, constants: dict, err) -> int:
     if isinstance(d_val, bool) or not isinstance(d_val, int) or d_val < 0:
         raise err(f"dimension {d.name!r} = {d_val!r} is not a non-negative integer", d.pos)
     return d_val
+
+
+def _resolve_range(node: _ArrayNode, constants: dict, err) -> Optional[tuple]:
+    """The array's value range with names resolved, checked against its dtype."""
+    if node.value_range is None:
+        return None
+    low, high, pos = node.value_range
+    low, high = (_resolve(b, constants, err) for b in (low, high))
+    if node.dtype == "bool":
+        raise err("a bool array takes no value range", pos)
+    if any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in (low, high)):
+        raise err(f"the bounds of a value range must be numbers, not {low!r} and {high!r}", pos)
+    if not low < high:
+        raise err(f"the value range [{low!r}, {high!r}) is empty (the upper bound is excluded)", pos)
+    if node.dtype in INT_BOUNDS:
+        held_low, held_high = INT_BOUNDS[node.dtype]
+        if not (isinstance(low, int) and isinstance(high, int)):
+            raise err(f"{node.dtype} takes integer bounds for its value range, not [{low!r}, {high!r})", pos)
+        if low < held_low or high > held_high:
+            raise err(f"the value range [{low}, {high}) does not fit {node.dtype} "
+                      f"(it holds [{held_low}, {held_high}))", pos)
+    return low, high
 
 
 def parse_example(

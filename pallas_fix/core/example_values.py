@@ -31,19 +31,34 @@ DTYPE_ALIASES.update({k: k for k in DTYPES})
 DTYPE_ALIASES["bool_"] = "bool"
 
 
+# the values each integer dtype can hold, [low, high)
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    f"{kind}{bits}": ((0, 2**bits) if kind == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1)))
+    for kind in ("i", "u")
+    for bits in (8, 16, 32, 64)
+}
+
+
 @dataclass(frozen=True)
 class ArgSpec:
-    """An array argument: filled with seeded random values of this dtype and shape."""
+    """An array argument: filled with seeded random values of this dtype and shape, drawn from
+    ``value_range`` when it is given: integers ``low <= v < high`` for integer dtypes (index
+    tables, lengths, offsets), uniform in ``[low, high)`` for float dtypes."""
 
     dtype: str  # canonical short name, a key of DTYPES
     shape: tuple[int, ...]
+    value_range: Optional[tuple[Any, Any]] = None  # (low, high), high excluded
 
     @property
     def numpy_dtype(self) -> str:
         return DTYPES[self.dtype]
 
     def __str__(self) -> str:
-        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+        text = f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+        if self.value_range is None:
+            return text
+        low, high = self.value_range
+        return f"{text} in [{low!r}, {high!r})"
 
 
 @dataclass
@@ -54,12 +69,22 @@ class Example:
     args: list  # list[ArgSpec | literal]; tuples/lists may nest ArgSpecs
     kwargs: dict  # name -> ArgSpec | literal
     text: str  # the example as written (or as synthesised, for inferred examples)
-    origin: Optional[str] = None  # "--example", "path:line", "pyproject.toml ...", "inferred ..."
+    # where it came from: "--example", "path:line", "pyproject.toml ...", "inferred ...",
+    # "synthesised ..." (pallas_fix.verify.example_synthesis)
+    origin: Optional[str] = None
 
     def canonical(self) -> str:
         parts = [format_value(a) for a in self.args]
         parts += [f"{k}={format_value(v)}" for k, v in self.kwargs.items()]
         return f"{self.entry}({', '.join(parts)})"
+
+
+def origin_phrase(origin: Optional[str]) -> str:
+    """Where an example came from, as words after its text: "synthesised from the __main__
+    block, k.py:40" reads as it is; "k.py:6" (a directive) becomes "from k.py:6"."""
+    if not origin:
+        return ""
+    return origin if origin.startswith(("synthesised", "inferred")) else f"from {origin}"
 
 
 def leaves(v: Any) -> Iterator[Any]:
@@ -130,7 +155,10 @@ class ExampleSyntaxError(ValueError):
 
 def _value_to_json(v: Any) -> Any:
     if isinstance(v, ArgSpec):
-        return {"array": v.dtype, "shape": list(v.shape)}
+        array = {"array": v.dtype, "shape": list(v.shape)}
+        if v.value_range is not None:
+            array["range"] = list(v.value_range)
+        return array
     if isinstance(v, tuple):
         return {"tuple": [_value_to_json(x) for x in v]}
     if isinstance(v, list):
@@ -143,7 +171,8 @@ def _value_to_json(v: Any) -> Any:
 def _value_from_json(v: Any) -> Any:
     if isinstance(v, dict):
         if "array" in v:
-            return ArgSpec(v["array"], tuple(v["shape"]))
+            bounds = v.get("range")
+            return ArgSpec(v["array"], tuple(v["shape"]), tuple(bounds) if bounds is not None else None)
         if "tuple" in v:
             return tuple(_value_from_json(x) for x in v["tuple"])
         if "list" in v:

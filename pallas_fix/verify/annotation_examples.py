@@ -19,7 +19,7 @@ from pallas_fix.core.examples import ArgSpec, Example
 from pallas_fix.verify.module_constants import module_constants
 
 # jaxtyping dtype class -> the grammar's dtype
-_JAXTYPING_DTYPES = {
+JAXTYPING_DTYPES = {
     "Float": "f32", "Float32": "f32", "Shaped": "f32", "Num": "f32", "Real": "f32", "Inexact": "f32",
     "Float16": "f16", "BFloat16": "bf16", "Float64": "f64",
     "Int": "i32", "Integer": "i32", "Int32": "i32", "Int8": "i8", "Int16": "i16", "Int64": "i64",
@@ -45,7 +45,7 @@ def _annotation_spec(ann: Optional[ast.AST], constants: dict) -> Optional[ArgSpe
         return None
     base = ann.value
     name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else None
-    if name not in _JAXTYPING_DTYPES:
+    if name not in JAXTYPING_DTYPES:
         return None
     sl = ann.slice
     if not (isinstance(sl, ast.Tuple) and len(sl.elts) == 2):
@@ -61,7 +61,7 @@ def _annotation_spec(ann: Optional[ast.AST], constants: dict) -> Optional[ArgSpe
             shape.append(constants[tok])
         else:
             return None
-    return ArgSpec(_JAXTYPING_DTYPES[name], tuple(shape))
+    return ArgSpec(JAXTYPING_DTYPES[name], tuple(shape))
 
 
 def _candidates(tree: ast.Module, hints: list[str]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

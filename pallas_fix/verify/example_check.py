@@ -265,7 +265,7 @@ def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_inte
         status, message = "error", str(e)
     else:
         try:
-            status, message = _check(v, Call(ex), f_orig, f_rew, seeds=seeds, tpu_interpret=tpu_interpret,
+            status, message = _check(v, Call(ex, reference=f_orig), f_orig, f_rew, seeds=seeds, tpu_interpret=tpu_interpret,
                                      gpu_interpret=gpu_interpret, max_cores=max_cores,
                                      backend_seeds=backend_seeds)
             notes = v["details"]["notes"]

@@ -22,10 +22,17 @@ Sources, first non-empty wins (:func:`collect_examples`):
    key is a dotted module path, equal to the file's module name computed from that relative path
    (``src/`` prefix and ``__init__`` dropped). Every matching key contributes, in table order.
 4. Inferred from jaxtyping annotations, best effort
-   (:mod:`pallas_fix.verify.annotation_examples`).
+   (:mod:`pallas_fix.verify.annotation_examples`);
+5. synthesised, when asked (``synthesise=True``; the CLI asks unless ``--no-synthesise``): the
+   calls of the module's ``if __name__ == "__main__":`` block and calls built from the code,
+   kept when the original runs on them (:mod:`pallas_fix.verify.synthesised_examples`; this
+   starts a worker process unless the result is cached).
+
+Every example carries its origin (``Example.origin``), which the verdict line repeats.
 
 Bare names in examples resolve against the file's module constants
-(:mod:`pallas_fix.verify.module_constants`). Nothing here imports jax or runs user code.
+(:mod:`pallas_fix.verify.module_constants`). Nothing here imports jax or runs user code in this
+process.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import Example, parse_example
 from pallas_fix.verify.annotation_examples import infer_examples
 from pallas_fix.verify.module_constants import safe_module_constants
+from pallas_fix.verify.synthesised_examples import synthesised_examples
 
 __all__ = ["collect_examples", "examples_from_directives", "examples_from_pyproject"]
 
@@ -114,10 +122,12 @@ def collect_examples(
     *,
     cli_examples: Sequence[str] = (),
     pyproject: bool = True,
+    synthesise: bool = False,
 ) -> list[Example]:
     """Examples for one file, from the first non-empty source in priority order.
 
-    ``pyproject=False`` skips ``[tool.pallas-fix.examples]``.
+    ``pyproject=False`` skips ``[tool.pallas-fix.examples]``; ``synthesise=True`` adds the last
+    source (it may start a worker process).
     Raises :class:`ExampleSyntaxError` for a malformed example in the winning source.
     """
     if source is None:
@@ -128,4 +138,7 @@ def collect_examples(
     found = examples_from_directives(source, path=str(path), constants=constants)
     if not found and pyproject:
         found = examples_from_pyproject(path, constants=constants)
-    return found or infer_examples(source, path=str(path), constants=constants)
+    found = found or infer_examples(source, path=str(path), constants=constants)
+    if not found and synthesise:
+        found = synthesised_examples(str(path), source)
+    return found

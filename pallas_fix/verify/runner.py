@@ -20,8 +20,10 @@ What runs, per example:
     (capped) makes every pair of points concurrent;
   - ``gpu-interpret``: ``plgpu.InterpretGPUParams()``, only with ``gpu_interpret=True`` (it only
     runs whole-array blocks; ``pl.program_id`` is silently 0 there).
-* seeds: every array argument gets fresh random values per seed (floats N(0, 1), signed ints
-  in [-4, 4], unsigned in [0, 4], fair bools); every interpreter sees the same inputs. The HLO
+* seeds: every array argument gets fresh random values per seed, their scale varying with the
+  seed (seed % 3: floats N(0, 1), x8, heavy-tailed up to 64; integers within 4, 32, 256; fair
+  bools); an integer operand the original uses as an index stays inside what it indexes
+  (:mod:`~pallas_fix.verify.index_ranges`); every interpreter sees the same inputs. The HLO
   candidate runs every seed (numerics); the backend interpreters run the first ``backend_seeds``
   (default 1): what they add (races, out-of-bounds blocks, dimension semantics, uninitialised
   memory) does not depend on the input values, and each extra seed costs ~0.1-0.3 s there.
@@ -29,6 +31,9 @@ What runs, per example:
   part of jax's jit key, so a user's own ``@jax.jit`` entry is re-traced per interpreter).
 * every output leaf is compared (:mod:`pallas_fix.verify.compare`); a race reported by TPU
   interpret mode is a failure too.
+* ragged variants: when the original calls ``pl.cdiv`` or masks with an iota, a verified example
+  is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.ragged`);
+  the verdict names the shapes that ran, and a variant the original rejects is dropped.
 
 Examples using 64-bit dtypes (f64, i64, u64) switch on ``jax_enable_x64`` for the whole worker
 (all examples of that file).
@@ -52,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from pallas_fix.core.example_values import origin_phrase
 from pallas_fix.core.examples import Example, example_to_json
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
@@ -84,10 +90,11 @@ class Verdict:
     dynamic_slices_after: Optional[int] = None
     seconds: float = 0.0
     message: str = ""
-    # Not part of to_json(): the example text and the worker's per-interpreter details
-    # (timings, outcomes, traced pallas_calls, notes).
+    # Not part of to_json(): the example text, where it came from (Example.origin) and the
+    # worker's per-interpreter details (timings, outcomes, traced pallas_calls, notes).
     example: str = ""
     details: dict = field(default_factory=dict)
+    origin: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -130,7 +137,16 @@ def _slices(n: Optional[int]) -> str:
 
 
 def format_verdict(v: Verdict) -> str:
-    """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)``."""
+    """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)``,
+    then, when the verdict knows them, the example and its origin: `` — on matmul(f32[256, 512],
+    f32[512, 256]), synthesised from the __main__ block, k.py:40``."""
+    line = _verdict_line(v)
+    if v.example and v.origin and v.status != "unverified":
+        line += f" — on {v.example}, {origin_phrase(v.origin)}"
+    return line
+
+
+def _verdict_line(v: Verdict) -> str:
     interps = f" ({', '.join(v.interpreters)})" if v.interpreters else ""
     if v.status == "verified":
         if v.dynamic_slices_before is None and v.dynamic_slices_after is None:
@@ -303,6 +319,7 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             v = by_index[i]
             if not v.example:
                 v.example = ex.text
+            v.origin = ex.origin
             out.append(v)
             continue
         if timed_out:
@@ -315,5 +332,5 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             msg = f"verification worker died (exit code {rc}): {why}"
         out.append(Verdict(entry=ex.entry, status=status, seeds=list(seeds), seconds=round(
             max(0.0, elapsed - done_seconds) if i in begun or not by_index else 0.0, 3), message=msg,
-            example=ex.text, details={"stderr_tail": stderr_tail}))
+            example=ex.text, details={"stderr_tail": stderr_tail}, origin=ex.origin))
     return out

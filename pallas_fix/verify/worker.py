@@ -15,7 +15,8 @@ descriptor 1 is pointed at stderr before any user code runs.
 
 Job file: ``{"original": {"source", "path"}, "rewritten": {"source", "path"}, "examples":
 [example_to_json...], "seeds": [0, 1, 2], "gpu_interpret": false, "tpu_interpret": null,
-"max_cores": 16, "tmpdir": "..."}``.
+"max_cores": 16, "tmpdir": "..."}``. A job with ``"kind": "probe"`` only runs the original on
+candidate examples instead (:mod:`~pallas_fix.verify.probe_worker`).
 
 The pieces: :mod:`~pallas_fix.verify.interpret_mode` (patching pallas_call),
 :mod:`~pallas_fix.verify.user_modules`, :mod:`~pallas_fix.verify.example_calls` (seeded inputs),
@@ -37,8 +38,10 @@ from pallas_fix.verify.example_check import verdict_record, verify_example
 from pallas_fix.verify.failures import summarize_exc
 from pallas_fix.verify.interpret_mode import forced_interpreter, install_patches
 from pallas_fix.verify.interpreters import MAX_CORES
+from pallas_fix.verify.probe_worker import run_probe
 from pallas_fix.verify.races import install_race_log
-from pallas_fix.verify.user_modules import load_module
+from pallas_fix.verify.ragged import may_be_ragged, verify_variants
+from pallas_fix.verify.user_modules import load_module, resolve_entry
 
 # Names the tests' in-process harnesses reach through this module (tests/test_verify.py's patch
 # probe, tests/test_codemods_simple.py's GPU harness).
@@ -73,12 +76,22 @@ def _import_sources(job: dict) -> tuple[dict[str, types.ModuleType], Optional[st
 
 
 def _verify(mods: dict, ex: Example, job: dict) -> dict:
-    try:
-        return verify_example(mods["original"], mods["rewritten"], ex, seeds=list(job["seeds"]),
+    """One example's verdict; a verified one is checked again on its ragged variants (shapes the
+    code allows that do not divide, :mod:`pallas_fix.verify.ragged`) when the job asks for them."""
+
+    def verify(example: Example) -> dict:
+        return verify_example(mods["original"], mods["rewritten"], example, seeds=list(job["seeds"]),
                               tpu_interpret=job.get("tpu_interpret"),
                               gpu_interpret=bool(job.get("gpu_interpret")),
                               max_cores=int(job.get("max_cores") or MAX_CORES),
                               backend_seeds=job.get("backend_seeds", 1))
+
+    try:
+        verdict = verify(ex)
+        if verdict["status"] == "verified" and job.get("ragged", True) and may_be_ragged(job["original"]["source"]):
+            original = resolve_entry(mods["original"], ex.entry)
+            verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify)
+        return verdict
     except Exception as e:  # a bug in the worker itself: still report per example
         return verdict_record(ex.entry, job["seeds"], message=f"verification crashed: {summarize_exc(e)}",
                               details={"traceback": traceback.format_exc()})
@@ -138,7 +151,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     emit({"type": "start", "pid": os.getpid()})
     try:
-        run_job(job, emit)
+        (run_probe if job.get("kind") == "probe" else run_job)(job, emit)
     except BaseException as e:  # noqa: BLE001
         emit({"type": "fatal", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         return 1
