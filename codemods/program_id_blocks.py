@@ -45,6 +45,12 @@ NAME = "program-id-blocks"
 
 def planner(analysis) -> dict:
     """One plan per (pallas_call, ref) whose program_id windows are `pl.ds` slices."""
+    groups = _windowed_refs(analysis)
+    return per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], uses))
+
+
+def _windowed_refs(analysis) -> dict[tuple[int, str], list[IndexUse]]:
+    """(id of the pallas_call, ref) -> the program_id `pl.ds` windows on the ref."""
     groups: dict[tuple[int, str], list[IndexUse]] = {}
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kind != "ds" or use.kernel_site is None:
@@ -55,7 +61,7 @@ def planner(analysis) -> dict:
         if not isinstance(base, cst.Name):
             continue
         groups.setdefault((id(use.kernel_site.call), base.value), []).append(use)
-    return per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], uses))
+    return groups
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
     block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed)
-    edits = CallEdits(cs, [block], None).build()
+    edits = CallEdits(cs, [block], None, _lockstep_witnesses(analysis, cs, ref)).build()
     removed = set()
     for sub, dims in block.subscripts:
         edits[sub] = kernel_subscript_edit(dims, frozenset(squeezed))
@@ -99,6 +105,23 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
 
     description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+
+
+def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
+    """The program_id blocks of the kernel's other refs: read in the same steps, they vouch for
+    the extent of an input read in lockstep with them (Bounds.check_blocks)."""
+    out = []
+    for (call_id, other), uses in _windowed_refs(analysis).items():
+        if call_id != id(cs.site.call) or other == ref:
+            continue
+        try:
+            window = _shared_window(analysis, cs, other, uses)
+        except Refuse:
+            continue
+        size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
+        if size is not None:
+            out.append(RefBlock(other, window.use.dim, size, window.index, [], window.squeezed))
+    return out
 
 
 def _check_whole_array(cs: CallSite, ref: str) -> None:

@@ -107,9 +107,11 @@ def _decorator_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
 
 
 def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, at: cst.CSTNode) -> None:
-    """The kernel def behind `expr`, through names and (nested) `functools.partial` bindings,
-    whose arguments are collected from the outermost partial inwards. A loop with a visited set:
-    real code rebinds `kernel = functools.partial(kernel, ...)`, and no chain is followed twice."""
+    """The kernel def behind `expr`, through names and (nested) `functools.partial` bindings.
+    The partials are met from the outermost inwards, and Python binds them the other way round:
+    `partial(partial(k, a, bs=1), b, bs=2)` calls `k(a, b, bs=2)`, so an outer keyword wins over
+    an inner one and inner positional arguments come first. A loop with a visited set: real code
+    rebinds `kernel = functools.partial(kernel, ...)`, and no chain is followed twice."""
     seen: set[int] = set()
     while True:
         expr = ctx.resolve_value(expr, at)
@@ -118,11 +120,13 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
         seen.add(id(expr))
         if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
             break
+        positional = []
         for arg in expr.args[1:]:
             if arg.keyword is not None:
-                site.partial_kwargs[arg.keyword.value] = arg.value
+                site.partial_kwargs.setdefault(arg.keyword.value, arg.value)
             elif not arg.star:
-                site.partial_args.append(arg.value)
+                positional.append(arg.value)
+        site.partial_args[:0] = positional
         expr, at = expr.args[0].value, expr
     if isinstance(expr, cst.Name):
         site.kernel_name = expr.value

@@ -3,8 +3,11 @@
 Shared by the loop-lifting (R1) and program_id (R3) codemods: kernel-side, the dynamic window
 becomes a whole-block access (`x_ref[pl.ds(i * bs, bs), :]` -> `x_ref[...]`, rewrite.kernel_edits);
 call-side, the grid may gain an axis, the ref gets a BlockSpec (rewrite.blockspecs), and every
-other index_map learns the new axis. `CallEdits` collects the call-side edits of one plan; the
-plan types and helpers the codemods use are re-exported from here.
+other index_map learns the new axis. Before any of it is written, the blocks are proved to stay
+inside their arrays (rewrite.bounds), negative grid axes in the kernel are renumbered
+(rewrite.axis_numbers) and the new axis gets semantics no resident output can race on
+(rewrite.grid_params). `CallEdits` collects the call-side edits of one plan; the plan types and
+helpers the codemods use are re-exported from here.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.blocks import BlockIndexExpr, NewAxis, RefBlock
+from pallas_fix.rewrite.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blockspecs import SpecWriter
+from pallas_fix.rewrite.bounds import Bounds
 from pallas_fix.rewrite.callsite import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.edits import Edit
-from pallas_fix.rewrite.grid_params import GridParams
+from pallas_fix.rewrite.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.kernel_edits import dead_assignments, kernel_subscript_edit
 from pallas_fix.rewrite.keywords import insert_keywords
 from pallas_fix.rewrite.syntax import code, elements, names_in, paren_text
@@ -32,15 +38,20 @@ __all__ = [
 class CallEdits:
     """Collects the call-site edits for one plan."""
 
-    def __init__(self, cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis]) -> None:
+    def __init__(self, cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = ()) -> None:
+        """`witnesses`: blocks of operands the plan leaves alone, read in lockstep with `blocks`
+        (see Bounds.check_blocks)."""
         self.cs = cs
         self.blocks = {b.param: b for b in blocks}
+        self.witnesses = list(witnesses)
         self.new_axis = new_axis
         self.ngrid = len(cs.grid)
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
-        self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias())
+        self.bounds = Bounds(cs)
+        self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
+        self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
     def spec_code(self, slot: Slot) -> Optional[str]:
         """New spec source for `slot`, or None when the existing spec can stay as it is."""
@@ -69,7 +80,7 @@ class CallEdits:
                 self.cs.refuse_if_shared(self.cs.spec_list(kind)[slot.index], "BlockSpec", within_call=True)
                 if isinstance(spec.index_map, cst.Lambda):
                     lam = spec.index_map
-                    if lam in self.edits:
+                    if lam in self.edits or _ignores_new_axis(lam, spec, self.ngrid, slot.param):
                         continue
                     self.edits[lam] = _add_lambda_param(self.ngrid, self.grid_params.fresh(spec.index_params + sorted(names_in(lam))))
                 else:
@@ -144,7 +155,7 @@ class CallEdits:
         self.cs.refuse_if_shared(arg.value, "dimension_semantics", within_call=True)
         if len(values) != self.ngrid:
             raise CallSiteError(f"dimension_semantics has {len(values)} entries for a {self.ngrid}-axis grid")
-        new = self.new_axis.semantics
+        new = self.semantics
         if new == "parallel" and any(v not in ("parallel",) for v in values):
             new = "arbitrary" if self.cs.backend().value == "tpu" else "sequential"
         value = self.cs.ctx.resolve_value(arg.value, self.cs.site.call)
@@ -156,23 +167,21 @@ class CallEdits:
             elif isinstance(first, cst.Attribute):
                 # enum style: pltpu.GridDimensionSemantics.PARALLEL
                 base = code(first.value)
-                text = "(" + ", ".join([code(e.value) for e in value.elements] + [f"{base}.{new.upper()}"]) + ")"
+                text = _tuple_text([code(e.value) for e in value.elements] + [f"{base}.{new.upper()}"])
                 self.edits[value] = _replace_with(text)
                 return
         items = [f"{quote}{v}{quote}" for v in values] + [f"{quote}{new}{quote}"]
-        text = "(" + ", ".join(items) + ")"
-        self.edits[value] = _replace_with(text)
+        self.edits[value] = _replace_with(_tuple_text(items))
 
     def _declare_semantics(self, params_call: Optional[cst.Call]) -> None:
         """No dimension_semantics written. TPU treats every axis as "arbitrary" (sequential), so
         nothing is needed; Mosaic GPU treats every axis as "parallel", so a sequential axis must
         be declared, keeping the existing axes parallel as they were."""
-        if self.new_axis is None or self.new_axis.semantics == "parallel":
+        if self.new_axis is None or self.semantics == "parallel":
             return
         if self.cs.backend().value != "mosaic_gpu":
             return
-        values = ", ".join(['"parallel"'] * self.ngrid + [f'"{self.new_axis.semantics}"'])
-        semantics = f"({values},)" if self.ngrid == 0 else f"({values})"
+        semantics = _tuple_text(['"parallel"'] * self.ngrid + [f'"{self.semantics}"'])
         if params_call is not None:
             if params_call in self.edits:
                 raise CallSiteError("compiler_params is edited twice")
@@ -198,13 +207,58 @@ class CallEdits:
 
         self.edits[target] = edit
 
+    def check_bounds(self) -> None:
+        """Every block the new grid visits lies inside its array (rewrite.bounds)."""
+        trip = self.new_axis.trip if self.new_axis is not None else None
+        self.bounds.check_blocks(list(self.blocks.values()), trip, self.witnesses)
+
+    def renumber_axes(self) -> None:
+        """Negative grid axes in the kernel keep naming the axes they named (rewrite.axis_numbers)."""
+        if self.new_axis is not None and self.cs.site.kernel is not None:
+            self.edits.update(renumber_negative_axes(self.cs.ctx, self.cs.site.kernel, self.ngrid))
+
     def build(self) -> dict[cst.CSTNode, Edit]:
         self.write_grid()
         self.write_specs()
         self.extend_index_maps()
+        self.check_bounds()
+        self.renumber_axes()
         self.write_semantics()
         self.write_keywords()
         return self.edits
+
+
+def _ignores_new_axis(lam: cst.Lambda, spec: Spec, ngrid: int, param: str) -> bool:
+    """Can `lam` stay as written when the grid gains an axis? A lambda with a parameter per grid
+    axis cannot (it gets one more). `lambda *g: (g[0], 0)`, whose `*g` takes grid indices, can
+    when it reads only grid indices by position: the new last index lands past them. Anything
+    else about `*g` (`len(g)`, `g[-1]`, unpacking, scalar-prefetch refs) is refused."""
+    if spec.index_extra:
+        raise CallSiteError(f"the index_map of `{param}` has default, keyword or `**` parameters")
+    star = spec.index_star
+    if star is None or len(spec.index_params) >= ngrid:
+        return False
+    reads = ngrid - len(spec.index_params)  # grid indices `*star` holds before the new one
+    for node in walk(lam.body):
+        if isinstance(node, cst.Name) and node.value == star and not _reads_position(lam, node, reads):
+            raise CallSiteError(
+                f"the index_map of `{param}` takes grid indices through `*{star}` and uses it as a whole; "
+                "give it one parameter per grid axis"
+            )
+    return True
+
+
+def _reads_position(lam: cst.Lambda, name: cst.Name, limit: int) -> bool:
+    """`name[k]` with a literal 0 <= k < limit."""
+    for node in walk(lam.body):
+        if isinstance(node, cst.Subscript) and node.value is name and len(node.slice) == 1:
+            index = node.slice[0].slice
+            return isinstance(index, cst.Index) and isinstance(index.value, cst.Integer) and int(index.value.evaluated_value) < limit
+    return False
+
+
+def _tuple_text(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
 def _replace_with(text: str) -> Edit:

@@ -9,11 +9,13 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core.names import call_arg
+from pallas_fix.rewrite.block_dims import other_dim_refusal
 from pallas_fix.rewrite.blocks import RefBlock
+from pallas_fix.rewrite.bounds import Bounds
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.grid_params import GridParams
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
-from pallas_fix.rewrite.syntax import code, is_none, is_zero, names_in, paren_text
+from pallas_fix.rewrite.syntax import code, is_zero, names_in, paren_text
 
 
 def _tuple_text(items: list[str]) -> str:
@@ -25,6 +27,7 @@ class SpecWriter:
     cs: CallSite
     grid: GridParams
     pl: str  # how the module spells jax.experimental.pallas
+    bounds: Bounds
 
     def whole(self, slot: Slot) -> str:
         """A spec for the whole array of `slot`, indexed at zero on every step."""
@@ -42,11 +45,16 @@ class SpecWriter:
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
         if spec.index_map is not None and spec.index_exprs is None:
             raise CallSiteError(f"the index_map of `{slot.param}` does not return a literal tuple")
+        if spec.index_extra:
+            raise CallSiteError(f"the index_map of `{slot.param}` has default, keyword or `**` parameters")
+        other = next((d for d in spec.dims or [] if d.kind == "other"), None)
+        if other is not None:
+            raise CallSiteError(other_dim_refusal(slot.param, other))
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
         if rank is None:
             raise CallSiteError(f"cannot tell the rank of `{slot.param}` at the call site")
-        # The kernel sees only the non-squeezed (non-None) dims: map its dim to the array's.
-        visible = [e for e in range(rank) if spec.block is None or not is_none(spec.block[e])]
+        # The kernel sees only the non-squeezed dims: map its dim to the array's.
+        visible = spec.visible_dims() if spec.dims is not None else list(range(rank))
         if block.dim >= len(visible):
             raise CallSiteError(f"`{slot.param}` is sliced along dim {block.dim} but its block has {len(visible)} dims")
         grid, rest = self.grid.for_spec(spec)
@@ -67,11 +75,12 @@ class SpecWriter:
     def _dim_entry(self, dims: "_Dims", e: int) -> tuple[str, str]:
         """(block size, block index) of array dim `e` in the new spec."""
         spec, block, param = dims.spec, dims.block, dims.slot.param
-        old_block = spec.block[e] if spec.block is not None else None
+        old = spec.dims[e] if spec.dims is not None else None
+        old_block = old.expr if old is not None else None
         old_index = spec.index_exprs[e] if spec.index_exprs is not None else None
         kept_index = code(old_index) if old_index is not None else "0"
-        if old_block is not None and is_none(old_block):
-            return "None", kept_index
+        if old is not None and old.kind == "squeezed":
+            return code(old.expr), kept_index  # the user's own spelling: None, pl.squeezed, pl.Squeezed()
         if e in dims.squeezed:
             if old_index is not None and not is_zero(old_index):
                 raise CallSiteError(f"dim {e} of `{param}` already has a block index")
@@ -79,9 +88,10 @@ class SpecWriter:
         if e == dims.array_dim:
             if old_index is None or is_zero(old_index):
                 return code(block.size), dims.new_index
-            if old_block is None:
+            if old is None or old.size is None:
                 raise CallSiteError(f"the BlockSpec of `{param}` has an index but no block shape")
-            ratio = f"({code(old_block)} // {paren_text(code(block.size))})"
+            self._check_nested(dims, e, old.size, old_index)
+            ratio = f"({code(old.size)} // {paren_text(code(block.size))})"
             return code(block.size), f"{paren_text(code(old_index))} * {ratio} + {paren_text(dims.new_index)}"
         if old_block is not None:
             return code(old_block), kept_index
@@ -89,6 +99,14 @@ class SpecWriter:
         if size is None:
             raise CallSiteError(f"cannot write the size of dim {e} of `{param}` at the call site")
         return code(size), kept_index
+
+    def _check_nested(self, dims: "_Dims", e: int, outer: cst.BaseExpression, old_index: cst.BaseExpression) -> None:
+        """Sub-block k of existing block i is block `i * (outer // size) + k` only when the size
+        divides the block and no existing block is partial (all of them inside the array)."""
+        param = dims.slot.param
+        self.bounds.require_divides(dims.block.size, outer, param, e)
+        assert isinstance(dims.spec.index_map, cst.Lambda)
+        self.bounds.check_existing_blocks(dims.spec.index_map, old_index, outer, self.cs.shape_dim(param, e), param, e)
 
     def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock) -> None:
         """An output block must not be revisited: grid axes its index ignores must all be inner

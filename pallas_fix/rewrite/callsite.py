@@ -18,6 +18,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
+from pallas_fix.rewrite.block_dims import block_dim
 from pallas_fix.rewrite.imports import PALLAS, spelling
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
@@ -210,12 +211,11 @@ class CallSite:
                 if items is None:
                     raise CallSiteError(f"cannot read the block shape of `{slot.param}`")
                 spec.block = items
+                spec.dims = [block_dim(self.ctx, b, self.site.call) for b in items]
         if index_map is not None:
             lam = self.ctx.resolve_value(index_map, self.site.call)
             if isinstance(lam, cst.Lambda):
-                spec.index_params = [p.name.value for p in lam.params.params]
-                body = elements(lam.body)
-                spec.index_exprs = body if body is not None else None
+                _read_lambda(spec, lam)
             spec.index_map = lam
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
@@ -259,12 +259,12 @@ class CallSite:
         if slot.kind == "prefetch":
             return self.shape_dim(param, dim)
         spec = self.spec_of(slot)
-        if spec.block is None:
+        if spec.dims is None:
             return self.shape_dim(param, dim) if spec.whole else None
-        visible = [b for b in spec.block if not is_none(b)]
-        if any(self.ctx.imports.qualify(b.func) if isinstance(b, cst.Call) else False for b in visible):
-            return None  # pl.Squeezed() / pl.Element(...) block dims: not plain sizes
-        return visible[dim] if dim < len(visible) else None
+        visible = spec.visible_dims()
+        if dim >= len(visible):
+            return None
+        return spec.dims[visible[dim]].size  # None for pl.Element(...) and other non-size dims
 
     def kernel_rank(self, param: str) -> Optional[int]:
         """Rank of the kernel's view of `param` (squeezed block dims excluded)."""
@@ -272,8 +272,8 @@ class CallSite:
         if slot is None or slot.kind not in ("in", "out"):
             return None
         spec = self.spec_of(slot)
-        if spec.block is not None:
-            return sum(1 for b in spec.block if not is_none(b))
+        if spec.dims is not None:
+            return len(spec.visible_dims())
         return self.rank(param)
 
     def args_visible_at_call(self) -> bool:
@@ -334,6 +334,18 @@ class CallSite:
 def pallas_alias(ctx: ModuleContext) -> str:
     """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
     return spelling(ctx, PALLAS).text
+
+
+def _read_lambda(spec: Spec, lam: cst.Lambda) -> None:
+    """The index_map's parameters and returned tuple, as `spec` reports them."""
+    params = lam.params
+    spec.index_params = [p.name.value for p in params.params]
+    spec.index_star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
+    spec.index_extra = bool(params.kwonly_params or params.star_kwarg or params.posonly_params) or any(
+        p.default is not None for p in params.params
+    )
+    body = elements(lam.body)
+    spec.index_exprs = body if body is not None else None
 
 
 def _mutates(node: cst.CSTNode, name: str) -> bool:

@@ -11,6 +11,8 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.rewrite.block_dims import BlockDim
+
 
 class CallSiteError(Exception):
     """A precondition on the pallas_call failed; the message is the refusal reason."""
@@ -35,3 +37,12 @@ class Spec:
     index_params: list[str] = field(default_factory=list)
     index_exprs: Optional[list[cst.BaseExpression]] = None  # lambda's returned tuple
     whole: bool = True  # block is the whole array and index is zero
+    dims: Optional[list[BlockDim]] = None  # what each entry of `block` means
+    index_star: Optional[str] = None  # the lambda's `*args` name: it takes the grid indices past its params
+    index_extra: bool = False  # the lambda has defaults, keyword-only or `**` parameters
+
+    def visible_dims(self) -> list[int]:
+        """The array dims the kernel sees (squeezed dims are gone from its view)."""
+        if self.dims is None:
+            return []
+        return [e for e, d in enumerate(self.dims) if d.kind != "squeezed"]

@@ -1,0 +1,215 @@
+"""Unit tests for what call-site edits must prove: block bounds and divisibility (analysis.proofs),
+the meaning of a partial-bound name at the pallas_call (analysis.same_value), and the semantics a
+new grid axis may have (rewrite.grid_params). The fixtures under tests/fixtures/codemods/ test
+the same mechanisms end to end."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.result import analyze
+from pallas_fix.analysis.same_value import same_value_at
+from pallas_fix.analysis.symbolic import Poly, Symbols
+from pallas_fix.rewrite.blocks import NewAxis
+from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.grid_params import new_axis_semantics
+from pallas_fix.rewrite.operands import CallSiteError
+
+
+def _setup(body: str):
+    """The module, its symbols, a prover from the checks in `f`, and `f`'s last statement."""
+    ctx = ModuleContext(textwrap.dedent(body))
+    fn = next(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef) and n.name.value == "f")
+    stmts = ctx.body_statements(fn)
+    symbols = Symbols(ctx)
+    facts = Facts()
+    read_facts(symbols, stmts[:-1], stmts[-1], facts)
+    return ctx, symbols, Prover(symbols, facts), stmts[-1]
+
+
+def _poly(ctx: ModuleContext, symbols: Symbols, text: str, at) -> Poly:
+    return symbols.poly(cst.parse_expression(text), at)
+
+
+@pytest.mark.parametrize(
+    "checks, count, fits",
+    [
+        ("", "x.shape[0] // 16", True),  # floor: count * 16 <= n
+        ("", "pl.cdiv(x.shape[0], 16)", False),  # ragged
+        ("", "(x.shape[0] + 15) // 16", False),  # ragged, spelled by hand
+        ("assert x.shape[0] % 16 == 0", "pl.cdiv(x.shape[0], 16)", True),
+        ("if n % 16:\n                raise ValueError(n)", "pl.cdiv(n, 16)", True),
+        ("assert not n % 16", "pl.cdiv(n, 16)", True),
+        ("assert x.shape[0] >= pl.cdiv(n, 16) * 16", "pl.cdiv(n, 16)", True),  # a padded array
+        ("if x.shape[0] < 16 * pl.cdiv(n, 16):\n                raise ValueError(n)", "pl.cdiv(n, 16)", True),
+        ("assert x.shape[0] <= pl.cdiv(n, 16) * 16", "pl.cdiv(n, 16)", False),
+        ("assert x.shape == (64, 8)", "4", True),
+        ("assert x.shape == (48, 8)", "4", False),
+        ("", "4", False),  # nothing says the array has 64 rows
+    ],
+)
+def test_blocks_of_16_fit_the_rows(checks: str, count: str, fits: bool):
+    ctx, symbols, prover, last = _setup(
+        f"""
+        from jax.experimental import pallas as pl
+        def f(x):
+            n, d = x.shape
+            {checks}
+            return None
+        """
+    )
+    room = _poly(ctx, symbols, "x.shape[0]", last) - _poly(ctx, symbols, count, last).scale(16)
+    assert prover.nonneg(room) is fits
+
+
+def test_nested_floor_counts_fit_a_flattened_grid():
+    ctx, symbols, prover, last = _setup(
+        """
+        def f(x):
+            m, d = x.shape
+            return None
+        """
+    )
+    # blocks of 32 at index i * 4 + j on a grid (m // 128, 4): the last ends at 32 * 4 * (m // 128)
+    end = _poly(ctx, symbols, "m // (32 * 4)", last).scale(128)
+    assert prover.nonneg(_poly(ctx, symbols, "x.shape[0]", last) - end)
+
+
+def test_divisibility_from_a_product_and_from_checks():
+    ctx, symbols, prover, last = _setup(
+        """
+        def f(x, bs):
+            assert x.shape[0] % (2 * bs) == 0
+            return None
+        """
+    )
+    p = lambda t: _poly(ctx, symbols, t, last)  # noqa: E731
+    assert prover.divides(p("bs"), p("bs * 4"))
+    assert prover.divides(p("bs"), p("x.shape[0]"))
+    assert prover.divides(p("bs"), p("x.shape[0] - 2 * bs"))
+    assert not prover.divides(p("bs"), p("x.shape[1]"))
+    assert not prover.divides(p("16"), p("40"))
+
+
+def test_a_name_bound_twice_is_no_single_atom():
+    ctx, symbols, _prover, last = _setup(
+        """
+        def f(x):
+            n = x.shape[0]
+            n = n // 2
+            return None
+        """
+    )
+    assert _poly(ctx, symbols, "n", last) != _poly(ctx, symbols, "n", last)
+
+
+def _partial_value(src: str):
+    ctx = ModuleContext(textwrap.dedent(src))
+    partial = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "functools.partial")
+    call = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "pl.pallas_call")
+    return ctx, partial.args[1].value, call
+
+
+@pytest.mark.parametrize(
+    "between, same",
+    [
+        ("pass", True),
+        ("block = block * 4", False),
+        ("block += 1", False),
+        ("for block in (8, 16):\n                pass", False),
+    ],
+)
+def test_a_partial_bound_name_at_the_pallas_call(between: str, same: bool):
+    ctx, value, call = _partial_value(
+        f"""
+        def f(x, block):
+            kern = functools.partial(k, bs=block)
+            {between}
+            return pl.pallas_call(kern)(x)
+        """
+    )
+    assert same_value_at(ctx, value, call) is same
+
+
+def test_a_rebinding_after_the_call_or_in_a_loop_around_it():
+    ctx, value, call = _partial_value(
+        """
+        def f(x, block):
+            kern = functools.partial(k, bs=block)
+            y = pl.pallas_call(kern)(x)
+            block = 2 * block
+            return y
+        """
+    )
+    assert same_value_at(ctx, value, call)
+    ctx, value, call = _partial_value(
+        """
+        def f(xs, block):
+            kern = functools.partial(k, bs=block)
+            for x in xs:
+                y = pl.pallas_call(kern)(x)
+                block = 2 * block
+            return y
+        """
+    )
+    assert not same_value_at(ctx, value, call)
+
+
+def test_a_module_level_partial_read_by_a_later_call():
+    ctx, value, call = _partial_value(
+        """
+        BLOCK = 8
+        kern = functools.partial(k, bs=BLOCK)
+        def f(x):
+            return pl.pallas_call(kern)(x)
+        BLOCK = 32
+        """
+    )
+    assert not same_value_at(ctx, value, call)
+
+
+_RESIDENT = """
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+{imports}
+
+def k(x_ref, o_ref, s_ref):
+    s_ref[...] = jnp.zeros(s_ref.shape, s_ref.dtype)
+
+    def body(i, c):
+        o_ref[pl.ds(i * 8, 8), :] = x_ref[pl.ds(i * 8, 8), :]
+        return c
+
+    lax.fori_loop(0, 4, body, None)
+
+def f(x):
+    return pl.pallas_call(k, out_shape=(x, jax.ShapeDtypeStruct((8, 128), x.dtype)){params})(x)
+"""
+
+
+@pytest.mark.parametrize(
+    "imports, params, expected",
+    [
+        ("from jax.experimental.pallas import tpu as pltpu", ", compiler_params=pltpu.CompilerParams()", "arbitrary"),
+        ("from jax.experimental.pallas import mosaic_gpu as plgpu", ", compiler_params=plgpu.CompilerParams()", "sequential"),
+        ("", "", None),  # no backend named: the axis might run in parallel
+    ],
+)
+def test_an_output_resident_across_the_new_axis_makes_it_sequential(imports: str, params: str, expected):
+    analysis = analyze(_RESIDENT.format(imports=imports, params=params), "k.py")
+    site = analysis.sites[0]
+    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
+    axis = NewAxis(trip=cst.Integer("4"), name="i", semantics="parallel")
+    assert new_axis_semantics(cs, axis, {"x_ref", "o_ref", "s_ref"}) == "parallel"  # every output moves
+    if expected is None:
+        with pytest.raises(CallSiteError, match="would race"):
+            new_axis_semantics(cs, axis, {"x_ref", "o_ref"})
+    else:
+        assert new_axis_semantics(cs, axis, {"x_ref", "o_ref"}) == expected
