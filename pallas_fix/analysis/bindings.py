@@ -51,7 +51,8 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
             continue
         elif isinstance(node, cst.Lambda):
             continue
-        stack.extend(reversed(node.children))
+        kids = ctx.children.get(node)  # the recorded children: `node.children` rebuilds them
+        stack.extend(reversed(kids if kids is not None else node.children))
     return out
 
 

@@ -14,6 +14,7 @@ from libcst.metadata import Assignment, ClassScope, GlobalScope, MetadataWrapper
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.kernel_entry import entry_problem
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
 from pallas_fix.rewrite.operands import CallSiteError
@@ -65,6 +66,9 @@ def check_single_call(analysis, site) -> None:
         raise Refuse("the kernel is not defined in this module")
     if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
         raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+    problem = entry_problem(analysis, site)  # a decorator, or another caller, also runs the body
+    if problem is not None:
+        raise Refuse(problem)
 
 
 def reported_uses(analysis, code: str) -> list[IndexUse]:

@@ -1,6 +1,7 @@
 """Preconditions on a loop's shape before its body can run once per grid step: how the loop
 statement uses its result, where the body is defined, which kernel-local helpers only it calls,
-and that the body neither returns early nor (for R1) reads its carry."""
+that the body neither returns early nor (for R1) reads its carry, and what the iterations and
+the code before the loop write (asked of the effects model, analysis.effects)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects import Write, loop_body_writes, statement_writes, write_words
 from pallas_fix.core.names import call_arg
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
@@ -198,3 +200,53 @@ def _returns_carry(ret: cst.Return, carry: Optional[str]) -> bool:
     if ret.value is None:
         return True
     return isinstance(ret.value, cst.Name) and ret.value.value in ("None", carry)
+
+
+def check_loop_writes(analysis, region) -> None:
+    """Every ref write an iteration performs, through any call, must be one the planner sees as
+    an access of the loop's own functions (the body and the helpers only it calls), where it is
+    checked against the loop index: a window of the index, or refused as a write at the same
+    place on every iteration. A write through another helper, a library store or copy, or a
+    call pallas-fix cannot see into would make the iterations depend on each other, and as a
+    parallel grid axis they would race on the ref."""
+    ctx = analysis.ctx
+    seen = {id(n) for fn in region.functions for n in walk(fn) if isinstance(n, cst.Subscript)}
+    for write in loop_body_writes(analysis, region.site, region.loop):
+        if _seen(write, seen):
+            continue
+        line = ctx.span(write.entry).line
+        if write.opaque:
+            raise Refuse(
+                f"the loop body may write `{write.ref}`: it hands it to {write_words(ctx, write)} (line {line}); "
+                "the iterations may not be independent"
+            )
+        raise Refuse(
+            f"the loop body writes `{write.ref}` through {write_words(ctx, write)} (line {line}), not at a window "
+            "of the loop index; the iterations would not be independent"
+        )
+
+
+def _seen(write: Write, subscripts: set[int]) -> bool:
+    """Written by an assignment in the loop's functions, or through a view taken there."""
+    if write.view is not None and id(write.view) in subscripts:
+        return True
+    return write.how in ("assign", "augassign") and id(write.node) in subscripts
+
+
+def check_writes_before_loop(analysis, region) -> None:
+    """R1: the statements before the loop will run on every grid step, so none may write a ref,
+    directly or through any call (a kernel-local `bump()`, a module helper, a callback)."""
+    ctx = analysis.ctx
+    skip = {id(s) for s in region.bound_stmts}
+    statements = [s for s in region.before if id(s) not in skip]
+    for write in statement_writes(analysis, region.site, statements):
+        line = ctx.span(write.entry).line
+        if write.opaque:
+            raise Refuse(
+                f"the kernel may write a ref before the loop: it hands `{write.ref}` to {write_words(ctx, write)} "
+                f"(line {line}); after lifting that would run on every grid step"
+            )
+        raise Refuse(
+            f"the kernel writes a ref before the loop: `{write.ref}`, through {write_words(ctx, write)} (line {line}); "
+            "after lifting it would run on every grid step"
+        )

@@ -20,7 +20,10 @@ from pallas_fix.rewrite.callsite import CallSite, pallas_alias
 from pallas_fix.rewrite.common import attempt, per_use
 from pallas_fix.rewrite.edits import Edit, remove_statement
 from pallas_fix.rewrite.kernel_edits import dead_assignments
-from pallas_fix.rewrite.loop_checks import check_body, check_hygiene, check_loop_statement, check_signature, loop_helpers
+from pallas_fix.rewrite.loop_checks import (
+    check_body, check_hygiene, check_loop_statement, check_loop_writes, check_signature, check_writes_before_loop,
+    loop_helpers,
+)
 from pallas_fix.rewrite.statements import body_statements, siblings_of
 from pallas_fix.rewrite.syntax import code, paren_text
 from pallas_fix.rewrite.translate import Translator, simplify
@@ -231,8 +234,10 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     region.functions = [body] + loop_helpers(ctx, kernel, body)
     region.bound_stmts = bound_only_statements(ctx, kernel, loop, region.before)
     check_body(ctx, body, carry, carry_used_ok=reduction)
+    check_loop_writes(analysis, region)
     if not reduction:  # R2 renames the carry's leaves into scratch refs: its own model of names
         check_hygiene(ctx, kernel, loop, carry, [statement, body_def_stmt, *region.bound_stmts])
-    if not reduction:
+    if not reduction:  # R2 moves what the code before the loop writes to the first grid step
+        check_writes_before_loop(analysis, region)
         check_before_loop(ctx, region.before, region.bound_stmts, region.after)
     return region
