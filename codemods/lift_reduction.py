@@ -24,11 +24,19 @@ After (grid (M // bm, N // bn, K // bk), scratch_shapes=[pltpu.VMEM((bm, bn), jn
 
 Recipe: match a fori_loop at kernel level whose body slices refs with its index and carries a
 value; check the backend runs grid axes in order (never Triton), that every carry leaf has an
-initial value of known shape and dtype, that only inputs are sliced by the index (outputs stay
-resident) and that the sizes can be written at the call site; then move each carry leaf to
-scratch, initialise it on the first step, run the body once per step, and run what followed the
-loop on the last step. A trip count that depends on pl.program_id (causal attention) becomes a
-full-length axis whose body is guarded by `pl.when(k < upper)`.
+initial value of known shape and exactly known dtype (a weakly typed `jnp.full(shape, 0)` or a
+Python `int` dtype is refused: the scratch buffer must have the carry's dtype), that only inputs
+are sliced by the index (outputs stay resident) and that the sizes can be written at the call
+site; then move each carry leaf to scratch, initialise it on the first step, run the body once
+per step, and run what followed the loop on the last step. A trip count that depends on
+pl.program_id (causal attention) becomes a full-length axis whose body is guarded by
+`pl.when(k < upper)`.
+
+What moves keeps its meaning: the statements before the loop that write a ref (through any call,
+analysis.effects) move into `_init` only when nothing that stays depends on their order
+(before_loop.side_effect_statements); the carry is bound as the body binds it (carry_io); and
+no name changes meaning where the body now runs at kernel level or where the code after the
+loop now runs inside `_finalize` (reduction_scopes).
 """
 
 from __future__ import annotations
@@ -45,9 +53,12 @@ from pallas_fix.rewrite import imports
 from pallas_fix.rewrite.before_loop import init_only_statements, side_effect_statements
 from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
 from pallas_fix.rewrite.callsite import CallSite
-from pallas_fix.rewrite.carries import Leaf, body_and_result, carry_leaves, carry_param_names, load, result_names, store
+from pallas_fix.rewrite.common import check_single_call
+from pallas_fix.rewrite.carries import Carry, carry_model, result_bound_names
+from pallas_fix.rewrite.carry_io import body_and_result, result_loads, step_bound_names, step_loads, store, unpack_to_drop
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
+from pallas_fix.rewrite.reduction_scopes import check_reduction_scopes
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scratch import add_params, add_scratch, scratch_spelling
 from pallas_fix.rewrite.statements import capture, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
@@ -67,17 +78,17 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     blocks = _input_blocks(analysis, region, cs, translate)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
     trip, guard = _trip_count(region, cs, translate, blocks[0])
-    leaves = carry_leaves(analysis, region, loop, translate)
+    carry = carry_model(analysis, region, loop, translate)
     semantics = "arbitrary" if site.backend is Backend.TPU else "sequential"
     call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics))
     scratch, space = scratch_spelling(ctx, site.backend)
-    add_scratch(cs, call_edits, [f"{scratch.text}.{space}({code(l.shape)}, {code(l.dtype)})" for l in leaves])
+    add_scratch(cs, call_edits, [f"{scratch.text}.{space}({code(l.shape)}, {code(l.dtype)})" for l in carry.leaves])
     edits = call_edits.build()
     for b in blocks:
         for sub, dims in b.subscripts:
             edits[sub] = kernel_subscript_edit(dims)
     pl = imports.spelling(ctx, imports.PALLAS)
-    step = _Step(region, pl.text, len(cs.grid), guard, leaves)
+    step = _Step(region, pl.text, len(cs.grid), guard, carry)
     _kernel_edits(edits, step, lifted_element_ids(blocks))
     needed = [pl.add, scratch.add]
 
@@ -86,7 +97,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
-        f" with scratch {', '.join(l.ref for l in leaves)}"
+        f" with scratch {', '.join(l.ref for l in carry.leaves)}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
@@ -102,6 +113,7 @@ def _check_site(analysis, site, loop: LoopInfo) -> None:
         raise Refuse("only lax.fori_loop reductions are lifted (pl.loop with init_carry is not yet)")
     if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
         raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
+    check_single_call(analysis, site)  # also: no decorator or other caller runs the kernel's body
 
 
 def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate) -> list[RefBlock]:
@@ -151,7 +163,7 @@ class _Step:
     pl: str  # how the file spells jax.experimental.pallas
     axis: int
     guard: Optional[str]  # the loop's traced upper bound, when steps past it must do nothing
-    leaves: list[Leaf]
+    carry: Carry
 
     @property
     def program_id(self) -> str:
@@ -162,41 +174,44 @@ def _kernel_edits(edits: dict, step: _Step, lifted_ids: set[int]) -> None:
     """Init on the first step, the body once per step, and what followed the loop on the last."""
     region = step.region
     ctx = region.ctx
+    effect_stmts = side_effect_statements(region.analysis, region.site, region.before)
+    removable = list(region.dead_slice_statements(lifted_ids))
+    if step.guard is None:
+        removable += list(region.bound_stmts)  # the causal guard still reads the bound
+    result = result_bound_names(region)
+    init_only = init_only_statements(region.before, region.loop, region.after, result)
+    removable += [s for s in init_only if s not in removable and s not in effect_stmts]
+    unpack = unpack_to_drop(region, step.carry)
+    removed = [region.statement, region.body_def_stmt, *removable]
+    check_reduction_scopes(ctx, region, removed, step_bound_names(region, unpack), result)
     effects, after = [], []
-    effect_stmts = side_effect_statements(ctx, region.before, region.bound_stmts)
     for s in effect_stmts:
         edits[s] = capture(effects)
     for s in region.after:
         edits[s] = capture(after)
     need_index = region.index_needed(lifted_ids) or step.guard is not None
     body_holder = region.take_body_def(edits)
-    edits[region.statement] = _replace_loop(step, need_index, effects, body_holder)
+    edits[region.statement] = _replace_loop(step, need_index, effects, body_holder, unpack)
     edits[region.site.kernel] = _finish_kernel(step, after)
-    removable = list(region.dead_slice_statements(lifted_ids))
-    if step.guard is None:
-        removable += list(region.bound_stmts)  # the causal guard still reads the bound
-    init_only = init_only_statements(ctx, region.site.kernel, region.before, region.loop)
-    removable += [s for s in init_only if s not in removable and s not in effect_stmts]
     for s in removable:
         remove_statement(edits, s, siblings_of(ctx, s))
 
 
-def _replace_loop(step: _Step, need_index: bool, effects: list, body_holder: dict):
-    region, pid = step.region, step.program_id
-    carry_names = carry_param_names(region, step.leaves)
+def _replace_loop(step: _Step, need_index: bool, effects: list, body_holder: dict, unpack):
+    region, pid, carry = step.region, step.program_id, step.carry
     index = region.loop.index_name
 
     def replace(updated: cst.CSTNode):
-        stmts, result = body_and_result(region.updated_body(body_holder, updated), region)
+        stmts, result = body_and_result(region.updated_body(body_holder, updated), drop_unpack=unpack is not None)
         out: list[cst.BaseStatement] = []
         step_id = pid
         if need_index:
             out.append(stmt(f"{index} = {region.index_value_text(pid)}"))
             if region.index_value_text(pid) == pid:
                 step_id = index
-        init_body = list(effects) + [stmt(f"{l.ref}[...] = {code(l.init)}") for l in step.leaves]
+        init_body = list(effects) + [stmt(f"{l.ref}[...] = {code(l.init)}") for l in carry.leaves]
         out.append(when_def(step.pl, f"{step_id} == 0", "_init", init_body))
-        body = load(carry_names, step.leaves) + stmts + store(result, step.leaves)
+        body = step_loads(region, carry, unpack) + stmts + store(result, carry)
         if step.guard is not None:
             out.append(when_def(step.pl, f"{index} < {step.guard}", "_step", body))
         else:
@@ -221,14 +236,13 @@ def _with_comments(first: cst.BaseStatement, loop_stmt: cst.CSTNode, body_holder
 
 def _finish_kernel(step: _Step, after: list):
     """Scratch ref parameters, and the code after the loop in a `_finalize` on the last step."""
-    targets = result_names(step.region)
 
     def finish(fn: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(fn, cst.FunctionDef)
-        fn = add_params(fn, [l.ref for l in step.leaves])
+        fn = add_params(fn, [l.ref for l in step.carry.leaves])
         if after:
             used = {x.value for st in after for x in walk(st) if isinstance(x, cst.Name)}
-            loads = [stmt(f"{name} = {leaf.ref}[...]") for name, leaf in zip(targets, step.leaves) if name in used]
+            loads = result_loads(step.region, step.carry, used)
             last = f"{step.program_id} == {step.pl}.num_programs({step.axis}) - 1"
             fdef = when_def(step.pl, last, "_finalize", loads + list(after))
             fn = fn.with_changes(body=fn.body.with_changes(body=[*fn.body.body, fdef]))

@@ -1,7 +1,7 @@
 """The kernel statements before a loop that is lifted into a grid axis: those would then run on
 every grid step. Which only feed the loop (its bounds, its initial carry) and go with it, which
-have effects (R1 refuses them; R2 moves them to the first step), and that nothing follows the
-loop (R1)."""
+have effects (R1 refuses them; R2 moves them to the first step, asking analysis.effects which
+write), and that nothing follows the loop (R1)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects import statement_writes
 from pallas_fix.core import names as N
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.scopes import walk_scope
+from pallas_fix.rewrite.scopes import bindings, param_names, walk_scope
+from pallas_fix.rewrite.statements import body_statements
 from pallas_fix.rewrite.syntax import code
 
 
@@ -44,13 +46,18 @@ def bound_only_statements(ctx: ModuleContext, kernel, loop: LoopInfo, before) ->
     return found
 
 
-def init_only_statements(ctx: ModuleContext, kernel, before, loop: LoopInfo) -> list[cst.BaseStatement]:
-    """`acc = jnp.zeros(...)` before the loop whose only reader is the loop's init: the value moves
-    into `_init`, so the statement would be dead."""
+def init_only_statements(before: list, loop: LoopInfo, after: list, result: set[str]) -> list:
+    """`acc = jnp.zeros(...)` before the loop whose only reader is the loop's initial carry: the
+    value moves into `_init`, so the statement would be dead. The body reads its own `acc` when
+    it binds one, and the code after the loop reads the result when the loop rebinds the name
+    (`o, m, l = fori_loop(..., (o, m, l))`); any other mention keeps the statement."""
     if loop.init is None:
         return []
     # Only the init itself may read it (`(o, m, l)`), not arithmetic that builds it.
     init_leaves = [loop.init] + [e.value for e in getattr(loop.init, "elements", [])]
+    body_own = param_names(loop.body) | (
+        {n for s in body_statements(loop.body) for n in bindings(s, nested=False)} if isinstance(loop.body, cst.FunctionDef) else set()
+    )
     found = []
     for stmt in before:
         assign = _single_assign(stmt)
@@ -60,14 +67,30 @@ def init_only_statements(ctx: ModuleContext, kernel, before, loop: LoopInfo) -> 
         names = [targets] if isinstance(targets, cst.Name) else [e.value for e in getattr(targets, "elements", [])]
         if not names or not all(isinstance(n, cst.Name) for n in names):
             continue
-        if all(_read_only_as(kernel, n, init_leaves) for n in names):
+        if all(_read_only_by_init(loop, n.value, init_leaves, _readers(stmt, n.value, before, loop, body_own, after, result))
+               for n in names):
             found.append(stmt)
     return found
 
 
-def _read_only_as(kernel, name: cst.Name, exprs: list) -> bool:
-    readers = [x for x in walk(kernel) if isinstance(x, cst.Name) and x.value == name.value and x is not name]
-    return bool(readers) and all(any(r is e for e in exprs) for r in readers)
+def _readers(stmt, name: str, before: list, loop: LoopInfo, body_own: set[str], after: list, result: set[str]) -> list:
+    """Where a mention of `name` would read what `stmt` bound: the other statements before the
+    loop, the body unless it binds its own `name`, the code after unless the result rebinds it."""
+    out = [s for s in before if s is not stmt]
+    if name not in body_own:
+        out.append(loop.body)
+    if name not in result:
+        out += after
+    return out
+
+
+def _read_only_by_init(loop: LoopInfo, name: str, init_leaves: list, others: list) -> bool:
+    """The loop call reads `name` only as a leaf of its init, and no node of `others` mentions it."""
+    body = {id(n) for n in walk(loop.body)}
+    in_call = [x for x in walk(loop.call) if isinstance(x, cst.Name) and x.value == name and id(x) not in body]
+    if not in_call or not all(any(r is e for e in init_leaves) for r in in_call):
+        return False
+    return not any(isinstance(x, cst.Name) and x.value == name for o in others for x in walk(o))
 
 
 def _ref_writes(node: cst.CSTNode) -> list[cst.Subscript]:
@@ -79,11 +102,6 @@ def _ref_writes(node: cst.CSTNode) -> list[cst.Subscript]:
     else:
         return []
     return [t for t in targets if isinstance(t, cst.Subscript)]
-
-
-def _is_copy_call(ctx: ModuleContext, call: cst.Call) -> bool:
-    q = ctx.imports.qualify(call.func) or ""
-    return q in N.COPIES or (isinstance(call.func, cst.Attribute) and call.func.attr.value in ("start", "wait"))
 
 
 def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after: list) -> None:
@@ -119,42 +137,92 @@ def _refuse_decorated(node: cst.CSTNode) -> None:
         raise Refuse(f"the kernel runs decorated `{node.name.value}` before the loop")
 
 
-def side_effect_statements(ctx: ModuleContext, before: list, bound_stmts: list) -> list[cst.BaseStatement]:
-    """R2: statements before the loop that write refs or copy: they must run once, on the first step."""
-    out = []
-    for n, stmt in enumerate(before):
-        if stmt in bound_stmts:
-            continue
-        effect = False
+def side_effect_statements(analysis, site, before: list) -> list[cst.BaseStatement]:
+    """R2: the statements before the loop that write a ref, directly or through any call (the
+    effects model, analysis.effects): they move into `_init` and run once, on the first grid step.
+    The others stay where they are and run on every step, which only a statement without effects
+    may."""
+    ctx: ModuleContext = analysis.ctx
+    written: dict[int, set[str]] = {}
+    for write in statement_writes(analysis, site, before):
+        stmt = _statement_holding(ctx, write.entry, before)
+        written.setdefault(id(stmt), set()).add(write.ref)
+    moved = [s for s in before if id(s) in written]
+    kept = [s for s in before if id(s) not in written]
+    for stmt in moved:
         for node in walk_scope(stmt, classes=True):
-            if _ref_writes(node) or (isinstance(node, cst.Call) and _is_copy_call(ctx, node)):
-                effect = True
             _refuse_decorated(node)
-        if effect:
-            _check_movable(stmt, before[n + 1 :])
-            out.append(stmt)
-    return out
+        _check_movable(ctx, stmt, written[id(stmt)], before, kept)
+    return moved
 
 
-def _check_movable(stmt: cst.BaseStatement, later: list) -> None:
-    """Moving `stmt` to the first grid step keeps its order with the statements after it."""
-    nodes = list(walk_scope(stmt, classes=True))
-    written = {_base_name(t) for node in nodes for t in _ref_writes(node)}
-    for other in later:
-        names = {x.value for x in walk(other) if isinstance(x, cst.Name)}
-        clash = sorted(w for w in written if w and w in names)
+def _statement_holding(ctx: ModuleContext, node: cst.CSTNode, before: list) -> cst.CSTNode:
+    for stmt in before:
+        if node is stmt or any(a is stmt for a in ctx.ancestors(node)):
+            return stmt
+    raise Refuse(f"cannot tell which statement before the loop writes at line {ctx.span(node).line}")
+
+
+def _check_movable(ctx: ModuleContext, stmt, written: set[str], before: list, kept: list) -> None:
+    """`stmt` can run at the loop's place, inside `_init`, with the same outcome: it binds nothing
+    later code would miss, no statement that stays reads what it writes (those run before `_init`
+    now, on every step), and nothing after it rebinds a name it reads."""
+    line = ctx.span(stmt).line
+    bound = sorted(set(bindings(stmt, nested=False)))
+    if bound:
+        raise Refuse(
+            f"a statement before the loop (line {line}) both writes a ref and defines {bound}; "
+            "it cannot move to the first grid step"
+        )
+    for other in kept:
+        clash = sorted(written & _touched_names(ctx, other))
         if clash:
             raise Refuse(
-                f"`{clash[0]}` is written before the loop and read again before it; moving the write to the "
-                "first grid step would reorder them"
+                f"`{clash[0]}` is written before the loop (line {line}) and used at line {ctx.span(other).line}, "
+                "which stays in place; moving the write to the first grid step would reorder them"
             )
-    assigned = {t.target.value for n in nodes if isinstance(n, cst.Assign) for t in n.targets if isinstance(t.target, cst.Name)}
-    if assigned:
-        raise Refuse(f"a statement before the loop both writes a ref and defines {sorted(assigned)}")
+    reads = {n.value for n in walk(stmt) if isinstance(n, cst.Name)}
+    for other in before[before.index(stmt) + 1 :]:
+        rebound = sorted(reads & set(bindings(other, nested=False)))
+        if rebound:
+            raise Refuse(
+                f"`{rebound[0]}` is rebound (line {ctx.span(other).line}) after a statement before the loop "
+                f"reads it (line {line}); moving that statement to the first grid step would read the new value"
+            )
 
 
-def _base_name(target: cst.BaseExpression) -> Optional[str]:
-    base = target.value if isinstance(target, cst.Subscript) else target
-    if isinstance(base, cst.Attribute) and base.attr.value == "at":
-        base = base.value
-    return base.value if isinstance(base, cst.Name) else None
+def _touched_names(ctx: ModuleContext, stmt: cst.CSTNode) -> set[str]:
+    """Every name `stmt` mentions when it runs, and every name in the bodies of the functions it
+    calls by name (transitively): a superset of the refs it reads or writes. A plain def runs
+    only its parameters' defaults; `x_ref.shape` reads no data."""
+    if isinstance(stmt, cst.FunctionDef) and not stmt.decorators:
+        return {n.value for n in walk(stmt.params) if isinstance(n, cst.Name)}
+    found: set[str] = set()
+    seen: set[int] = set()
+    frontier = [stmt]
+    while frontier:
+        node = frontier.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for n in walk(node):
+            if isinstance(n, cst.Name) and not _is_metadata_read(ctx, n):
+                found.add(n.value)
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
+                fn = _called_function(ctx, n.func)
+                if fn is not None:
+                    frontier.append(fn)
+    return found
+
+
+def _called_function(ctx: ModuleContext, name: cst.Name):
+    """The def, or the lambda assigned once, that `name` calls (through `f = bump`)."""
+    value = ctx.resolve_value(name, name)
+    target = value if isinstance(value, cst.Name) else name
+    fn = ctx.resolve_def(target.value, target)
+    return fn if fn is not None else (value if isinstance(value, cst.Lambda) else None)
+
+
+def _is_metadata_read(ctx: ModuleContext, name: cst.Name) -> bool:
+    parent = ctx.parent(name)
+    return isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in ("shape", "dtype", "ndim")

@@ -8,6 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.same_value import same_value_at
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.scopes import bindings, param_names
@@ -67,7 +68,7 @@ class KernelSide:
     def _name(self, name: cst.Name, depth: int, at: cst.CSTNode) -> Optional[cst.BaseExpression]:
         value = name.value
         for param, bound in self.site.partial_kwargs.items():
-            if isinstance(bound, cst.Name) and bound.value == value and not self._rebound_in_kernel(param):
+            if isinstance(bound, cst.Name) and bound.value == value and not self._rebound_in_kernel(param) and same_value_at(self.ctx, bound, at):
                 return cst.Name(param)
         for scope in self.ctx.scope_chain(at):
             if isinstance(scope, cst.Module):

@@ -16,6 +16,7 @@ from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.bindings import Unpack, single_binding
 from pallas_fix.analysis.provenance import Env
+from pallas_fix.analysis.same_value import same_value_at
 
 RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
 
@@ -92,7 +93,8 @@ class Translator:
             if bound is None:
                 return None
             if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
-                return bound  # written at the call site already
+                # written at the call site already, unless a name in it was rebound since the partial
+                return bound if same_value_at(self.ctx, bound, self.site.call) else None
             return self(bound, owner.parent or owner, depth + 1)  # a default value
         value = single_binding(owner.bindings().get(name.value, []))
         if value is None:
