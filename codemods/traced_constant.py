@@ -32,6 +32,7 @@ written.
 
 from __future__ import annotations
 
+import itertools
 from typing import Optional
 
 import libcst as cst
@@ -208,26 +209,45 @@ class _Plan(C.StartEdits):
             raise Refuse(
                 f"the start is {total}: traced, a negative start wraps around; as a Python int Pallas rejects it"
             )
+        if total is None:
+            self._check_python_loop_values(start, env)
         if total is not None:
             lo, hi = _RANGES["int32"]
             bad = [v for v in values if not lo <= v <= hi]
             if bad:
                 raise Refuse(f"the start arithmetic reaches {bad[0]}, outside int32: the traced form wraps, a Python int does not")
 
-    def _eval(self, expr: cst.BaseExpression, env, values: list[int], depth: int) -> Optional[int]:
+    def _check_python_loop_values(self, start: cst.BaseExpression, env) -> None:
+        """A start over the variables of enclosing Python `for ... in range(...)` loops (an unrolled
+        loop) takes each of their values: one that is negative is refused, as a known one is."""
+        loops = _python_range_loops(self.ctx, start, env)
+        if not loops or _combinations(loops) > 4096:
+            return
+        for given in _assignments(loops):
+            value = self._eval(start, env, [], 0, given)
+            if value is not None and value < 0:
+                at = ", ".join(f"{k} = {v}" for k, v in given.items())
+                raise Refuse(
+                    f"at `{at}` the start is {value}: traced, a negative start is clamped; as a Python int Pallas rejects it"
+                )
+
+    def _eval(self, expr: cst.BaseExpression, env, values: list[int], depth: int, given: Optional[dict] = None) -> Optional[int]:
         if depth > 16:
             return None
+        if given and isinstance(expr, cst.Name) and expr.value in given:
+            values.append(given[expr.value])
+            return given[expr.value]
         ctx = self.ctx
         if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.INT_DTYPES | N.ARRAY_CTORS | N.MULTIPLE_OF) and expr.args:
-            return self._eval(expr.args[0].value, env, values, depth + 1)
+            return self._eval(expr.args[0].value, env, values, depth + 1, given)
         if isinstance(expr, cst.Name) and env.value(expr).origin is Origin.TRACED_CONST:
             _, stmt, _ = C.single_binding(ctx, expr)
             if stmt is None:
                 return None
-            return self._eval(stmt.value, C.env_at(self.analysis, stmt, env), values, depth + 1)
+            return self._eval(stmt.value, C.env_at(self.analysis, stmt, env), values, depth + 1, given)
         if isinstance(expr, cst.BinaryOperation):
-            left = self._eval(expr.left, env, values, depth + 1)
-            right = self._eval(expr.right, env, values, depth + 1)
+            left = self._eval(expr.left, env, values, depth + 1, given)
+            right = self._eval(expr.right, env, values, depth + 1, given)
             if left is None or right is None:
                 return None
             result = int_binop(expr.operator, left, right)
@@ -235,7 +255,7 @@ class _Plan(C.StartEdits):
                 values.append(result)
             return result
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-            inner = self._eval(expr.expression, env, values, depth + 1)
+            inner = self._eval(expr.expression, env, values, depth + 1, given)
             if inner is None:
                 return None
             result = -inner if isinstance(expr.operator, cst.Minus) else inner
@@ -247,6 +267,33 @@ class _Plan(C.StartEdits):
         if result is not None:
             values.append(result)
         return result
+
+
+def _python_range_loops(ctx, node: cst.CSTNode, env) -> dict[str, range]:
+    """The enclosing `for NAME in range(...)` loops with static bounds, innermost first."""
+    loops: dict[str, range] = {}
+    for anc in ctx.ancestors(node):
+        if not (isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and isinstance(anc.iter, cst.Call)):
+            continue
+        if ctx.code(anc.iter.func) != "range":
+            continue
+        bounds = [env.static_int(a.value) for a in anc.iter.args]
+        if anc.iter.args and None not in bounds and len(bounds) <= 3 and not any(a.keyword for a in anc.iter.args):
+            loops.setdefault(anc.target.value, range(*bounds))
+    return loops
+
+
+def _combinations(loops: dict[str, range]) -> int:
+    n = 1
+    for r in loops.values():
+        n *= len(r)
+    return n
+
+
+def _assignments(loops: dict[str, range]):
+    names = list(loops)
+    for values in itertools.product(*(loops[n] for n in names)):
+        yield dict(zip(names, values))
 
 
 def _leaf_names(expr: cst.BaseExpression) -> list[cst.Name]:

@@ -190,7 +190,9 @@ class Interp:
     def record(self, roots: Iterable[Root], how: str, node: cst.CSTNode, callee: Optional[cst.CSTNode] = None) -> None:
         if self.quiet:
             return
-        for root in roots:
+        # By name: `roots` is often a frozenset, whose order changes with the process's string
+        # hashing, and the first write found is the one a refusal names.
+        for root in sorted(roots, key=lambda r: r.name):
             self.writes.append(Write(root.name, how, node, tuple(self.path), root.view, callee))
 
     def _assignment(self, frame: Frame, node) -> None:
