@@ -223,28 +223,13 @@ def _inside_extent(ctx, env, start: cst.BaseExpression, table: cst.BaseExpressio
     if isinstance(start, cst.BinaryOperation) and isinstance(start.operator, cst.Subtract):
         return env.static_int(start.right) == 1 and _is_extent(ctx, start.left, table, dim)
     if isinstance(start, cst.Name):
-        loop = _range_loop(ctx, start)
-        if loop is None:
+        loop = C.range_loop(ctx, start)
+        if loop is None or len(loop.iter.args) > 2:  # type: ignore[attr-defined]
             return False
         args = [a.value for a in loop.iter.args]  # type: ignore[attr-defined]
         low = env.static_int(args[0]) if len(args) == 2 else 0
         return low is not None and low >= 0 and _is_extent(ctx, args[-1], table, dim)
     return False
-
-
-def _range_loop(ctx, name: cst.Name) -> Optional[cst.For]:
-    """The `for name in range(...)` that is the only binding of `name`, if it is."""
-    scope = C.scope_at(ctx, name)
-    found = list(scope[name.value]) if scope is not None else []
-    if len(found) != 1 or not hasattr(found[0], "node"):
-        return None
-    loop = ctx.parent(found[0].node)
-    if not (isinstance(loop, cst.For) and loop.target is found[0].node and isinstance(loop.iter, cst.Call)):
-        return None
-    iter_call = loop.iter
-    if not (isinstance(iter_call.func, cst.Name) and iter_call.func.value == "range" and 1 <= len(iter_call.args) <= 2):
-        return None
-    return loop
 
 
 def _is_extent(ctx, expr: cst.BaseExpression, table: cst.BaseExpression, dim: int, depth: int = 0) -> bool:

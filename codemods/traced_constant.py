@@ -269,17 +269,14 @@ class _Plan(C.StartEdits):
         return result
 
 
-def _python_range_loops(ctx, node: cst.CSTNode, env) -> dict[str, range]:
-    """The enclosing `for NAME in range(...)` loops with static bounds, innermost first."""
+def _python_range_loops(ctx, start: cst.BaseExpression, env) -> dict[str, range]:
+    """The names in `start` bound only by a `for NAME in range(...)` with static bounds."""
     loops: dict[str, range] = {}
-    for anc in ctx.ancestors(node):
-        if not (isinstance(anc, cst.For) and isinstance(anc.target, cst.Name) and isinstance(anc.iter, cst.Call)):
-            continue
-        if ctx.code(anc.iter.func) != "range":
-            continue
-        bounds = [env.static_int(a.value) for a in anc.iter.args]
-        if anc.iter.args and None not in bounds and len(bounds) <= 3 and not any(a.keyword for a in anc.iter.args):
-            loops.setdefault(anc.target.value, range(*bounds))
+    for name in _leaf_names(start):
+        loop = C.range_loop(ctx, name)
+        bounds = [env.static_int(a.value) for a in loop.iter.args] if loop is not None else [None]  # type: ignore[attr-defined]
+        if None not in bounds:
+            loops.setdefault(name.value, range(*bounds))
     return loops
 
 

@@ -328,6 +328,22 @@ def _int_annotated_param(ctx: ModuleContext, name: cst.Name) -> bool:
     )
 
 
+def range_loop(ctx: ModuleContext, name: cst.Name) -> Optional[cst.For]:
+    """The `for name in range(...)` (positional arguments only) that is the only binding of
+    `name`, if it is."""
+    scope = scope_at(ctx, name)
+    found = list(scope[name.value]) if scope is not None else []
+    if len(found) != 1 or not hasattr(found[0], "node"):
+        return None
+    loop = ctx.parent(found[0].node)
+    if not (isinstance(loop, cst.For) and loop.target is found[0].node and isinstance(loop.iter, cst.Call)):
+        return None
+    call = loop.iter
+    if not (isinstance(call.func, cst.Name) and call.func.value == "range" and 1 <= len(call.args) <= 3):
+        return None
+    return loop if all(a.keyword is None and a.star == "" for a in call.args) else None
+
+
 def ds_size_names(ctx: ModuleContext, root: cst.CSTNode) -> frozenset[str]:
     out = set()
     for node in walk(root):
