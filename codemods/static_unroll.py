@@ -24,7 +24,10 @@ is a Python int, which is not the weakly typed int32 the traced index was (`i * 
 wraps only in int32, `1.0 / i` raises at 0, `i.astype` does not exist): a read of it stays a
 Python int only where that provably means the same (non-negative int32 index arithmetic landing
 in a slice start or subscript), every other read becomes `jnp.asarray(i)`
-(`pallas_fix.rewrite.unrolled_index`). Refused when the body binds the index name again. Under
+(`pallas_fix.rewrite.unrolled_index`). A window into a ref stays static only where it provably
+fits the ref as every pallas_call shapes it (the traced loop clamped a start past the end; a static
+one is rejected at trace time); an unroll that would leave no window static is refused with the
+sizes to assert. Refused when the body binds the index name again. Under
 the default target this codemod offers nothing; lifting the loop into a grid axis (R1) is the fix
 there.
 """
@@ -36,11 +39,13 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.kernel_entry import entry_problem
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.names import call_arg as _arg
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
+from pallas_fix.rewrite.bounds import static_window_fits
 from pallas_fix.rewrite.common import code_of
 from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.loop_regions import loop_planner
@@ -86,7 +91,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     limit = analysis.config.unroll_limit
     if trips > limit:
         raise Refuse(f"{head} runs {trips} iterations, more than the unroll limit {limit} (--unroll-limit)")
-    typing = index_typing(ctx, env, loop, range(lo, hi, step))
+    typing = index_typing(ctx, env, loop, range(lo, hi, step), _ref_windows(analysis, scope))
     statement = loop.statement
     block = ctx.parent(statement) if statement is not None else None
     if not isinstance(block, cst.IndentedBlock):
@@ -96,6 +101,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         edits, form = _pl_loop_edits(ctx, loop, block, rng, typing)
     else:
         edits, form = _fori_edits(ctx, loop, block, rng, typing)
+    if typing.unplaced and not typing.kept:
+        raise Refuse(
+            f"unrolled, no slice would be static: pallas-fix cannot prove the windows ({', '.join(typing.unplaced)}) stay "
+            "inside their refs, and a traced start past the end is clamped where a static one is rejected; state the "
+            "sizes before the pallas_call (`assert x.shape[0] == ...`)"
+        )
 
     def rewrite(module: cst.Module) -> cst.Module:
         new, _ = apply_edits(module, dict(edits))
@@ -104,6 +115,35 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     description = (f"static-unroll ({form} form): {head}({ctx.code(loop.lower)}, {ctx.code(loop.upper)}) becomes"
                    f" `for ... in {rng}` ({trips} iterations){typing.describe()}")
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=uses[0].kernel_site)
+
+
+def _ref_windows(analysis, scope: cst.FunctionDef):
+    """Whether a static window into a ref of the kernel holding `scope` provably lies inside the
+    ref, at every pallas_call that runs the kernel (a traced start past the end was clamped; a
+    static one is rejected at trace time). None for names that are not refs; False for a ref
+    pallas-fix cannot place (a helper's parameter, a name an inner function binds again)."""
+    ctx: ModuleContext = analysis.ctx
+    chain: list[cst.FunctionDef] = []
+    fn: Optional[cst.FunctionDef] = scope
+    while fn is not None and not any(s.kernel is fn for s in analysis.sites):
+        chain.append(fn)
+        fn = ctx.enclosing_function(fn)
+    kernel = fn
+    unknown = set().union(*(param_names(f) | set(bindings(f.body, nested=False)) for f in chain))
+    refs = param_names(kernel) - unknown if kernel is not None else set()
+    sites = [s for s in analysis.sites if s.kernel is kernel] if kernel is not None else []
+    blocked = not sites or any(entry_problem(analysis, s) for s in sites)
+
+    def fits(name: str, dim: int, end: int) -> Optional[bool]:
+        if name in unknown and name not in refs:
+            return False
+        if name not in refs:
+            return None
+        if blocked or dim < 0:
+            return False
+        return all(static_window_fits(analysis, s, name, dim, end) for s in sites)
+
+    return fits
 
 
 # -- preconditions --------------------------------------------------------------------------------------

@@ -24,25 +24,28 @@ Preconditions (each failure is a refusal with the reason):
   whenever its values are known, and a start that becomes a known negative Python int is refused
   (traced, it wraps; static, Pallas rejects it).
 
-One difference remains by design: a start past the end of the ref is clamped silently when traced
-but rejected at trace time ("Out of bound slice") once it is a Python int. Such a kernel reads
-clamped data; the rewrite makes that visible, and verification reports it before anything is
-written.
+A start past the end of the ref is clamped silently when traced but rejected at trace time ("Out
+of bound slice") once it is a Python int. So the fix is safe only where every pallas_call running
+the kernel shapes the ref so that the window fits (or the start is 0); a window provably past the
+end is refused, and one pallas-fix cannot place is an unsafe fix that waits for verification.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Optional
 
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.kernel_entry import entry_problem
 from pallas_fix.analysis.values import int_binop
 
 from pallas_fix.core import names as N
-from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import Outcome, Recipe, Refuse
+from pallas_fix.rewrite.bounds import static_window_fits
 from pallas_fix.rewrite.edits import NodeReplacer
 
 from pallas_fix.rewrite import common as C
@@ -217,6 +220,46 @@ class _Plan(C.StartEdits):
             if bad:
                 raise Refuse(f"the start arithmetic reaches {bad[0]}, outside int32: the traced form wraps, a Python int does not")
 
+    def window_doubt(self, start: cst.BaseExpression, env) -> Optional[str]:
+        """Why the now-static window may run past the end of the ref, or None when every pallas_call
+        running the kernel shapes the ref so that it fits. Traced, a start past the end is clamped;
+        static, Pallas rejects it at trace time, so an unproved window needs verification."""
+        use, ctx = self.use, self.ctx
+        size = env.static_int(use.size) if use.size is not None else None
+        starts = self._static_starts(start, env)
+        if size is None or not starts:
+            return "pallas-fix cannot compute the window, so it cannot show it stays inside the ref"
+        end = max(starts) + size
+        if max(starts) == 0:
+            return None  # [0, size) fits wherever the traced window did
+        unknown = f"the window ends at {end}, and pallas-fix cannot show dim {use.dim} of `{use.ref_name}` is that long"
+        kernel = use.function
+        sites = [s for s in self.analysis.sites if s.kernel is kernel]
+        if not sites or use.via_at or use.starred or _has_view_dims(use.subscript):
+            return unknown
+        if use.ref_name not in {p.name.value for p in kernel.params.params} or entry_problem(self.analysis, sites[0]):
+            return unknown
+        fits = [static_window_fits(self.analysis, s, use.ref_name, use.dim, end) for s in sites]
+        if False in fits:
+            site = sites[fits.index(False)]
+            raise Refuse(
+                f"the window ends at {end}, past the end of dim {use.dim} of `{use.ref_name}` as the pallas_call on "
+                f"line {C.line(ctx, site.call)} shapes it: traced, the start is clamped to fit; as a Python int Pallas "
+                "rejects it. Write the start that is read"
+            )
+        return None if all(fits) else unknown
+
+    def _static_starts(self, start: cst.BaseExpression, env) -> list[int]:
+        """Every value the start takes: one, or one per value of the enclosing Python loops."""
+        total = self._eval(start, env, [], 0)
+        if total is not None:
+            return [total]
+        loops = _python_range_loops(self.ctx, start, env)
+        if not loops or _combinations(loops) > 4096:
+            return []
+        values = [self._eval(start, env, [], 0, given) for given in _assignments(loops)]
+        return [] if None in values else values  # type: ignore[return-value]
+
     def _check_python_loop_values(self, start: cst.BaseExpression, env) -> None:
         """A start over the variables of enclosing Python `for ... in range(...)` loops (an unrolled
         loop) takes each of their values: one that is negative is refused, as a known one is."""
@@ -293,6 +336,15 @@ def _assignments(loops: dict[str, range]):
         yield dict(zip(names, values))
 
 
+def _has_view_dims(subscript: cst.Subscript) -> bool:
+    """`...` or `None` in the index: tuple positions are not the ref's dims."""
+    for el in subscript.slice:
+        v = el.slice.value if isinstance(el.slice, cst.Index) else None
+        if isinstance(v, cst.Ellipsis) or (isinstance(v, cst.Name) and v.value == "None"):
+            return True
+    return False
+
+
 def _leaf_names(expr: cst.BaseExpression) -> list[cst.Name]:
     """Names an expression reads (not called functions' names, not attribute names)."""
     out: list[cst.Name] = []
@@ -316,11 +368,15 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
         raise Refuse("only `pl.ds` starts are rewritten")
     env = C.env_at(analysis, start, use.env)
     plan = _Plan(analysis, use)
-    plan.strip(start, env)
+    static = plan.strip(start, env)
     if not plan.edits:
         raise Refuse(f"pallas-fix found no jnp constructor or `pl.multiple_of` to remove in `{analysis.ctx.code(start)}`")
     plan.check_ranges(start, env)
-    return plan.plan(NAME, CODE, f"Python ints in the start of `{use.ref_name}`")
+    fix, key = plan.plan(NAME, CODE, f"Python ints in the start of `{use.ref_name}`")
+    doubt = plan.window_doubt(start, env) if static else None
+    if doubt:
+        fix = dataclasses.replace(fix, safety=FixSafety.UNSAFE, description=f"{fix.description}; unsafe: {doubt}")
+    return fix, key
 
 
 RECIPE = Recipe(

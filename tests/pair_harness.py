@@ -418,7 +418,7 @@ FAMILIES: dict[str, Family] = {
         Family("lift_reduction", "lift-reduction", frozenset({"PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",)),
         Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
-               refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,
+               unsafe_pairs=frozenset({"nested", "partial"}), refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,
                interp_skips_unsafe_and_reference=True, one_verdict=True, libcst_refusal=True, cli_select="PF104"),
         Family("scalar_start", "scalar-start", frozenset({"PF107"}), "ScalarStart", only=True,
                unsafe_pairs=frozenset({"unsafe"}), refusal_style="marked", oracle="int_starts", min_pairs=5,

@@ -54,21 +54,13 @@ def test_unverified_safe_fixes_keep_the_traps_outputs(path: Path):
 
 
 GPU_TRAPS = [p for p in TRAPS if re.search(r"^# trap: (unroll|hoisted-start)\b", p.read_text(), re.M)]
-# A known hole (issue 12, still open): a static start the traced original clamped. Unrolling makes
-# the last start of a ragged walk a Python int past the end, which fails at trace time.
-STATIC_START_PAST_THE_END = {"unroll_static_oob_tail"}
 # The original itself reads out of bounds (the HLO interpreter clamps, TPU and GPU interpret mode
 # raise IndexError): only the HLO interpreter can compare the two.
-ORIGINAL_READS_OUT_OF_BOUNDS = {"unroll_prev_block_negative_start"}
+ORIGINAL_READS_OUT_OF_BOUNDS = {"unroll_prev_block_negative_start", "unroll_static_oob_tail"}
 
 
 @pytest.mark.interp
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="a static start past the end of the ref"))
-     if p.stem in STATIC_START_PAST_THE_END else p for p in GPU_TRAPS],
-    ids=lambda p: p.stem,
-)
+@pytest.mark.parametrize("path", GPU_TRAPS, ids=lambda p: p.stem)
 def test_unverified_gpu_interpret_target_fixes_keep_the_traps_outputs(path: Path):
     source = path.read_text()
     fixed = fix_source(source, str(path), Config(target="gpu-interpret"))

@@ -16,6 +16,7 @@ import libcst as cst
 
 from pallas_fix.analysis.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.symbolic import Poly, Symbols
+from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.blocks import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.operands import CallSiteError
@@ -200,3 +201,26 @@ def _ragged(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> st
         f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
         f"block is partial; {fix}"
     )
+
+
+def static_window_fits(analysis, site: KernelSite, param: str, dim: int, end: int) -> Optional[bool]:
+    """Does a window ending at `end` lie inside dim `dim` of kernel parameter `param`, as this
+    pallas_call shapes it? True when proved, False when the size is known and too small, None when
+    the code does not tell."""
+    kernel = site.kernel
+    if kernel is None:
+        return None
+    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(kernel))
+    try:
+        size = cs.kernel_shape_dim(param, dim)
+    except CallSiteError:
+        return None
+    if size is None:
+        return None
+    bounds = Bounds(cs)
+    room = bounds.poly(size) - Poly.const(end)
+    if bounds.prover.nonneg(room):
+        return True
+    if bounds.prover.nonneg(Poly.const(-1) - room):
+        return False
+    return None

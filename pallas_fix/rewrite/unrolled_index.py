@@ -14,8 +14,10 @@ of the index in the body:
 * every other read becomes `jnp.asarray(i)`: a weakly typed int32 scalar (or int64 under
   jax_enable_x64, like the traced index), which computes exactly what the traced index did.
 
-A start that the traced loop would have clamped (past the end of the ref) fails loudly at trace
-time as a Python int ("Out of bound slice"), as R4 does; a negative one keeps the traced form.
+A window into a ref is clamped by the traced loop when it runs past the end; static, Pallas rejects
+it at trace time ("Out of bound slice"). So a read landing in a ref's slice start or index stays a
+Python int only when `fits` proves every window lies inside the ref as the pallas_call shapes it;
+otherwise it keeps the traced form, as a negative start does.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class IndexTyping:
     index: str
     edits: dict = field(default_factory=dict)  # Name read -> edit wrapping it in `jnp.asarray`
     kept: int = 0  # reads that stay Python ints
+    unplaced: list = field(default_factory=list)  # "`ref` dim d up to end": windows kept traced, unproved
     numpy: Optional[imports.Spelling] = None  # how to write jax.numpy (None: nothing wrapped)
 
     def applied(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -59,7 +62,12 @@ class IndexTyping:
                 f" `{self.numpy.text}.asarray({self.index})`, the weakly typed int32 the traced index was")
 
 
-def index_typing(ctx: ModuleContext, env, loop: LoopInfo, values: range) -> IndexTyping:
+# (ref name, dim, end of the last window) -> the window provably lies inside the ref; None for a
+# subscript of something that is not a ref of the kernel (its static indices need no proof here).
+Fits = Callable[[str, int, int], Optional[bool]]
+
+
+def index_typing(ctx: ModuleContext, env, loop: LoopInfo, values: range, fits: Fits) -> IndexTyping:
     """Sort the reads of `loop`'s index in its body, which runs for the index `values`; `env` is
     the enclosing function's (raises Refuse when the body binds the index again)."""
     body = loop.body
@@ -67,13 +75,14 @@ def index_typing(ctx: ModuleContext, env, loop: LoopInfo, values: range) -> Inde
     root = body.body
     _check_not_rebound(ctx, body, index)
     locals_ = _int_locals(body, index)
-    sorter = _Sorter(ctx, env, index, values, locals_, root)
+    sorter = _Sorter(ctx, env, index, values, locals_, root, fits)
     typing = IndexTyping(index)
     for read in _reads(ctx, root, index):
         if sorter.stays_python(read):
             typing.kept += 1
         else:
             typing.edits[read] = None
+    typing.unplaced = sorted(set(sorter.unplaced))
     if typing.edits:
         typing.numpy = imports.spelling_at(ctx, imports.NUMPY, body)
         if typing.numpy is None:
@@ -134,10 +143,12 @@ def _int_locals(body, index: str) -> dict[str, cst.Assign]:
 
 
 class _Sorter:
-    def __init__(self, ctx, env, index: str, values: range, locals_: dict[str, cst.Assign], root) -> None:
+    def __init__(self, ctx, env, index: str, values: range, locals_: dict[str, cst.Assign], root, fits: Fits) -> None:
         self.ctx, self.env, self.index, self.values = ctx, env, index, values
         self.locals = locals_
         self.root = root
+        self.fits = fits
+        self.unplaced: list[str] = []
         self.local_static: dict[str, bool] = {}
 
     def stays_python(self, read: cst.Name) -> bool:
@@ -145,7 +156,55 @@ class _Sorter:
         results = [self.value(top, k) for k in self.values]
         if any(r is None for r in results):
             return False
-        return self._static_position(top, min(results, default=0))
+        return self._static_position(top, min(results, default=0)) and self._inside_refs(top, max(results, default=0))
+
+    # -- windows into refs ----------------------------------------------------------------------
+    def _inside_refs(self, top: cst.BaseExpression, largest: int) -> bool:
+        """Every ref window `top` starts (or index it is) provably ends inside the ref."""
+        parent = self.ctx.parent(top)
+        if isinstance(parent, cst.Index):
+            return self._element_fits(parent, largest + 1)
+        if self._ds_start(parent, top):
+            call = self.ctx.parent(parent)
+            size_arg = call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None  # type: ignore[attr-defined]
+            size = self.env.static_int(size_arg.value) if size_arg is not None else None
+            return size is not None and self._window_fits(call, largest + size)
+        return True  # a slice bound or a body-local: judged where it lands
+
+    def _window_fits(self, ds: cst.Call, end: int) -> bool:
+        """`ds` is an element of ref subscripts, directly or through a body-local bound once to it."""
+        parent = self.ctx.parent(ds)
+        if isinstance(parent, cst.Index):
+            return self._element_fits(parent, end)
+        if isinstance(parent, cst.Assign) and parent.value is ds and len(parent.targets) == 1:
+            name = parent.targets[0].target
+            if isinstance(name, cst.Name) and self.locals.get(name.value) is parent:
+                reads = [r for r in _reads(self.ctx, self.root, name.value) if r is not name]
+                return all(isinstance(self.ctx.parent(r), cst.Index) and self._element_fits(self.ctx.parent(r), end)
+                           for r in reads)
+        return False
+
+    def _element_fits(self, index: cst.Index, end: int) -> bool:
+        element = self.ctx.parent(index)
+        subscript = self.ctx.parent(element)
+        if not (isinstance(element, cst.SubscriptElement) and isinstance(subscript, cst.Subscript)):
+            return False
+        target = subscript.value
+        items = list(subscript.slice)
+        dim = items.index(element)
+        if isinstance(target, cst.Attribute) and target.attr.value == "at":
+            fits = False  # a view: its dims are not the ref's
+        elif not isinstance(target, cst.Name):
+            fits = False  # `refs[0][...]` and the like: pallas-fix cannot tell what is indexed
+        elif any(isinstance(e.slice, cst.Index) and (isinstance(e.slice.value, cst.Ellipsis)
+                                                      or (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"))
+                 for e in items):
+            fits = self.fits(target.value, -1, end) is None  # positions are not dims
+        else:
+            fits = self.fits(target.value, dim, end) is not False
+        if not fits:
+            self.unplaced.append(f"`{self.ctx.code(target)}` dim {dim} up to {end}")
+        return fits
 
     def _arithmetic_top(self, node: cst.BaseExpression) -> cst.BaseExpression:
         """The largest integer arithmetic expression with `node` at its root."""

@@ -9,7 +9,9 @@ a dynamic slice (no static bounds checks, dynamic-offset loads).
 Example:
     o_ref[...] = x_ref[pl.ds(jnp.int32(3) * 128, 128)]
 
-Fix (safe): use the Python int, `pl.ds(3 * 128, 128)`.
+Fix (safe when the window provably fits the ref, as the pallas_call shapes it; unsafe otherwise):
+use the Python int, `pl.ds(3 * 128, 128)`. Traced, a start past the end is clamped; static, Pallas
+rejects it when the kernel is traced, so a window pallas-fix cannot place waits for verification.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def kernel(x_ref, o_ref):
 
 
 def fourth_block(x):
+    assert x.shape == (512,)
     return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((128,), x.dtype))(x)
 """,
 )
