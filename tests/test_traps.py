@@ -54,9 +54,6 @@ def test_unverified_safe_fixes_keep_the_traps_outputs(path: Path):
 
 
 GPU_TRAPS = [p for p in TRAPS if re.search(r"^# trap: (unroll|hoisted-start)\b", p.read_text(), re.M)]
-# The original itself reads out of bounds (the HLO interpreter clamps, TPU and GPU interpret mode
-# raise IndexError): only the HLO interpreter can compare the two.
-ORIGINAL_READS_OUT_OF_BOUNDS = {"unroll_prev_block_negative_start", "unroll_static_oob_tail"}
 
 
 @pytest.mark.interp
@@ -67,8 +64,7 @@ def test_unverified_gpu_interpret_target_fixes_keep_the_traps_outputs(path: Path
     assert fixed.error is None, fixed.error
     if not fixed.changed:
         return
-    hlo_only = path.stem in ORIGINAL_READS_OUT_OF_BOUNDS
     verdicts = verify_sources(source, fixed.source, trap_examples(source, path), path=str(path), timeout_s=240,
-                              gpu_interpret=not hlo_only, tpu_interpret=False if hlo_only else None)
+                              gpu_interpret=True)
     bad = [f"{v.status} on {v.example or v.entry}: {v.message}" for v in verdicts if v.status not in ("verified", "unverified")]
     assert not bad, "\n".join([*fixed.applied, *bad])
