@@ -57,8 +57,9 @@ from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.carries import Carry, carry_model, result_bound_names
 from pallas_fix.rewrite.carry_io import body_and_result, result_loads, step_bound_names, step_loads, store, unpack_to_drop
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.grid_reads import hoist_grid_reads
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
-from pallas_fix.rewrite.reduction_scopes import check_reduction_scopes
+from pallas_fix.rewrite.reduction_scopes import WHEN_DEFS, check_reduction_scopes
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scratch import add_params, add_scratch, scratch_spelling
 from pallas_fix.rewrite.statements import capture, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
@@ -246,6 +247,7 @@ def _finish_kernel(step: _Step, after: list):
             last = f"{step.program_id} == {step.pl}.num_programs({step.axis}) - 1"
             fdef = when_def(step.pl, last, "_finalize", loads + list(after))
             fn = fn.with_changes(body=fn.body.with_changes(body=[*fn.body.body, fdef]))
+        fn = hoist_grid_reads(fn, step.pl, set(WHEN_DEFS))
         return strip_leading_blank_lines(fn)
 
     return finish
