@@ -227,10 +227,12 @@ def _fori_edits(ctx: ModuleContext, loop: LoopInfo, block: cst.IndentedBlock, rn
         kind = "expr"
     elif isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
         kind = "assign"
+    elif isinstance(small, cst.AugAssign) and small.value is call:
+        kind = "augassign"
     elif isinstance(small, cst.Return) and small.value is call:
         kind = "return"
     else:
-        raise Refuse("the loop's result is used inside a larger expression")
+        raise Refuse(f"the loop's result is used inside a larger expression (`{ctx.code(small).strip()}`)")
     body = loop.body
     init = loop.init if loop.init is not None else cst.Name("None")
     params = [p.name.value for p in body.params.params]
@@ -308,6 +310,8 @@ def _call_edits(ctx, loop: LoopInfo, stmt, small, kind: str, rng: str, init: cst
             lines += [f"{carry} = {init_text}", f"for {index} in {rng}:\n    {carry} = {func}({index}, {carry})"]
             if kind == "assign":
                 lines.append(f"{ctx.code(target)} = {carry}")
+            elif kind == "augassign":
+                lines.append(f"{ctx.code(small.target)} {ctx.code(small.operator).strip()} {carry}")
             elif kind == "return":
                 lines.append(f"return {carry}")
     new = [cst.parse_statement(text + "\n") for text in lines]

@@ -121,6 +121,13 @@ def test_partial_bound_and_default_sizes_are_static():
         ("i.astype(jnp.float32) * 8", "PF107"),
         ("jnp.int32(3) * 8", "PF104"),
         ("idx_ref[i]", "PF105"),
+        ("idx_ref[pl.ds(2, 1)]", "PF107"),
+        # a one-element slice made 0-d is a scalar load (GPU interpret mode accepts it)
+        ("idx_ref[pl.ds(2, 1)].reshape(())", "PF105"),
+        ("idx_ref[pl.ds(2, 1)].squeeze()", "PF105"),
+        ("jnp.squeeze(idx_ref[pl.ds(2, 1)])", "PF105"),
+        ("idx_ref[pl.ds(2, 1)][0]", "PF105"),
+        ("idx_ref[pl.ds(2, 1)].reshape((1,))", "PF107"),
     ],
 )
 def test_start_classification(start, code):
@@ -234,3 +241,22 @@ def test_stepped_loop_trip_count_uses_the_modules_spelling_of_pallas():
     out = fix_source(src, "k.py").source
     assert "jax.experimental.pallas.cdiv(x.shape[0], 8)" in out
     assert "pl." not in out.replace("jax.experimental.pallas.", "")
+
+
+@pytest.mark.parametrize("lower, offset", [("nb // 2", "`nb // 2`"), ("2 * half", "`2 * half`")])
+def test_a_loop_from_a_computed_lower_bound_is_refused_for_its_offset(lower, offset):
+    _, findings = _findings(
+        f"""
+        def k(x_ref, o_ref):
+            nb = o_ref.shape[0] // 16
+            half = nb // 4
+            def body(i, c):
+                o_ref[pl.ds(i * 16, 16)] = x_ref[pl.ds(i * 16, 16)]
+                return c
+            lax.fori_loop({lower}, nb, body, None)
+        def f(x):
+            return pl.pallas_call(k, out_shape=x)(x)
+        """
+    )
+    assert findings and all(not f.fixable for f in findings)
+    assert all(f"the window starts {offset} blocks in" in f.refusal for f in findings), [f.refusal for f in findings]

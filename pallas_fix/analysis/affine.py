@@ -208,6 +208,25 @@ def block_index(start: Affine, size: Coeff) -> Optional[BlockIndex]:
     return BlockIndex(atoms, offset, start.atoms)
 
 
+def symbolic_offset(start: Affine, size: Coeff) -> Optional[str]:
+    """`nb // 2` when `start` would be a block index but for a constant term that is a symbolic
+    multiple of `size` (`(nb // 2) * bs`: a loop from `nb // 2`), else None."""
+    if any(c.mult and c.divide(size) is None for c in start.terms.values()):
+        return None
+    extra = []
+    for c in _merge_const(start.const):
+        if not c.mult or c.divide(size) is not None:
+            continue
+        mine, theirs = Counter(c.factors), Counter(size.factors)
+        if theirs - mine or c.mult % size.mult:
+            return None
+        rest = sorted((mine - theirs).elements())
+        mult = c.mult // size.mult
+        parts = ([str(mult)] if mult != 1 else []) + rest
+        extra.append(" * ".join(f"({f})" if " " in f and len(parts) > 1 else f for f in parts))
+    return " + ".join(f"`{e}`" for e in extra) if extra else None
+
+
 def provably_not_block(start: Affine, size: Coeff) -> bool:
     for coeff in start.terms.values():
         if coeff.mult and coeff.provably_not_multiple(size):

@@ -96,6 +96,8 @@ def _library_value(env: ValueEnv, call: cst.Call) -> Val:
     qual = imports.qualify(func) or ""
     dyn = [v for v in (env.value(a.value) for a in call.args) if v.dynamic]
     if qual.startswith("jax.numpy.") or qual.startswith("jax.lax."):
+        if dyn and call.args and _to_scalar(qual.rsplit(".", 1)[1], call.args[1:]):
+            return _scalar_of(env.value(call.args[0].value))
         if dyn:
             return combine(dyn)
         return Val(Origin.TRACED_CONST, "array", f"`{env.ctx.code(call)}`") if qual in _FILLED else STATIC
@@ -103,11 +105,24 @@ def _library_value(env: ValueEnv, call: cst.Call) -> Val:
         return combine(dyn) if dyn else STATIC
     if isinstance(func, cst.Attribute) and func.attr.value in _ARRAY_METHODS:
         inner = env.value(func.value)
-        if inner.dynamic and func.attr.value in ("item", "squeeze") and inner.vtype == "array1":
-            return replace(inner, vtype="int", origin=Origin.REF_LOAD)
-        return inner
+        return _scalar_of(inner) if _to_scalar(func.attr.value, call.args) else inner
     # A local helper returning a value: only traced when its arguments are.
     return combine(dyn) if dyn else STATIC
+
+
+def _to_scalar(op: str, args) -> bool:
+    """Does `x.op(*args)` (or `jnp.op(x, *args)`) make a 0-d array of a one-element one?
+    `reshape(())`, `squeeze()`, `item()`, and a whole-array `sum()` / `max()` / `min()`."""
+    if op == "reshape":
+        return len(args) == 1 and isinstance(args[0].value, (cst.Tuple, cst.List)) and not args[0].value.elements
+    return op in ("squeeze", "item", "sum", "max", "min") and not args
+
+
+def _scalar_of(inner: Val) -> Val:
+    """A one-element slice made a scalar is an int loaded from memory, as `x_ref[i]` is."""
+    if inner.dynamic and inner.vtype == "array1":
+        return replace(inner, vtype="int", origin=Origin.REF_LOAD, words=inner.words.replace("a one-element slice ", "a value "))
+    return inner
 
 
 def _dtype_kind(env: ValueEnv, dtype: cst.BaseExpression, current: str) -> str:

@@ -185,7 +185,7 @@ class Env:
                     v.vtype in ("array", "array1") for v in inner
                 )
                 if base.vtype == "array1" and scalar:
-                    return Val(Origin.REF_LOAD, "int", base.words.replace("a one-element slice ", ""))
+                    return Val(Origin.REF_LOAD, "int", base.words.replace("a one-element slice ", "a value "))
                 return replace(base, vtype="int" if scalar and base.vtype == "array1" else base.vtype)
             return base
         return STATIC
@@ -209,11 +209,11 @@ class Env:
                     arrayish = True
             elif self.value(el.value).vtype in ("array", "array1"):
                 arrayish = True
-        ref_words = f"loaded from `{self.ctx.code(expr)}`"
+        ref_words = f"a value loaded from `{self.ctx.code(expr)}`"
         if arrayish:
             return Val(Origin.REF_LOAD, "array", ref_words)
         if one_element:
-            return Val(Origin.NON_INT_SCALAR, "array1", f"a one-element slice {ref_words}")
+            return Val(Origin.NON_INT_SCALAR, "array1", f"a one-element slice loaded from `{self.ctx.code(expr)}`")
         return Val(Origin.REF_LOAD, "int", ref_words)
 
     # -- helpers used by detection and codemods --------------------------------------------------

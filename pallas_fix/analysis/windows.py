@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.affine import Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.affine import symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.provenance import Env
 
@@ -120,4 +120,9 @@ def window_of(use: IndexUse) -> Window:
             f"start `{env.ctx.code(use.start)}` is not a multiple of the window size `{env.ctx.code(use.size)}`"
             " (overlapping or unaligned windows)",
         )
+    symbolic = symbolic_offset(start, size)
+    if symbolic is not None:
+        return Window(start, size, None, False,
+                      f"the window starts {symbolic} blocks in, an offset pallas-fix cannot compute from the code "
+                      "(a loop's lower bound, say); it numbers blocks from constant offsets only")
     return Window(start, size, None, False, f"cannot prove `{env.ctx.code(use.start)}` is a multiple of `{env.ctx.code(use.size)}`")
