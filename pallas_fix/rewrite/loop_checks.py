@@ -177,16 +177,33 @@ def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bo
     if carry is None or carry_used_ok:
         return
     rebinds = lambda fn: any(p.name.value == carry for p in fn.params.params)  # noqa: E731
+    returned, stored = False, False
     for node in walk_pruned(body.body, lambda n: isinstance(n, (cst.FunctionDef, cst.Lambda)) and rebinds(n)):
         if isinstance(node, cst.Name) and node.value == carry:
             parent = ctx.parent(node)
             if isinstance(parent, cst.Return) and _enclosing_def(ctx, node) is body:
+                returned = True
                 continue
             if isinstance(body, cst.Lambda) and node is body.body:
                 continue
             if isinstance(parent, cst.Param):
                 continue
+            if _is_store(ctx, node):
+                stored = True  # `_, l, acc = ...`: a new value under the carry's name, not a read of it
+                continue
             raise Refuse(f"the loop body uses its carry `{carry}`")
+    if stored and returned:
+        raise Refuse(f"the loop body binds its carry's name `{carry}` again and returns it, so the carry changes")
+
+
+def _is_store(ctx: ModuleContext, node: cst.Name) -> bool:
+    """`node` is only written: an assignment or `for` target, bare or inside a target tuple."""
+    child, parent = node, ctx.parent(node)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        child, parent = parent, ctx.parent(parent)
+    if isinstance(parent, cst.AssignTarget):
+        return True
+    return isinstance(parent, (cst.For, cst.CompFor)) and parent.target is child
 
 
 def _enclosing_def(ctx: ModuleContext, node: cst.CSTNode):
