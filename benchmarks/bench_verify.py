@@ -7,6 +7,11 @@ interpreter) on one input: trace + compile + run, no comparison.
 Full: :func:`pallas_fix.verify.verify_sources` with defaults (3 seeds, reference + every candidate
 interpreter it picks, dynamic-slice counting, comparison).
 
+With ``--synthesise`` the full run starts from the pair's text without its example comments and
+includes finding the example (:func:`collect_examples` with ``synthesise=True``: the `__main__`
+calls and calls built from the code, probed in a worker; an empty cache each round), as plain
+``pallas-fix`` does on a file nobody annotated.
+
 Both are measured two ways, and both are reported:
 * with process start-up: wall time of a fresh ``python`` process doing the work (baseline: a child
   running this script with ``--baseline-child``; full: ``verify_sources``, which starts the
@@ -24,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -81,7 +87,11 @@ def _baseline(pair: str) -> tuple[float, float]:
     return wall, data["run_s"]
 
 
-def _full(pair: str):
+def _unannotated(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("# pallas-fix:"))
+
+
+def _full(pair: str, synthesise: bool):
     sys.path.insert(0, str(ROOT))
     from pallas_fix.verify.example_sources import collect_examples
     from pallas_fix.verify.runner import verify_sources
@@ -89,12 +99,21 @@ def _full(pair: str):
     before, after = PAIRS[pair]
     src_b = (FIX / before).read_text()
     src_a = (FIX / after).read_text()
-    examples = collect_examples(FIX / before, src_b)
     t0 = time.perf_counter()
+    if synthesise:
+        src_b, src_a = _unannotated(src_b), _unannotated(src_a)
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["PALLAS_FIX_CACHE_DIR"] = cache  # nothing found in an earlier round
+            examples = collect_examples(FIX / before, src_b, synthesise=True, pyproject=False)
+    else:
+        examples = collect_examples(FIX / before, src_b)
+    t_examples = time.perf_counter() - t0
+    assert examples, "no example found"
     verdicts = verify_sources(src_b, src_a, examples, path=str(FIX / before))
     wall = time.perf_counter() - t0
     assert all(v.status == "verified" for v in verdicts), [v.message for v in verdicts]
-    return wall, sum(v.seconds for v in verdicts), verdicts
+    print(f"  examples found in {t_examples:.2f}s: {', '.join(e.canonical() for e in examples)}")
+    return wall, t_examples + sum(v.seconds for v in verdicts), verdicts
 
 
 def main() -> None:
@@ -102,6 +121,7 @@ def main() -> None:
     ap.add_argument("--pair", choices=sorted(PAIRS), default="matmul")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--baseline-child", action="store_true")
+    ap.add_argument("--synthesise", action="store_true", help="find the example too (no example comments)")
     ns = ap.parse_args()
     if ns.baseline_child:
         _baseline_child(ns.pair)
@@ -112,13 +132,14 @@ def main() -> None:
         w, r = _baseline(ns.pair)
         b_wall.append(w)
         b_run.append(r)
-        w, r, last = _full(ns.pair)
+        w, r, last = _full(ns.pair, ns.synthesise)
         f_wall.append(w)
         f_run.append(r)
     med = statistics.median
     from pallas_fix.verify.runner import format_verdict
 
-    print(f"pair: {ns.pair} ({PAIRS[ns.pair][0]} -> {PAIRS[ns.pair][1]}), median of {ns.repeat}")
+    how = "example found by synthesis" if ns.synthesise else "example from the comment"
+    print(f"pair: {ns.pair} ({PAIRS[ns.pair][0]} -> {PAIRS[ns.pair][1]}), {how}, median of {ns.repeat}")
     for v in last:
         print("  " + format_verdict(v))
         print(f"  per-interpreter seconds: {v.details.get('timings')}")

@@ -354,13 +354,16 @@ def test_summation_order_noise_passes_at_cancelling_elements():
 def test_verdict_json_shape_and_format():
     v = Verdict(entry="matmul", status="verified", max_abs_err=0.0, max_rel_err=0.0, seeds=[0, 1, 2],
                 interpreters=["interpret", "tpu-interpret"], dynamic_slices_before=3,
-                dynamic_slices_after=0, seconds=1.5, message="ok", details={"x": 1})
+                dynamic_slices_after=0, seconds=1.5, message="ok", details={"x": 1},
+                example="matmul(f32[128, 256], f32[256, 128])", origin="--example")
     j = v.to_json()
     assert tuple(j) == JSON_KEYS
     assert set(j) == {"entry", "status", "max_abs_err", "max_rel_err", "seeds", "interpreters",
-                      "dynamic_slices_before", "dynamic_slices_after", "seconds", "message"}
+                      "dynamic_slices_before", "dynamic_slices_after", "seconds", "message", "example", "origin"}
+    assert (j["example"], j["origin"]) == ("matmul(f32[128, 256], f32[256, 128])", "--example")
     json.dumps(j)
-    assert format_verdict(v) == "verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)"
+    assert format_verdict(v) == ("verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)"
+                                 " — on matmul(f32[128, 256], f32[256, 128]), from --example")
     bad = Verdict(entry="matmul", status="mismatch", message="interpret mismatch on seed 0: ...",
                   interpreters=["interpret"])
     assert format_verdict(bad).startswith("mismatch matmul: interpret mismatch on seed 0")

@@ -73,6 +73,8 @@ JSON_KEYS = (
     "dynamic_slices_after",
     "seconds",
     "message",
+    "example",  # the call that was run, in the example grammar ("" when none ran)
+    "origin",  # where it came from: "--example", "comment", "synthesised from ...", ...
 )
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -90,9 +92,9 @@ class Verdict:
     dynamic_slices_after: Optional[int] = None
     seconds: float = 0.0
     message: str = ""
-    # Not part of to_json(): the example text, where it came from (Example.origin) and the
-    # worker's per-interpreter details (timings, outcomes, traced pallas_calls, notes).
     example: str = ""
+    # Not part of to_json(): the worker's per-interpreter details (timings, outcomes, traced
+    # pallas_calls, notes).
     details: dict = field(default_factory=dict)
     origin: Optional[str] = None
 
@@ -320,6 +322,8 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             if not v.example:
                 v.example = ex.text
             v.origin = ex.origin
+            if v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after:
+                v.message += "; the rewrite left this entry's dynamic slices as they were"
             out.append(v)
             continue
         if timed_out:
