@@ -15,6 +15,7 @@ from pallas_fix.analysis.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.result import analyze
 from pallas_fix.analysis.same_value import same_value_at
 from pallas_fix.analysis.symbolic import Poly, Symbols
+from pallas_fix.frontends.service import analyze_source
 from pallas_fix.rewrite.blocks import NewAxis
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.grid_params import new_axis_semantics
@@ -213,3 +214,28 @@ def test_an_output_resident_across_the_new_axis_makes_it_sequential(imports: str
             new_axis_semantics(cs, axis, {"x_ref", "o_ref"})
     else:
         assert new_axis_semantics(cs, axis, {"x_ref", "o_ref"}) == expected
+
+
+def test_a_stepped_loop_is_not_told_to_use_a_count_that_would_not_help():
+    # pl.loop(0, nb, step=2): blocks 0, 2, 4, ...; `make the count n // bs` would not make it provable
+    source = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def even_kernel(x_ref, o_ref):
+    nb = x_ref.shape[0] // 32
+
+    @pl.loop(0, nb, step=2)
+    def _(r):
+        rows = pl.ds(r * 32, 32)
+        o_ref[rows, :] = jnp.tanh(x_ref[rows, :])
+
+
+def tanh_even_blocks(x):
+    return pl.pallas_call(even_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={0: 0})(x)
+'''
+    findings = analyze_source(source, "k.py").findings
+    assert findings and all(not f.fixable for f in findings)
+    assert all("block `2 * k`" in f.refusal and "make the count" not in f.refusal for f in findings), [f.refusal for f in findings]

@@ -192,15 +192,20 @@ def _lockstep(block: RefBlock) -> tuple:
 def _ragged(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> str:
     counts = ", ".join(f"`{code(e)}`" for e in extents)
     dim, size, ref = code(size_expr), code(block.size), block.param
+    what = (f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): with {counts} steps of "
+            f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
+            "block is partial")
+    strides = sorted({abs(m) for m in block.index.axes.values()} | ({abs(block.index.offset)} - {0}))
+    if strides != [1]:
+        # A stepped loop (every other block) or an offset: a plain count would not make it provable.
+        names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
+        return (f"{what}; block `{block.index.render(names)}` (k counts the steps of the new grid axis) is not one "
+                "pallas-fix can bound from these sizes")
     floor = f"{dim} // {size}"
     fix = f"assert `{dim} % {size} == 0` before the pallas_call"
     if floor not in {code(e) for e in extents}:
         fix = f"make the count `{floor}` or {fix}"
-    return (
-        f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): with {counts} steps of "
-        f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
-        f"block is partial; {fix}"
-    )
+    return f"{what}; {fix}"
 
 
 def static_window_fits(analysis, site: KernelSite, param: str, dim: int, end: int) -> Optional[bool]:
