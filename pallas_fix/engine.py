@@ -25,6 +25,7 @@ from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
 from pallas_fix.rules.kernel import kernel_findings
+from pallas_fix.rewrite.line_width import fit_width
 from pallas_fix.rules.registry import classify
 
 __all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
@@ -196,7 +197,7 @@ def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int], why: str)
 def apply_plan(module: cst.Module, plan: FixPlan) -> str:
     """The text of `module` after `plan`. Raises when the rewrite fails or its text does not parse
     as Python, so that no front end ever offers or writes a broken file."""
-    new_source = plan.rewrite(module).code
+    new_source = fit_width(module.code, plan.rewrite(module).code)
     ast.parse(new_source)
     return new_source
 

@@ -1,0 +1,62 @@
+"""Lines a rewrite adds are broken to the file's own width (pallas_fix.rewrite.line_width)."""
+
+from __future__ import annotations
+
+import ast
+
+from pallas_fix.rewrite.line_width import fit_width
+
+BEFORE = '''def call(x):
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+'''
+
+LONG = ("        in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)), "
+        "pl.BlockSpec((BM, gate.shape[1]), lambda i: (i, 0))],\n")
+
+
+def _after(*lines: str, before: str = BEFORE) -> str:
+    head, tail = before.split("    )(x)\n")
+    return head + "".join(lines) + "    )(x)\n" + tail
+
+
+def test_a_long_new_keyword_list_gets_one_element_per_line():
+    after = _after(LONG)
+    fitted = fit_width(BEFORE, after)
+    assert "        in_specs=[\n            pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)),\n" in fitted
+    assert "            pl.BlockSpec((BM, gate.shape[1]), lambda i: (i, 0)),\n        ],\n" in fitted
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+    assert max(len(line) for line in fitted.splitlines()) <= 79
+
+
+def test_a_long_new_call_keyword_gets_its_arguments_on_their_own_lines():
+    line = '        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),\n'
+    fitted = fit_width(BEFORE, _after(line))
+    assert ('        compiler_params=pltpu.CompilerParams(\n'
+            '            dimension_semantics=("parallel", "parallel", "arbitrary"),\n        ),\n') in fitted
+
+
+def test_lines_within_the_files_width_and_lines_that_were_there_stay():
+    wide = BEFORE.replace("kernel,", "kernel,  # " + "x" * 120)
+    after = _after(LONG, before=wide)
+    assert fit_width(wide, after) == after  # the file is that wide already
+    assert fit_width(_after(LONG), _after(LONG)) == _after(LONG)  # not a new line
+
+
+def test_crlf_and_tabs_are_kept():
+    tabbed = BEFORE.replace("    ", "\t")
+    head, tail = tabbed.split("\t)(x)\n")
+    before = tabbed.replace("\n", "\r\n")
+    after = (head + LONG.replace("        ", "\t\t") + "\t)(x)\n" + tail).replace("\n", "\r\n")
+    fitted = fit_width(before, after)
+    assert "\t\tin_specs=[\r\n\t\t\tpl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)),\r\n" in fitted
+    assert "\n" not in fitted.replace("\r\n", "")
+
+
+def test_a_line_with_a_comment_or_no_brackets_is_left_alone():
+    commented = LONG.replace("],\n", "],  # two specs\n")
+    assert fit_width(BEFORE, _after(commented)) == _after(commented)
+    plain = "        interpret=" + " or ".join(["flag"] * 30) + ",\n"
+    assert fit_width(BEFORE, _after(plain)) == _after(plain)
