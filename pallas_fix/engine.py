@@ -25,6 +25,7 @@ from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
 from pallas_fix.rules.kernel import kernel_findings
+from pallas_fix.rewrite.dead_params import drop_dead_params
 from pallas_fix.rewrite.line_width import fit_width
 from pallas_fix.rules.registry import classify
 
@@ -197,7 +198,10 @@ def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int], why: str)
 def apply_plan(module: cst.Module, plan: FixPlan) -> str:
     """The text of `module` after `plan`. Raises when the rewrite fails or its text does not parse
     as Python, so that no front end ever offers or writes a broken file."""
-    new_source = fit_width(module.code, plan.rewrite(module).code)
+    new_module = plan.rewrite(module)
+    if plan.site is not None and plan.site.kernel is not None:
+        new_module = drop_dead_params(module, new_module, plan.site.kernel.name.value)
+    new_source = fit_width(module.code, new_module.code)
     ast.parse(new_source)
     return new_source
 
