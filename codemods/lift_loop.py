@@ -71,7 +71,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
     description = (
         f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
-        f" ({', '.join(b.param for b in blocks)} in blocks)"
+        f" ({', '.join(b.param for b in blocks)} in blocks){region.loop_comments_note()}"
     )
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
@@ -99,6 +99,10 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
     if not blocks:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
     return blocks
+
+
+# R6 (scalar_prefetch) lifts the loop whose index reads its table before it moves the table.
+plan_loop = _plan
 
 
 RECIPE = Recipe(

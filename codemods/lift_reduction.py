@@ -69,16 +69,16 @@ NAME = "lift-reduction"
 
 
 # -- match and check --------------------------------------------------------------------------------
-def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
+def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: bool = True) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
     _check_site(analysis, site, loop)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop, reduction=True)
     translate = grid_translator(ctx, site, cs)
-    blocks = _input_blocks(analysis, region, cs, translate)
+    blocks = _input_blocks(analysis, region, cs, translate, windows_required)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
-    trip, guard = _trip_count(region, cs, translate, blocks[0])
+    trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     carry = carry_model(analysis, region, loop, translate)
     semantics = "arbitrary" if site.backend is Backend.TPU else "sequential"
     call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics))
@@ -98,7 +98,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
-        f" with scratch {', '.join(l.ref for l in carry.leaves)}"
+        f" with scratch {', '.join(l.ref for l in carry.leaves)}{region.loop_comments_note()}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
@@ -117,7 +117,14 @@ def _check_site(analysis, site, loop: LoopInfo) -> None:
     check_single_call(analysis, site)  # also: no decorator or other caller runs the kernel's body
 
 
-def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate) -> list[RefBlock]:
+def plan_without_windows(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
+    """R2 for a loop that slices no ref by its index, only reads a table at it: R6 (scalar
+    prefetch) lifts such a loop (paged attention's loop over pages) before its table picks the
+    blocks. On its own R2 does not lift it: nothing would be pipelined."""
+    return _plan(analysis, loop, uses, windows_required=False)
+
+
+def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: bool = True) -> list[RefBlock]:
     """The inputs the loop index slices, as blocks along the new axis; outputs stay resident."""
     blocks: list[RefBlock] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
@@ -132,12 +139,12 @@ def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate) -> list
         if any(is_write(analysis.ctx, s) for s in group.subscripts):
             raise Refuse(f"the loop body writes `{ref}`")
         blocks.append(lifted_block(group, region.loop, ref, translate))
-    if not blocks:
+    if not blocks and required:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
     return blocks
 
 
-def _trip_count(region: LoopRegion, cs: CallSite, translate, first: RefBlock) -> tuple[cst.BaseExpression, Optional[str]]:
+def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[RefBlock]) -> tuple[cst.BaseExpression, Optional[str]]:
     """The new axis's size, and the `pl.when` guard a trip count that depends on pl.program_id
     (causal attention) needs: then the axis runs the full length of the first blocked input."""
     loop, env = region.loop, region.env
@@ -149,6 +156,8 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: RefBlock) ->
         return trip, None
     if upper_val.origin is not Origin.PROGRAM_ID or env.static_int(loop.lower) != 0:
         raise Refuse(f"the trip count `{code(loop.upper)}` is traced and not a function of pl.program_id")
+    if first is None:
+        raise Refuse(f"the trip count `{code(loop.upper)}` depends on pl.program_id and no ref sliced by the loop index sizes the axis")
     full = cs.kernel_shape_dim(first.param, first.dim)
     if full is None:
         raise Refuse(f"cannot write the full length of `{first.param}` at the pallas_call for the causal axis")

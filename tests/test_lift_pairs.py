@@ -43,3 +43,33 @@ def test_fixture_set_is_complete():
     assert len(PAIRS) - len(BLOCKED) >= 16, "fewer than 16 pairs the tool rewrites exactly"
     # R3's pairs are the pid_* ones, R1's the rest.
     assert all(p.name.startswith("pid_") == (p.family == "program_id_blocks") for p in PAIRS)
+
+
+def test_a_comment_above_the_removed_loop_is_kept_and_named_in_the_summary():
+    from pallas_fix.core.config import Config
+    from pallas_fix.engine import fix_source
+
+    source = '''import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+BM = 16
+
+
+def kernel(x_ref, o_ref):
+    def body(i, carry):
+        rows = pl.ds(i * BM, BM)
+        o_ref[rows, :] = jnp.tanh(x_ref[rows, :])
+        return carry
+
+    # walk the row blocks
+    lax.fori_loop(0, x_ref.shape[0] // BM, body, None)
+
+
+def f(x):
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+'''
+    fixed = fix_source(source, "k.py", Config())
+    assert "    # walk the row blocks\n    o_ref[...] = jnp.tanh(x_ref[...])" in fixed.source
+    assert fixed.applied and fixed.applied[0].endswith("check it still holds: `# walk the row blocks`")

@@ -151,6 +151,17 @@ class LoopRegion:
     def _inside(self, node: cst.CSTNode, elements: set[int]) -> bool:
         return any(id(a) in elements for a in self.ctx.ancestors(node))
 
+    def loop_comments_note(self) -> str:
+        """`; kept ... : `# walk the row blocks`` for the comments above the loop statement: they
+        move to the code that replaces the loop, which no longer loops, so the user should look."""
+        lines = getattr(self.statement, "leading_lines", ())
+        comments = [l.comment.value for l in lines if l.comment is not None]
+        if not comments:
+            return ""
+        if len(comments) == 1:
+            return f"; kept the comment above the removed loop, check it still holds: `{comments[0]}`"
+        return "; kept the comments above the removed loop, check they still hold: " + ", ".join(f"`{c}`" for c in comments)
+
     def take_body_def(self, edits: dict[cst.CSTNode, Edit]) -> dict:
         """Remove `def body` when it stands apart from the loop; the returned holder receives its
         updated form and the comments above it, which move to where the loop was."""
