@@ -61,8 +61,20 @@ def test_the_partial_and_its_import_go_when_nothing_else_is_bound():
         (BEFORE.replace("bk=bk", "bk=block(bk)"), AFTER.replace("bk=bk", "bk=block(bk)")),
         # the kernel is referenced twice: another caller may bind it
         (BEFORE + "\nother = kernel\n", AFTER + "\nother = kernel\n"),
+        # the partial is bound again by an outer partial, which may pass the parameter itself
+        (BEFORE.replace("pl.pallas_call(functools.partial(kernel, bk=bk, scale=2.0)",
+                        "pl.pallas_call(functools.partial(inner, bk=4)").replace("def call(x, bk):", "inner = functools.partial(kernel, bk=8, scale=2.0)\n\n\ndef call(x, bk):"),
+         AFTER.replace("pl.pallas_call(functools.partial(kernel, bk=bk, scale=2.0)",
+                       "pl.pallas_call(functools.partial(inner, bk=4)").replace("def call(x, bk):", "inner = functools.partial(kernel, bk=8, scale=2.0)\n\n\ndef call(x, bk):")),
     ],
-    ids=["still-read", "never-read", "positional", "call-value", "referenced-twice"],
+    ids=["still-read", "never-read", "positional", "call-value", "referenced-twice", "partial-of-partial"],
 )
 def test_everything_else_is_left_alone(before, after):
     assert _drop(before, after) == after
+
+
+def test_a_partial_bound_to_a_name_the_pallas_call_runs_counts():
+    before = BEFORE.replace("    return pl.pallas_call(functools.partial(kernel, bk=bk, scale=2.0), out_shape=x)(x)",
+                            "    k = functools.partial(kernel, bk=bk, scale=2.0)\n    return pl.pallas_call(k, out_shape=x)(x)")
+    after = before.replace("x_ref[pl.ds(0, bk)]", "x_ref[...]")
+    assert "k = functools.partial(kernel, scale=2.0)" in _drop(before, after)

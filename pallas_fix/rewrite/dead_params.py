@@ -92,7 +92,24 @@ def _only_partial(module: cst.Module, name: str) -> Optional[cst.Call]:
     defs = [n for n in _walk(module) if isinstance(n, cst.FunctionDef) and n.name.value == name]
     if len(calls) != 1 or len(reads) != len(defs) + 1:
         return None
-    return calls[0]
+    return calls[0] if _runs_as_the_kernel(module, calls[0]) else None
+
+
+def _runs_as_the_kernel(module: cst.Module, partial: cst.Call) -> bool:
+    """The partial is what a pallas_call runs: its first argument, directly or through a name
+    bound once to it and read once, there (not bound again by another partial)."""
+    kernel_args = [c.args[0].value for c in _walk(module) if isinstance(c, cst.Call) and c.args
+                   and code(c.func).split(".")[-1] == "pallas_call"]
+    if any(a is partial for a in kernel_args):
+        return True
+    for node in _walk(module):
+        if isinstance(node, cst.Assign) and node.value is partial and len(node.targets) == 1:
+            target = node.targets[0].target
+            if not isinstance(target, cst.Name):
+                return False
+            reads = [n for n in _walk(module) if isinstance(n, cst.Name) and n.value == target.value]
+            return len(reads) == 2 and any(isinstance(a, cst.Name) and a.value == target.value for a in kernel_args)
+    return False
 
 
 def _named_params(fn: cst.FunctionDef) -> list[cst.Param]:
