@@ -440,3 +440,8 @@ def test_the_demo_example_and_its_proposed_rewrite_agree_in_the_interpreters():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdicts = re.findall(r"^(\w+) (\w+):", proc.stdout, re.M)
     assert sorted(verdicts) == [("verified", "matmul"), ("verified", "scale_rows"), ("verified", "silu")], proc.stdout
+
+
+def test_verify_json_with_nothing_to_rewrite_is_an_empty_list(capsys):
+    code, out, err = run(capsys, "verify", "--format", "json", NOT_A_KERNEL)
+    assert code == 0 and json.loads(out) == [] and "nothing to rewrite" in err

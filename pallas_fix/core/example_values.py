@@ -84,7 +84,7 @@ def origin_phrase(origin: Optional[str]) -> str:
     block, k.py:40" reads as it is; "k.py:6" (a directive) becomes "from k.py:6"."""
     if not origin:
         return ""
-    return origin if origin.startswith(("synthesised", "inferred")) else f"from {origin}"
+    return origin if origin.startswith(("synthesised", "inferred", "recorded")) else f"from {origin}"
 
 
 def leaves(v: Any) -> Iterator[Any]:

@@ -1,4 +1,4 @@
-"""Command line: `pallas-fix [OPTIONS] PATHS...`, plus `explain`, `verify` and `lsp`.
+"""Command line: `pallas-fix [OPTIONS] PATHS...`, plus `explain`, `verify`, `record` and `lsp`.
 
 The check form is the default so that users type `pallas-fix --apply kernel.py`. A first argument
 is read as a subcommand only when it is one of the reserved names AND no file of that name exists,
@@ -30,13 +30,14 @@ from pallas_fix.frontends.service import (
     examples_for,
     propose_fix,
     unknown_codes_message,
+    runs_in_gpu_interpret,
     verify_rewrite,
 )
 from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
 from pallas_fix.rules.registry import RULES, describe, unknown_codes
 from pallas_fix.verify.runner import format_verdict
 
-SUBCOMMANDS = ("explain", "verify", "lsp")
+SUBCOMMANDS = ("explain", "verify", "record", "lsp")
 
 
 class Format(str, Enum):
@@ -171,7 +172,7 @@ check_app = typer.Typer(add_completion=False, context_settings={"help_option_nam
 
 @check_app.command(
     help="Find dynamic ref slices in Pallas kernels; show (or --apply) verified rewrites into grid axes and BlockSpecs. "
-    "Subcommands: `pallas-fix explain CODE`, `pallas-fix verify FILE`, `pallas-fix lsp`."
+    "Subcommands: `pallas-fix explain CODE`, `pallas-fix verify FILE`, `pallas-fix record -- CMD`, `pallas-fix lsp`."
 )
 def check(
     paths: List[str] = typer.Argument(..., help="Files or directories (directories recurse)."),
@@ -258,12 +259,12 @@ def verify_cmd(
     # Verification is how an unsafe fix becomes safe: it considers every plan unless told not to.
     unsafe = True if unsafe_fixes is None else unsafe_fixes
     opts = Options(target=target, unsafe_fixes=unsafe, examples=tuple(example), verify_timeout=verify_timeout)
-    old, new = _versions(files, opts)
+    old, new = _versions(files, opts, fmt)
     examples, problem = examples_for(files[0], old, opts)
     if problem:
         print(f"error: example: {problem}", file=sys.stderr)
         raise typer.Exit(2)
-    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=target == "gpu-interpret")
+    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=runs_in_gpu_interpret(files[0], old, opts))
     if fmt is Format.json:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
@@ -273,7 +274,7 @@ def verify_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
-def _versions(files: list[str], opts: Options) -> tuple[str, str]:
+def _versions(files: list[str], opts: Options, fmt: "Format") -> tuple[str, str]:
     """`verify`'s two texts: OLD and NEW as given, or FILE and its proposed rewrite."""
     try:
         old = read_source(files[0]).text
@@ -288,8 +289,25 @@ def _versions(files: list[str], opts: Options) -> tuple[str, str]:
         raise typer.Exit(2)
     if not fixed.changed:
         print(f"{files[0]}: nothing to rewrite", file=sys.stderr)
+        if fmt is Format.json:
+            print("[]")  # a JSON reader always gets a list of verdicts
         raise typer.Exit(0)
     return old, fixed.source
+
+
+@sub_app.command(
+    "record",
+    help="Run CMD (after --) and record the calls of its kernels' entry functions as example calls in pallas-fix-examples.json.",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def record_cmd(
+    cmd: List[str] = typer.Argument(..., help="The command to run, e.g. -- pytest tests/kernels"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="The recording (default ./pallas-fix-examples.json)."),
+    max_per_entry: int = typer.Option(3, "--max-per-entry", min=1, help="Examples kept per entry point."),
+) -> None:
+    from pallas_fix.frontends.record import record_command
+
+    raise typer.Exit(record_command(cmd, output, max_per_entry))
 
 
 @sub_app.command("lsp", help="Start the language server on stdio.")

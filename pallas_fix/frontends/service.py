@@ -120,6 +120,17 @@ def examples_for(path: str, text: Optional[str], opts: Options) -> tuple[list[Ex
         return [], str(exc)
 
 
+def runs_in_gpu_interpret(path: str, source: str, opts: Options) -> bool:
+    """The module's kernels run in GPU interpret mode (it passes InterpretGPUParams, or the target
+    says so), so verification runs that interpreter too, as `--apply` does."""
+    if opts.target == "gpu-interpret":
+        return True
+    try:
+        return trigger(analyze_source(source, path, config_for(path, opts)).analysis) is not None
+    except (ConfigError, SourceError):
+        return False
+
+
 def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool) -> list[Verdict]:
     """Run the interpreters on both versions for every example (one "unverified" verdict for none);
     `gpu`: also GPU interpret mode (the module or the target says its kernels run there)."""

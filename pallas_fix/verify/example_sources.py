@@ -21,9 +21,12 @@ Sources, first non-empty wins (:func:`collect_examples`):
    ``pyproject.toml``; a glob without ``/`` is also tried against the file's base name. Any other
    key is a dotted module path, equal to the file's module name computed from that relative path
    (``src/`` prefix and ``__init__`` dropped). Every matching key contributes, in table order.
-4. Inferred from jaxtyping annotations, best effort
+4. recorded by ``pallas-fix record -- CMD``: the file's entries in the nearest
+   ``pallas-fix-examples.json`` at or above it, keyed by the path relative to that file's directory
+   (:mod:`pallas_fix.verify.recorded_examples`; origin ``recorded (pallas-fix-examples.json)``);
+5. inferred from jaxtyping annotations, best effort
    (:mod:`pallas_fix.verify.annotation_examples`);
-5. synthesised, when asked (``synthesise=True``; the CLI asks unless ``--no-synthesise``): the
+6. synthesised, when asked (``synthesise=True``; the CLI asks unless ``--no-synthesise``): the
    calls of the module's ``if __name__ == "__main__":`` block and calls built from the code,
    kept when the original runs on them (:mod:`pallas_fix.verify.synthesised_examples`; this
    starts a worker process unless the result is cached).
@@ -47,6 +50,7 @@ from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import Example, parse_example
 from pallas_fix.verify.annotation_examples import infer_examples
 from pallas_fix.verify.module_constants import safe_module_constants
+from pallas_fix.verify.recorded_examples import examples_from_recording
 from pallas_fix.verify.synthesised_examples import synthesised_examples
 
 __all__ = ["collect_examples", "examples_from_directives", "examples_from_pyproject"]
@@ -122,13 +126,16 @@ def collect_examples(
     *,
     cli_examples: Sequence[str] = (),
     pyproject: bool = True,
+    recorded: bool = True,
     synthesise: bool = False,
 ) -> list[Example]:
     """Examples for one file, from the first non-empty source in priority order.
 
-    ``pyproject=False`` skips ``[tool.pallas-fix.examples]``; ``synthesise=True`` adds the last
-    source (it may start a worker process).
-    Raises :class:`ExampleSyntaxError` for a malformed example in the winning source.
+    ``pyproject=False`` skips ``[tool.pallas-fix.examples]``; ``recorded=False`` skips
+    ``pallas-fix-examples.json``; ``synthesise=True`` adds the last source (it may start a worker
+    process).
+    Raises :class:`ExampleSyntaxError` for a malformed example in the winning source, ConfigError
+    for a malformed pyproject.toml or recording.
     """
     if source is None:
         source = Path(path).read_text(encoding="utf-8")
@@ -138,6 +145,8 @@ def collect_examples(
     found = examples_from_directives(source, path=str(path), constants=constants)
     if not found and pyproject:
         found = examples_from_pyproject(path, constants=constants)
+    if not found and recorded:
+        found = examples_from_recording(path, constants=constants)
     found = found or infer_examples(source, path=str(path), constants=constants)
     if not found and synthesise:
         found = synthesised_examples(str(path), source)
