@@ -2,7 +2,9 @@
 
 The result is a verdict record: a dict with :data:`pallas_fix.verify.runner.JSON_KEYS` and
 ``details`` (example text, timings, outcomes per interpreter, traced pallas_calls, notes), which
-the runner turns into a Verdict.
+the runner turns into a Verdict. Both sides are traced once (nothing runs) for their dynamic
+slices and for the bytes each grid step holds on chip (``footprint``,
+:mod:`pallas_fix.verify.footprint`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pallas_fix.verify import oracle
 from pallas_fix.verify.compare import LeafResult, compare_leaves
 from pallas_fix.verify.example_calls import Call, Runner, output_leaves
 from pallas_fix.verify.failures import NON_SCALAR_START, summarize_exc, user_frame
+from pallas_fix.verify.footprint import footprint_record, limit_note, limit_status
 from pallas_fix.verify.interpret_mode import reset_interpreters
 from pallas_fix.verify.interpreters import HLO, TPU, plan_interpreters
 from pallas_fix.verify.kernel_survey import pallas_call_infos, trace
@@ -49,7 +52,8 @@ def verdict_record(entry: str, seeds: list, *, message: str = "", details: dict)
     return {
         "entry": entry, "status": "error", "max_abs_err": None, "max_rel_err": None,
         "seeds": seeds, "interpreters": [], "dynamic_slices_before": None,
-        "dynamic_slices_after": None, "seconds": 0.0, "message": message, "details": details,
+        "dynamic_slices_after": None, "seconds": 0.0, "message": message, "footprint": None,
+        "details": details,
     }
 
 
@@ -65,7 +69,8 @@ def _dynamic_slices(fn: Callable, structs: list, jaxpr=None) -> tuple[Optional[i
 
 
 def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict]:
-    """Trace the rewrite (nothing runs): its pallas_calls, and both sides' dynamic slices."""
+    """Trace both sides (nothing runs): the rewrite's pallas_calls, both sides' dynamic slices and
+    on-chip bytes per grid step."""
     notes: list[str] = v["details"]["notes"]
     structs = call.shape_structs()
     try:
@@ -73,11 +78,13 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
         infos = pallas_call_infos(jaxpr_rew)
     except Exception as e:
         jaxpr_rew, infos, trace_error = None, None, e
-    v["dynamic_slices_before"], note = _dynamic_slices(call.bind(f_orig), structs)
+    traced: list = []
+    original_error = _trace_error(call.bind(f_orig), structs, traced)
+    jaxpr_orig = traced[0] if traced else None
+    v["dynamic_slices_before"], note = _dynamic_slices(call.bind(f_orig), structs, jaxpr_orig)
     if note:
         notes.append(note)
     if infos is None:
-        original_error = _trace_error(call.bind(f_orig), structs)
         if original_error is not None:  # the example does not fit the code, the rewrite aside
             raise _Abort(f"{_the_example(call)} does not trace the original either; check the example: "
                          f"{summarize_exc(original_error)}{user_frame(original_error)}")
@@ -86,14 +93,34 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
     if note and note not in notes:
         notes.append(note)
     v["details"]["pallas_calls"] = infos
+    _footprint(v, jaxpr_orig, infos)
     return infos
 
 
-def _trace_error(fn: Callable, structs: list) -> Optional[Exception]:
+def _footprint(v: dict, jaxpr_orig, infos: list[dict]) -> None:
+    """``footprint`` (the largest per-step bytes among each side's pallas_calls) and, when a side
+    is over its backend's default on-chip limit, a note saying so."""
     try:
-        trace(fn, structs)
+        before = pallas_call_infos(jaxpr_orig) if jaxpr_orig is not None else None
+    except Exception as e:
+        v["details"]["notes"].append(f"on-chip footprint of the original not counted ({summarize_exc(e)})")
+        return
+    v["details"]["pallas_calls_original"] = before
+    v["footprint"] = footprint_record(before, infos)
+    status = limit_status(before, infos)
+    if status is not None:
+        v["details"]["footprint_limit"] = status
+        v["details"]["notes"].append(limit_note(before, infos))
+
+
+def _trace_error(fn: Callable, structs: list, keep: Optional[list] = None) -> Optional[Exception]:
+    """The exception tracing ``fn`` raises, or None (and the jaxpr appended to ``keep``)."""
+    try:
+        jaxpr = trace(fn, structs)
     except Exception as e:
         return e
+    if keep is not None:
+        keep.append(jaxpr)
     return None
 
 

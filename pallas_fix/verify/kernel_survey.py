@@ -2,12 +2,16 @@
 
 The worker traces the rewrite once (nothing runs) and uses this survey to choose the backend
 interpreters (:mod:`pallas_fix.verify.interpreters`); it is also kept in the verdict's details.
+Each pallas_call's ``"on_chip"`` record is the bytes one grid step holds on chip
+(:mod:`pallas_fix.verify.footprint`), or None when its grid mapping could not be read.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from pallas_fix.verify.block_layouts import call_layout
+from pallas_fix.verify.footprint import step_bytes
 from pallas_fix.verify.interpret_mode import forced_interpreter
 from pallas_fix.verify.jaxprs import as_jaxprs, open_jaxpr
 
@@ -93,8 +97,18 @@ def _describe_pallas_call(eqn) -> dict:
         "grid": [d if isinstance(d, int) else None for d in grid],
         "dimension_semantics": [str(s) for s in sem],
         "parallel_points": _parallel_points(grid, sem),
-        "num_scalar_prefetch": getattr(gm, "num_scalar_prefetch", 0),
+        "num_scalar_prefetch": getattr(gm, "num_index_operands", getattr(gm, "num_scalar_prefetch", 0)),
+        "on_chip": _on_chip(eqn, backend),
     }
+
+
+def _on_chip(eqn, backend: str):
+    """The bytes one grid step of this call holds on chip (``StepBytes.to_json()``), or None."""
+    try:
+        layout = call_layout(eqn, backend)
+    except Exception:  # a grid mapping this jax version spells differently: not counted
+        return None
+    return step_bytes(layout).to_json() if layout is not None else None
 
 
 def _kernel_name(eqn):

@@ -59,6 +59,7 @@ from typing import Optional, Sequence
 
 from pallas_fix.core.example_values import origin_phrase
 from pallas_fix.core.examples import Example, example_to_json
+from pallas_fix.verify.footprint import format_bytes, short_limit_note
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -75,6 +76,7 @@ JSON_KEYS = (
     "message",
     "example",  # the call that was run, in the example grammar ("" when none ran)
     "origin",  # where it came from: "--example", "comment", "synthesised from ...", ...
+    "footprint",  # {"before_bytes", "after_bytes"}: on-chip bytes per grid step (None: not counted)
 )
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -97,6 +99,9 @@ class Verdict:
     # pallas_calls, notes).
     details: dict = field(default_factory=dict)
     origin: Optional[str] = None
+    # The bytes one grid step holds on chip, the largest among the entry's pallas_calls, original
+    # and rewrite: {"before_bytes": N, "after_bytes": M} (pallas_fix.verify.footprint).
+    footprint: Optional[dict] = None
 
     @property
     def ok(self) -> bool:
@@ -121,6 +126,7 @@ class Verdict:
             message=d.get("message", ""),
             example=details.get("example", ""),
             details=details,
+            footprint=d.get("footprint"),
         )
 
 
@@ -139,8 +145,9 @@ def _slices(n: Optional[int]) -> str:
 
 
 def format_verdict(v: Verdict) -> str:
-    """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret, tpu-interpret)``,
-    then, when the verdict knows them, the example and its origin: `` — on matmul(f32[256, 512],
+    """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret,
+    tpu-interpret), on-chip per step: 544 KiB → 176 KiB`` (the footprint when it was counted), then,
+    when the verdict knows them, the example and its origin: `` — on matmul(f32[256, 512],
     f32[512, 256]), synthesised from the __main__ block, k.py:40``."""
     line = _verdict_line(v)
     if v.example and v.origin and v.status != "unverified":
@@ -156,11 +163,21 @@ def _verdict_line(v: Verdict) -> str:
         else:
             noun = "dynamic slice" if v.dynamic_slices_before == 1 else "dynamic slices"
             counts = f"{_slices(v.dynamic_slices_before)} {noun} -> {_slices(v.dynamic_slices_after)}"
-        return f"verified {v.entry}: {counts}, max abs err {_fmt_err(v.max_abs_err)}{interps}"
+        return f"verified {v.entry}: {counts}, max abs err {_fmt_err(v.max_abs_err)}{interps}{_footprint(v)}"
     name = v.entry or "(no entry)"
     if v.status == "unverified":
         return f"unverified {name}: {v.message}"
     return f"{v.status} {name}: {v.message}{interps}"
+
+
+def _footprint(v: Verdict) -> str:
+    """``, on-chip per step: 8.0 MiB → 288 KiB`` (and whether a side is over its backend's default
+    limit), or "" when not counted."""
+    fp = v.footprint or {}
+    if fp.get("before_bytes") is None or fp.get("after_bytes") is None:
+        return ""
+    return (f", on-chip per step: {format_bytes(fp['before_bytes'])} → {format_bytes(fp['after_bytes'])}"
+            f"{short_limit_note(v.details.get('footprint_limit'))}")
 
 
 def _unverified(path: str, seeds: Sequence[int]) -> Verdict:
