@@ -41,6 +41,7 @@ class SpecWriter:
 
     def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
         """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
+        placement = spec.carried_placement(slot.param)
         if spec.index_map is not None and not isinstance(spec.index_map, cst.Lambda):
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
         if spec.index_map is not None and spec.index_exprs is None:
@@ -70,7 +71,7 @@ class SpecWriter:
             self._check_residency(slot, spec, block)
         shape = _tuple_text([size for size, _ in entries])
         index = _tuple_text([idx for _, idx in entries])
-        return f"{self.pl}.BlockSpec({shape}, lambda {', '.join(grid + rest)}: {index})"
+        return f"{self.pl}.BlockSpec({shape}, lambda {', '.join(grid + rest)}: {index}{placement})"
 
     def _dim_entry(self, dims: "_Dims", e: int) -> tuple[str, str]:
         """(block size, block index) of array dim `e` in the new spec."""

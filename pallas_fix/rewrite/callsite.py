@@ -198,11 +198,14 @@ class CallSite:
         node = self.ctx.resolve_value(expr, self.site.call)
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):
             raise CallSiteError(f"the spec of `{slot.param}` is not a pl.BlockSpec(...) call")
-        if any(a.keyword is not None and a.keyword.value in ("memory_space", "pipeline_mode") for a in node.args):
-            raise CallSiteError(f"the BlockSpec of `{slot.param}` sets a memory space or pipeline mode")
+        placement = [a for a in node.args if a.keyword is not None and a.keyword.value in ("memory_space", "pipeline_mode")]
         block = call_arg(node, 0, "block_shape")
         index_map = call_arg(node, 1, "index_map")
         spec = Spec(node, None, index_map)
+        if placement:
+            # Kept as written on a spec that stays (an SMEM table beside a new axis); a spec that
+            # pallas-fix rewrites repeats it, or refuses (Spec.carried_placement).
+            spec.placement = ", ".join(self.ctx.code(a).strip().rstrip(",") for a in placement)
         if block is not None and not is_none(block):
             if self._is_full_shape(block, slot):
                 block = None  # `pl.BlockSpec(x.shape, ...)`: the whole array

@@ -35,9 +35,11 @@ def fit_width(before: str, after: str) -> str:
     old = set(before.splitlines())
     changed = False
     out: list[str] = []
-    for line in lines:
-        text, eol = _strip_eol(line), line[len(_strip_eol(line)):]
-        wrapped = _wrap(text, width, eol or "\n") if len(text) > width and text not in old else None
+    plain = [_strip_eol(line) for line in lines]
+    for n, line in enumerate(lines):
+        text, eol = plain[n], line[len(plain[n]):]
+        long_and_new = len(text) > width and text not in old
+        wrapped = _wrap(text, width, eol or "\n", _hanging_indent(plain, n, "    ")) if long_and_new else None
         if wrapped is None:
             out.append(line)
             continue
@@ -58,14 +60,27 @@ def _strip_eol(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def _wrap(text: str, width: int, eol: str) -> Optional[str]:
+def _hanging_indent(lines: list[str], n: int, default: str) -> str:
+    """How far this file indents inside brackets: line `n`'s indentation past the line that opened
+    its bracket (the nearest line above indented less), so a 2-space file with 4-space
+    continuation lines keeps its style."""
+    text = lines[n]
+    indent = text[: len(text) - len(text.lstrip(" \t"))]
+    for above in reversed(lines[:n]):
+        stripped = above.lstrip(" \t")
+        lead = above[: len(above) - len(stripped)]
+        if stripped.strip() and len(lead) < len(indent) and indent.startswith(lead):
+            return indent[len(lead):]
+    return default
+
+
+def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
     """The line as an opening bracket, one element per line and the closing bracket; None when it
     is not a bracketed list or call pallas-fix can split."""
     m = _LINE.match(text)
     if m is None or "#" in text:
         return None
     indent, head, body, tail = m["indent"], m["head"], m["body"], m["tail"]
-    unit = "\t" if indent.startswith("\t") else "    "
     try:
         expr = cst.parse_expression(body if body[0] == "[" or not head else head.split("=", 1)[-1].strip() + body)
     except cst.ParserSyntaxError:

@@ -40,6 +40,20 @@ class Spec:
     dims: Optional[list[BlockDim]] = None  # what each entry of `block` means
     index_star: Optional[str] = None  # the lambda's `*args` name: it takes the grid indices past its params
     index_extra: bool = False  # the lambda has defaults, keyword-only or `**` parameters
+    placement: Optional[str] = None  # `memory_space=...` / `pipeline_mode=...` as written, if any
+
+    def carried_placement(self, param: str) -> str:
+        """`, memory_space=pltpu.VMEM` (as written) to repeat on the spec that replaces this one,
+        or "". A blocked VMEM / SMEM spec or a pipeline mode keeps its meaning on a new block;
+        any other space (`pl.ANY`, HBM) hands the kernel the whole array however it is blocked,
+        so pallas-fix refuses to block it."""
+        if self.placement is None:
+            return ""
+        spaces = [part.split("=", 1)[1].strip() for part in self.placement.split(", ") if part.startswith("memory_space")]
+        if any(not space.endswith((".VMEM", ".SMEM")) for space in spaces):
+            raise CallSiteError(f"the BlockSpec of `{param}` sets `{self.placement}`: blocks in that memory space are "
+                                "not copied in per grid step, so pallas-fix cannot block it")
+        return ", " + self.placement
 
     def visible_dims(self) -> list[int]:
         """The array dims the kernel sees (squeezed dims are gone from its view)."""
