@@ -32,6 +32,12 @@ per step, and run what followed the loop on the last step. A trip count that dep
 pl.program_id (causal attention) becomes a full-length axis whose body is guarded by
 `pl.when(k < upper)`.
 
+A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
+ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
+the PF101 form of the same reduction) is lifted the same way with no scratch: the output block is
+the accumulator, resident across the new innermost sequential axis, and what zeroed it before
+the loop runs in `_init`. Inputs stay read-only blocks; a body that writes an input is refused.
+
 What moves keeps its meaning: the statements before the loop that write a ref (through any call,
 analysis.effects) move into `_init` only when nothing that stays depends on their order
 (before_loop.side_effect_statements); the carry is bound as the body binds it (carry_io); and
@@ -53,16 +59,18 @@ from pallas_fix.rewrite import imports
 from pallas_fix.rewrite.before_loop import init_only_statements, side_effect_statements
 from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
 from pallas_fix.rewrite.callsite import CallSite
-from pallas_fix.rewrite.common import check_single_call
+from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.carries import Carry, carry_model, result_bound_names
-from pallas_fix.rewrite.carry_io import body_and_result, result_loads, step_bound_names, step_loads, store, unpack_to_drop
+from pallas_fix.rewrite.carry_io import (
+    body_and_result, body_without_return, result_loads, step_bound_names, step_loads, store, unpack_to_drop,
+)
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.grid_reads import hoist_grid_reads
-from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
+from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.reduction_scopes import WHEN_DEFS, check_reduction_scopes
-from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.scratch import add_params, add_scratch, scratch_spelling
-from pallas_fix.rewrite.statements import capture, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
+from pallas_fix.rewrite.statements import body_statements, capture, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
 from pallas_fix.rewrite.syntax import code, paren_text
 
 NAME = "lift-reduction"
@@ -79,11 +87,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     blocks = _input_blocks(analysis, region, cs, translate, windows_required)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
-    carry = carry_model(analysis, region, loop, translate)
+    carry = carry_model(analysis, region, loop, translate) if loop.carries else _no_carry(region)
     semantics = "arbitrary" if site.backend is Backend.TPU else "sequential"
     call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics))
     scratch, space = scratch_spelling(ctx, site.backend)
-    add_scratch(cs, call_edits, [f"{scratch.text}.{space}({code(l.shape)}, {code(l.dtype)})" for l in carry.leaves])
+    if carry.leaves:
+        add_scratch(cs, call_edits, [f"{scratch.text}.{space}({code(l.shape)}, {code(l.dtype)})" for l in carry.leaves])
     edits = call_edits.build()
     for b in blocks:
         for sub, dims in b.subscripts:
@@ -98,9 +107,27 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
-        f" with scratch {', '.join(l.ref for l in carry.leaves)}{region.loop_comments_note()}"
+        f"{' with scratch ' + ', '.join(l.ref for l in carry.leaves) if carry.leaves else ', its outputs resident across it'}"
+        f"{region.loop_comments_note()}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+
+
+def _no_carry(region: LoopRegion) -> Carry:
+    """A loop that accumulates into a resident ref: nothing to keep in scratch between steps. Its
+    (unused) carry parameter must be read nowhere but a final `return`: the inlined body has none."""
+    if region.loop.result_target is not None:
+        raise Refuse("the loop carries nothing, but its result is used")
+    name = region.carry_name
+    if name is not None and isinstance(region.body, cst.FunctionDef):
+        stmts = body_statements(region.body)
+        last = stmts[-1] if stmts else None
+        final = last.body[-1] if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return) else None
+        reads = [n for n in walk(region.body.body) if isinstance(n, cst.Name) and n.value == name
+                 and not (final is not None and n is final.value)]
+        if reads:
+            raise Refuse(f"the loop body reads its carry `{name}`, which the lifted kernel would not have")
+    return Carry([], None)
 
 
 def _check_site(analysis, site, loop: LoopInfo) -> None:
@@ -110,7 +137,7 @@ def _check_site(analysis, site, loop: LoopInfo) -> None:
         raise Refuse("Triton runs grid axes as independent programs, so a reduction cannot live on a grid axis")
     if site.backend is Backend.UNKNOWN:
         raise Refuse("the backend is unknown (no compiler_params or backend import); name it with --backend tpu|mosaic-gpu")
-    if loop.kind != "fori_loop":
+    if loop.kind != "fori_loop" and loop.carries:
         raise Refuse("only lax.fori_loop reductions are lifted (pl.loop with init_carry is not yet)")
     if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
         raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
@@ -129,9 +156,10 @@ def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate, require
     blocks: list[RefBlock] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
-            if group.written:
-                raise Refuse(f"the loop body writes `{ref}`; only the carry may change between iterations")
-            continue
+            if group.written and slot.kind not in ("out", "scratch"):
+                raise Refuse(f"the loop body writes the {slot.kind} `{ref}`; only the carry, outputs and scratch may "
+                             "change between iterations")
+            continue  # an output (or scratch) the new axis does not move: resident across its steps
         if slot.kind == "out":
             raise Refuse(f"the output `{ref}` is sliced by the loop index, so its block could not stay resident")
         if slot.kind != "in":
@@ -212,7 +240,10 @@ def _replace_loop(step: _Step, need_index: bool, effects: list, body_holder: dic
     index = region.loop.index_name
 
     def replace(updated: cst.CSTNode):
-        stmts, result = body_and_result(region.updated_body(body_holder, updated), drop_unpack=unpack is not None)
+        if carry.leaves:
+            stmts, result = body_and_result(region.updated_body(body_holder, updated), drop_unpack=unpack is not None)
+        else:
+            stmts, result = body_without_return(region.updated_body(body_holder, updated)), None
         out: list[cst.BaseStatement] = []
         step_id = pid
         if need_index:
@@ -221,7 +252,7 @@ def _replace_loop(step: _Step, need_index: bool, effects: list, body_holder: dic
                 step_id = index
         init_body = list(effects) + [stmt(f"{l.ref}[...] = {code(l.init)}") for l in carry.leaves]
         out.append(when_def(step.pl, f"{step_id} == 0", "_init", init_body))
-        body = step_loads(region, carry, unpack) + stmts + store(result, carry)
+        body = step_loads(region, carry, unpack) + stmts + store(result, carry) if carry.leaves else stmts
         if step.guard is not None:
             out.append(when_def(step.pl, f"{index} < {step.guard}", "_step", body))
         else:
@@ -262,7 +293,26 @@ def _finish_kernel(step: _Step, after: list):
     return finish
 
 
+def _planner(analysis) -> dict:
+    """Loops that carry a value, and loops that carry nothing but accumulate into a ref every
+    iteration writes at the same place (`o_ref[...] += x_ref[:, pl.ds(k * bk, bk)] @ ...`): both
+    are reductions. Other carry-less loops are lift-loop's (R1) alone."""
+    groups = [(loop, uses) for loop, uses in uses_by_loop(analysis) if loop.carries or _accumulates(analysis, loop, uses)]
+    return per_use(groups, lambda loop, uses: attempt(NAME, _plan, analysis, loop, uses))
+
+
+def _accumulates(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
+    site = uses[0].kernel_site
+    if site is None or site.kernel is None:
+        return False
+    try:
+        region = loop_region(analysis, site, loop, reduction=True)
+        return any(g.written and not g.lifted for g in ref_accesses(analysis, region, loop).values())
+    except Refuse:
+        return False
+
+
 RECIPE = Recipe(
-    NAME, frozenset({"PF102"}), loop_planner(NAME, _plan, carries=True), command="LiftReduction",
-    description="Lift fori_loop reductions into sequential grid axes with scratch carries (R2, PF102).",
+    NAME, frozenset({"PF101", "PF102"}), _planner, command="LiftReduction",
+    description="Lift reductions (a carried value, or accumulation into a resident output) into sequential grid axes (R2).",
 )

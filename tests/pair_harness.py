@@ -415,7 +415,7 @@ FAMILIES: dict[str, Family] = {
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",)),
         Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",)),
-        Family("lift_reduction", "lift-reduction", frozenset({"PF102"}), "LiftReduction", unsafe=True,
+        Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",)),
         Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
                unsafe_pairs=frozenset({"nested", "partial"}), refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,

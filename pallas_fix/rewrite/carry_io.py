@@ -72,6 +72,22 @@ def body_and_result(body: cst.CSTNode, drop_unpack: bool) -> tuple[list[cst.Base
     return rest, ret.value
 
 
+def body_without_return(body: cst.CSTNode) -> list[cst.BaseStatement]:
+    """The updated body of a loop that carries nothing: its statements, less a final `return`
+    of the (unused) carry or of None."""
+    if isinstance(body, cst.Lambda):
+        raise Refuse("a lambda body carries its value; it has no statements to run on each step")
+    assert isinstance(body, cst.FunctionDef)
+    stmts = body_statements(body)
+    last = stmts[-1] if stmts else None
+    if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return):
+        ret = last.body[-1]
+        if ret.value is not None and not isinstance(ret.value, cst.Name):
+            raise Refuse("the loop body returns a computed value, although the loop carries nothing")
+        return stmts[:-1] if len(last.body) == 1 else stmts[:-1] + [last.with_changes(body=last.body[:-1])]
+    return stmts
+
+
 def store(result: cst.BaseExpression, carry: Carry) -> list[cst.BaseStatement]:
     """`acc_ref[...] = result`, leaf by leaf for a tuple carry."""
     leaves = carry.leaves

@@ -11,8 +11,9 @@ with one element per line and a trailing comma, the way black and ruff format it
         pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
     ],
 
-The width is the longest line of the text before the rewrite, at least 79. A line is only
-rewritten when the module's AST stays exactly the same, so this never changes what runs.
+The width is the longest code line (comment-only lines aside) of the text before the rewrite, at
+least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
+changes what runs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<head>(?:[A-Za-z_][\w.]*\s*=\s*)?[^\s
 def fit_width(before: str, after: str) -> str:
     """`after` with each line longer than `before`'s width, and not in `before`, broken up."""
     lines = after.splitlines(keepends=True)
-    width = max([MIN_WIDTH, *(len(_strip_eol(line)) for line in before.splitlines())])
+    # Comment-only lines (license headers, long notes) do not set the width the code keeps.
+    width = max([MIN_WIDTH, *(len(line) for line in before.splitlines() if not line.lstrip().startswith("#"))])
     old = set(before.splitlines())
     changed = False
     out: list[str] = []
