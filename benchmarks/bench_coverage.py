@@ -28,7 +28,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pallas_fix.frontends.service import Options, analyse_file, verify_report  # noqa: E402
+from pallas_fix.frontends.service import Options, analyse_file, rewrite_kernels  # noqa: E402
 
 BLIND = ROOT / "tests" / "fixtures" / "blind"
 _LABEL = re.compile(r"^#\s*label:\s*(fix|either|refuse)\b", re.M)
@@ -82,12 +82,20 @@ def measure(path: Path, verify: bool, opts: Options) -> Row:
         row.error = report.error
         return row
     row.findings = len(report.findings)
+    row.refusals = [f.refusal for f in report.remaining if f.refusal and not f.fixable]
+    if verify:
+        # What plain `--apply` writes: each kernel's rewrite verified on the file's example,
+        # accepted whatever its safety class once verified (rewrite_kernels, per kernel).
+        rewrite, problem = rewrite_kernels(report, opts, gpu=report.gpu_interpret)
+        accepted = rewrite.accepted() if rewrite is not None and not rewrite.error else []
+        row.proposed = bool(accepted)
+        row.fixed = max(0, len(report.findings) - len(rewrite.remaining)) if accepted else 0
+        statuses = [v.status for k in (rewrite.kernels if rewrite else []) for v in k.verdicts]
+        failed = [k.status for k in (rewrite.kernels if rewrite else []) if k.status == "failed"]
+        row.verdicts = statuses + failed or [f"example problem: {problem}" if problem else "no example"]
+        return row
     row.proposed = report.proposed is not None
     row.fixed = max(0, len(report.findings) - len(report.remaining)) if row.proposed else 0
-    row.refusals = [f.refusal for f in report.remaining if f.refusal and not f.fixable]
-    if verify and row.proposed:
-        verdicts, problem = verify_report(report, opts, gpu=False)
-        row.verdicts = [v.status for v in verdicts or []] or [f"example problem: {problem}" if problem else "no example"]
     return row
 
 
@@ -127,7 +135,8 @@ def main() -> None:
     ap.add_argument("--held-out-only", action="store_true", help="only the blind corpus's held-out files")
     ap.add_argument("--backend", default=None, help="override backend detection (e.g. tpu)")
     args = ap.parse_args()
-    # Plain --apply's policy today: safe fixes only. --unsafe-fixes is the explicit opt-in.
+    # Without --verify: the safe fixes plain --apply writes unverified. With it: what plain --apply
+    # writes when the file's example verifies each kernel's rewrite (verified unsafe fixes too).
     opts = Options(verify=args.verify, backend=args.backend)
     if args.corpus in ("blind", "both"):
         summarise("blind corpus", [measure(p, args.verify, opts) for p in blind_files(args.held_out_only)], args.verify)
