@@ -14,6 +14,7 @@ from pallas_fix.codemods import (
     lift_loop,
     lift_reduction,
     program_id_blocks,
+    scalar_prefetch,
     scalar_start,
     static_unroll,
     traced_constant,
@@ -26,6 +27,7 @@ PLANNERS: list[Recipe] = [
     scalar_start.RECIPE,
     traced_constant.RECIPE,
     lift_reduction.RECIPE,
+    scalar_prefetch.RECIPE,
     grid_to_loop.RECIPE,
     static_unroll.RECIPE,
 ]

@@ -151,6 +151,11 @@ def plan_without_windows(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixP
     return _plan(analysis, loop, uses, windows_required=False)
 
 
+def is_reduction(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
+    """The loops R2's planner takes (the rest are R1's): a carry, or an output accumulated in place."""
+    return loop.carries or _accumulates(analysis, loop, uses)
+
+
 def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: bool = True) -> list[RefBlock]:
     """The inputs the loop index slices, as blocks along the new axis; outputs stay resident."""
     blocks: list[RefBlock] = []

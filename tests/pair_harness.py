@@ -2,7 +2,7 @@
 
 The fixtures of each codemod live in tests/fixtures/codemods/<codemod module>/ (the file name of
 its recipe in codemods/: lift_loop/, program_id_blocks/, lift_reduction/, traced_constant/,
-scalar_start/, static_unroll/, grid_to_loop/); `FAMILIES` says how each folder is run
+scalar_start/, static_unroll/, grid_to_loop/, scalar_prefetch/); `FAMILIES` says how each folder is run
 (target, unsafe fixes, refusal style, ...), and tests/test_codemod_pairs.py runs every check that
 applies to every pair and refusal. A fixture folder holds
 
@@ -359,6 +359,7 @@ class Family:
     libcst_refusal: bool = False  # ... and it must leave the first refusal alone
     cli_select: Optional[str] = None  # `pallas-fix --apply --no-verify --select X` must agree
     applied_within: Optional[frozenset] = None  # every applied plan is one of these codemods
+    tpu_pairs: frozenset = frozenset()  # pairs checked with `--backend tpu` (Config(backend=TPU))
 
     @property
     def path(self) -> Path:
@@ -370,10 +371,12 @@ class Family:
     def refusals(self) -> list[Path]:
         return refusals(self.path)
 
-    def config(self):
+    def config(self, name: str = ""):
         from pallas_fix.core.config import Config
+        from pallas_fix.core.model import Backend
 
-        return Config(target=self.target) if self.target else Config()
+        backend = Backend.TPU if name in self.tpu_pairs else None
+        return Config(target=self.target or "default", backend=backend)
 
     def needs_unsafe(self, name: str) -> bool:
         return self.unsafe or name in self.unsafe_pairs
@@ -382,12 +385,12 @@ class Family:
         """The keyword arguments of `fix_source` the family's tests have always used."""
         out: dict = {}
         if self.only:
-            out["config"] = self.config()
+            out["config"] = self.config(name)
             out["codemods"] = {self.codemod}
             out["unsafe"] = self.needs_unsafe(name) if unsafe is None else unsafe
             return out
-        if self.target:
-            out["config"] = self.config()
+        if self.target or name in self.tpu_pairs:
+            out["config"] = self.config(name)
         if unsafe if unsafe is not None else self.needs_unsafe(name):
             out["unsafe"] = True
         return out
@@ -430,6 +433,8 @@ FAMILIES: dict[str, Family] = {
         Family("grid_to_loop", "grid-to-loop", frozenset({"PF201", "PF103"}), "GridToLoop", target="gpu-interpret",
                oracle=None, min_pairs=3, min_refusals=2, real_refusals=False, gpu_interpret=True,
                libcst_pairs=("grid_loop",), applied_within=_GPU_CODEMODS),
+        Family("scalar_prefetch", "scalar-prefetch", frozenset({"PF105"}), "ScalarPrefetch", unsafe=True,
+               min_pairs=4, min_refusals=13, libcst_pairs=("map_gather", "loop_gather"), tpu_pairs=frozenset({"seed_gather"})),
     )
 }
 

@@ -1,7 +1,7 @@
 """Every codemod's golden pairs and refusals, one parametrised test per kind of check.
 
 Fixtures: tests/fixtures/codemods/<codemod module>/ (lift_loop/, program_id_blocks/,
-lift_reduction/, traced_constant/, scalar_start/, static_unroll/, grid_to_loop/), found by
+lift_reduction/, traced_constant/, scalar_start/, static_unroll/, grid_to_loop/, scalar_prefetch/), found by
 globbing: every `<name>_before.py` with its `<name>_after.py`, and every `refuse_*.py`
 (conventions in tests/pair_harness.py). How a folder is run (`--target gpu-interpret`, unsafe
 fixes, the codemod alone, refusal style, which jaxpr check, ...) is its row in
@@ -105,7 +105,7 @@ def test_fixture_folder_is_complete(folder):
 @pytest.mark.parametrize("pair", PAIR_PARAMS)
 def test_pair_exercises_its_codemod(pair):
     fam = H.family_of(pair)
-    analysis = analyze_source(pair.before_source, str(pair.before), fam.config())
+    analysis = analyze_source(pair.before_source, str(pair.before), fam.config(pair.name))
     codes = {f.code for f in analysis.findings}
     assert codes & fam.codes, codes
     assert fam.codemod in {p.codemod for p in analysis.plans}, [p.codemod for p in analysis.plans]

@@ -245,3 +245,137 @@ def test_int32_cast_is_the_conversion_the_hlo_interpreter_applies():
     assert firsts[list(starts).index(np.float32(3.7))] == 3
     assert firsts[list(starts).index(np.float32(-0.5))] == 0
     assert firsts[list(starts).index(np.float32(100.5))] == n - w
+
+
+# =========================================================================== R6: scalar prefetch (PF105)
+# The golden pairs and refusals are tests/fixtures/codemods/scalar_prefetch/ (run by
+# tests/test_codemod_pairs.py); these are the checks only R6 has.
+
+SEED = H.REPO / "tests" / "fixtures" / "gpu_interpret_policy" / "seed_gather.py"
+PREFETCH = FIX / "scalar_prefetch"
+
+
+def _tpu(**kw) -> Config:
+    from pallas_fix.core.model import Backend
+
+    return Config(backend=Backend.TPU, **kw)
+
+
+def test_scalar_prefetch_is_unsafe_and_waits_for_verification():
+    before = PREFETCH / "map_gather_before.py"
+    src = before.read_text()
+    (finding,) = [f for f in analyze_source(src, str(before)).findings if f.code == "PF105"]
+    assert finding.fixable and finding.fix_id == "scalar-prefetch" and finding.fix_safety is FixSafety.UNSAFE
+    assert fix_source(src, str(before)).source == src  # not without --unsafe-fixes or a verification
+    assert fix_source(src, str(before), unsafe=True).source == (PREFETCH / "map_gather_after.py").read_text()
+
+
+@pytest.mark.parametrize("name, lift", [
+    ("loop_gather", "lifted the loop over `k`"),
+    ("paged_sum", "lifted the reduction over `j`"),
+    ("paged_sum_in_place", "lifted the reduction over `j`"),
+    ("paged_attention", "lifted the reduction over `p`"),
+])
+def test_scalar_prefetch_lifts_the_loop_and_moves_the_table_in_one_plan(name, lift):
+    """In the loop form the PF105 finding carries the whole fix (R1 or R2, then R6), so R6 alone
+    (the LibCST command, an editor's quick fix) writes the text the rounds of every planner write."""
+    before = PREFETCH / f"{name}_before.py"
+    src = before.read_text()
+    findings = [f for f in analyze_source(src, str(before)).findings if f.code == "PF105"]
+    assert findings and all(f.fix_id == "scalar-prefetch" and lift in f.plan.description for f in findings)
+    alone = fix_source(src, str(before), codemods={"scalar-prefetch"}, unsafe=True)
+    assert alone.rounds == len(findings) and alone.source == (PREFETCH / f"{name}_after.py").read_text()
+
+
+def test_scalar_prefetch_refuses_the_seed_as_a_mosaic_gpu_kernel():
+    """Without --backend tpu the seed is what it says it is, a Mosaic GPU kernel: its start fix
+    applies, and the data-dependent start is refused because Mosaic GPU has no scalar prefetch."""
+    fixed = fix_source(SEED.read_text(), str(SEED), unsafe=True)
+    assert "idx_ref[k]" in fixed.source and "PrefetchScalarGridSpec" not in fixed.source
+    (left,) = [f for f in fixed.remaining if f.code == "PF105"]
+    assert "Mosaic GPU has no scalar prefetch" in left.refusal and "--backend tpu" in left.refusal
+
+
+def test_scalar_prefetch_keeps_a_module_that_runs_gpu_interpret_mode_running_there():
+    """The seed runs `interpret=plgpu.InterpretGPUParams()`, which has no scalar prefetch: with
+    --backend tpu only the start fix applies, and the refusal names `--target compiled`."""
+    fixed = fix_source(SEED.read_text(), str(SEED), _tpu(), unsafe=True)
+    assert "PrefetchScalarGridSpec" not in fixed.source
+    (left,) = [f for f in fixed.remaining if f.code == "PF105"]
+    assert "scalar prefetch" in left.refusal and "GPU interpret mode cannot run" in left.refusal, left.refusal
+    assert "--target compiled" in left.refusal
+
+
+def _seed_for_tpu() -> str:
+    """The seed (one-element-slice start, Mosaic GPU spelling) through --backend tpu --target
+    compiled with unsafe fixes: PF107's scalar start, R1's grid axis, then R6."""
+    fixed = fix_source(SEED.read_text(), str(SEED), _tpu(target="compiled"), unsafe=True)
+    assert fixed.error is None, fixed.error
+    return fixed.source
+
+
+def test_scalar_prefetch_turns_the_seed_into_a_scalar_prefetch_kernel():
+    src = _seed_for_tpu()
+    assert "pltpu.PrefetchScalarGridSpec(" in src and "num_scalar_prefetch=1" in src
+    assert "lambda k, idx_ref: (idx_ref[k], 0)" in src
+    assert "pl.ds(" not in src and "fori_loop" not in src
+    assert "plgpu.CompilerParams" not in src  # empty Mosaic GPU settings go; scalar prefetch is TPU's
+    assert "def gather_kernel(idx_ref, x_ref, o_ref):" in src and ")(idx, x)" in src
+
+
+@pytest.mark.interp
+def test_scalar_prefetch_seed_has_no_dynamic_slice_and_gathers_in_tpu_interpret_mode(tmp_path):
+    from kernel_loading import load_module
+
+    import jax.numpy as jnp
+
+    src = _seed_for_tpu().replace("interpret=plgpu.InterpretGPUParams()", "interpret=pltpu.InterpretParams()")
+    assert "interpret=pltpu.InterpretParams()" in src
+    path = tmp_path / "seed_gather_tpu.py"
+    path.write_text(src)
+    (report,) = H.trace_reports(path)
+    assert report.pallas_calls == 1 and report.dynamic_slices() == []
+    x = jnp.arange(64 * 128, dtype=jnp.float32).reshape(64, 128)
+    idx = jnp.array([3, 1, 0, 6], jnp.int32)  # the wrapper reduces it modulo 8 blocks: 3, 1, 0, 6
+    out = load_module(path).gather(x, idx)
+    expected = np.concatenate([np.asarray(x)[b * 8:(b + 1) * 8] * 2.0 for b in (3, 1, 0, 6)])
+    np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+@pytest.mark.interp
+def test_scalar_prefetch_interpreters_run_prefetch_grids_but_index_maps_want_signed_tables():
+    """What R6 relies on, measured: the HLO interpreter and TPU interpret mode both run a
+    PrefetchScalarGridSpec whose index_map reads the table; a block index past the end is clamped
+    by the HLO interpreter (as the original's pl.ds window is) and an IndexError in TPU interpret
+    mode; an index_map must return signed integers, so a uint32 table fails at trace time in both
+    (verification rejects such a rewrite before it is written)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    bs = 8
+
+    def kernel(idx_ref, x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def gather(x, idx, interpret):
+        spec = pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1, grid=(idx.shape[0],),
+            in_specs=[pl.BlockSpec((bs, x.shape[1]), lambda i, idx_ref: (idx_ref[i], 0))],
+            out_specs=pl.BlockSpec((bs, x.shape[1]), lambda i, idx_ref: (i, 0)),
+        )
+        out_shape = jax.ShapeDtypeStruct((idx.shape[0] * bs, x.shape[1]), x.dtype)
+        return pl.pallas_call(kernel, out_shape=out_shape, grid_spec=spec, interpret=interpret)(idx, x)
+
+    x = jnp.arange(64 * 128, dtype=jnp.float32).reshape(64, 128)
+    blocks = np.asarray(x).reshape(8, bs, 128) * 2.0
+    for interpret in (True, pltpu.InterpretParams()):
+        out = np.asarray(gather(x, jnp.array([3, 1, 0, 7], jnp.int32), interpret))
+        np.testing.assert_array_equal(out, blocks[[3, 1, 0, 7]].reshape(-1, 128))
+        with pytest.raises(ValueError, match="must return integer scalars"):
+            gather(x, jnp.array([3, 1, 0, 7], jnp.uint32), interpret)
+    clamped = np.asarray(gather(x, jnp.array([9, 0, 0, 0], jnp.int32), True))
+    np.testing.assert_array_equal(clamped[:bs], blocks[7])
+    with pytest.raises(Exception, match="Out-of-bounds block index"):
+        jax.block_until_ready(gather(x, jnp.array([9, 0, 0, 0], jnp.int32), pltpu.InterpretParams()))

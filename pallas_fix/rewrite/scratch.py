@@ -38,6 +38,8 @@ def add_scratch(cs: CallSite, edits: CallEdits, codes: list[str]) -> None:
 
 def add_params(fn: cst.FunctionDef, names: list[str]) -> cst.FunctionDef:
     """The kernel with ref parameters `names` after its positional ones (scratch refs come last)."""
+    if not names:
+        return fn  # no scratch (R2's accumulate-in-place form): no comma after the last parameter
     params = list(fn.params.params)
     comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     if params:

@@ -10,8 +10,15 @@ Example:
     page = block_table_ref[b, j]
     k = k_ref[pl.ds(page * page_size, page_size), :]   # PF105
 
-Fix: none automatic. On TPU, move the index into scalar prefetch
-(`pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, ...)`) and read it in the index_map.
+Fix (`scalar-prefetch`, R6, unsafe, TPU only): when the start is `table[f(i)] * size` (a table
+entry counting blocks, `pl.multiple_of` of that, or the entry itself for a window of 1), `table`
+an input the kernel only reads one scalar at a time, and `i` a grid index or the index of a loop
+that can become a grid axis, the table moves into scalar prefetch
+(`pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, ...)`, its argument and kernel parameter
+first) and the ref gets a BlockSpec whose index_map reads it (`lambda i, table: (table[i], 0)`).
+Unsafe because the table is data: the rewrite waits for verification on an example (give the
+table a range: `i32[8] in [0, 8)`). Refused on Mosaic GPU and Triton (no scalar prefetch), for a
+table the kernel writes, for overlapping or misaligned windows and for outputs (a scatter).
 """
 
 from __future__ import annotations
