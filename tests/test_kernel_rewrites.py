@@ -101,3 +101,24 @@ def test_cli_apply_reports_per_kernel_and_writes_a_verified_reduction_without_un
     assert re.search(r"^verified matmul: 2 dynamic slices -> 0", err, re.M), err
     assert "lifted the reduction over `k` in `matmul_kernel`" in err
     assert kernels_with_findings(path.read_text()) == set()
+
+
+@pytest.mark.interp
+def test_a_kernel_the_original_cannot_run_is_verified_against_its_start_fixed_text(capsys, tmp_path):
+    seed = Path(__file__).parent / "fixtures" / "kernel_rewrites" / "seed_gather_one_element.py"
+    path = tmp_path / seed.name
+    shutil.copy(seed, path)
+    code = 0
+    try:
+        main(["--apply", "--backend", "tpu", str(path)])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "not verified" in err and "no original output to compare with" in err  # the PF107 step
+    assert re.search(r"^verified gather: 1 dynamic slice -> 0,.*tpu-interpret", err, re.M), err
+    text = path.read_text()
+    assert "pltpu.PrefetchScalarGridSpec(" in text and "lambda k, idx_ref: (idx_ref[k], 0)" in text
+    kernel = text[text.index("def gather_kernel"):text.index("def gather(")]
+    assert "pl.ds(" not in kernel, kernel
+    assert kernels_with_findings(text) == set()

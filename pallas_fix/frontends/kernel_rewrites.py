@@ -7,7 +7,10 @@ The policy (README, "What --apply writes"):
 - a kernel no example reaches (or a file with no example) gets only its safe fixes (unsafe ones
   too with --unsafe-fixes), marked "not verified"; --require-verified refuses those;
 - a kernel whose rewrite fails verification keeps its original text, and the other kernels of the
-  file still get theirs.
+  file still get theirs;
+- a kernel the original cannot run at all (a one-element slice as a start: no interpreter accepts
+  it) gets its safe start fix unverified, and the rest of its rewrite is then verified against
+  the start-fixed text, which runs.
 
 Kernels are rewritten in the order of their first plan, each on top of the kernels accepted
 before it, so every verification compares two texts that differ in one kernel only.
@@ -82,8 +85,18 @@ def rewrite_by_kernel(
         if outcome is not None:
             out.kernels.append(outcome)
             out.source = text
+        if outcome is not None and outcome.status == "not verified" and outcome.reason == _NO_REFERENCE:
+            # The original runs in no interpreter (a start none accepts); the safe start fix just
+            # accepted makes it run. What is left (a lift) is verified against that text.
+            again, text = _one_kernel(out.source, path, config, kernel, verifier, allow_unsafe, require_verified, unverified_why)
+            if again is not None and again.status == "verified":
+                out.kernels.append(again)
+                out.source = text
     out.remaining = analyze_source(out.source, path, config).findings
     return out
+
+
+_NO_REFERENCE = "its examples had no original output to compare with"
 
 
 def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_verified, no_verifier_why):
@@ -101,7 +114,7 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         if any(v.ok and reached(v, kernel) for v in verdicts):
             return KernelRewrite(kernel, "verified", tuple(candidate.applied), verdicts), candidate.source
         ran = any(reached(v, kernel) for v in verdicts)
-        unverified_why = "its examples had no original output to compare with" if ran else "no example reaches this kernel"
+        unverified_why = _NO_REFERENCE if ran else "no example reaches this kernel"
     else:
         verdicts, unverified_why = (), no_verifier_why
     fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
