@@ -153,8 +153,12 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
 # -- --target gpu-interpret -------------------------------------------------------------------------
 def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
     """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
+    return _counts(kernel_findings(analyze(source, path, config)))
+
+
+def _counts(findings: list[Finding]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for f in kernel_findings(analyze(source, path, config)):
+    for f in findings:
         counts[f.code] = counts.get(f.code, 0) + 1
     return counts
 
@@ -165,7 +169,7 @@ def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Ou
     interpreter the original ran in."""
     if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
         return outcomes
-    before = hazard_counts(analysis.source, analysis.path, analysis.config)
+    before = _counts(kernel_findings(analysis))  # what hazard_counts of the same text gives
     verdicts: dict[int, Outcome] = {}
     screened: dict[Anchor, list[Outcome]] = {}
     for key, items in outcomes.items():

@@ -6,12 +6,16 @@ import weakref
 from typing import Iterator, Optional, Union
 
 import libcst as cst
-from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
 
 from pallas_fix.core.model import Span
 from pallas_fix.core.names import ImportTable
+from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, child_nodes, index_tree, positions
+from pallas_fix.analysis.tree_index import is_statement as _is_statement
+
+__all__ = ["CONDITIONAL_FIELDS", "ModuleContext", "Scope", "child_nodes", "own_nodes", "positions", "walk"]
 
 Scope = Union[cst.Module, cst.FunctionDef, cst.Lambda]
+_FunctionDef, _Lambda = cst.FunctionDef, cst.Lambda
 
 
 class ModuleContext:
@@ -21,58 +25,93 @@ class ModuleContext:
         self.module = cst.parse_module(source)
         # `node.children` re-runs LibCST's visitor machinery (rebuilding the node) on every call;
         # walks over a 2,000-line file asked for it hundreds of thousands of times. One pass
-        # records every node's children, in the same (lexical) order, and its parent.
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        # records every node's children, in the same (lexical) order, and its parent; and, by
+        # position in that pre-order, each node's subtree (a walk is a slice of the order), its
+        # parent and its innermost enclosing function or lambda. Internal lookups go by id():
+        # LibCST nodes hash in Python, ints in C, and the context keeps every node alive.
         self.children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
-        _index_tree(self.module, self.parents, self.children)
+        self._order, self._parent, self._scope, self._end, self._by_type = index_tree(self.module, self.children)
+        self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
+        self._pos: dict[int, int] = {id(node): i for i, node in enumerate(self._order)}
         # The same import statements, in the same order, as ImportTable's own visitor pass finds.
         self.imports = ImportTable(_EMPTY_MODULE)
-        for node in self.children:
-            if isinstance(node, cst.Import):
-                self.imports.add_import(node)
-            elif isinstance(node, cst.ImportFrom):
-                self.imports.add_import_from(node)
-        self._positions: Optional[dict] = None
-        self._scope_index: dict[Scope, _ScopeIndex] = {}
+        for node in self.nodes_of(cst.Import, cst.ImportFrom):
+            if type(node) is cst.Import:
+                self.imports.add_import(node)  # type: ignore[arg-type]
+            else:
+                self.imports.add_import_from(node)  # type: ignore[arg-type]
+        self._positions: Optional[LazyPositions] = None
+        self._scope_index: dict[int, _ScopeIndex] = {}
+        self._codes: dict[int, tuple[cst.CSTNode, str]] = {}
         _CONTEXTS.add(self)
 
     # -- structure ------------------------------------------------------------------------------
+    @property
+    def parents(self) -> dict[cst.CSTNode, cst.CSTNode]:
+        """node -> parent for every node but the module (built on first use)."""
+        if self._parents is None:
+            order, parent = self._order, self._parent
+            self._parents = {order[i]: order[p] for i, p in enumerate(parent) if p >= 0}
+        return self._parents
+
+    def nodes_of(self, *types: type) -> list[cst.CSTNode]:
+        """Every node of exactly these classes, in walk (pre-)order."""
+        by_type, order = self._by_type, self._order
+        if len(types) == 1:
+            return [order[i] for i in by_type.get(types[0], ())]
+        return [order[i] for i in sorted(i for t in types for i in by_type.get(t, ()))]
+
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
-        return self.parents.get(node)
+        i = self._pos.get(id(node))
+        if i is None or self._parent[i] < 0:
+            return None
+        return self._order[self._parent[i]]
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        cur = self.parents.get(node)
-        while cur is not None:
-            yield cur
-            cur = self.parents.get(cur)
+        i = self._pos.get(id(node))
+        if i is None:
+            return
+        order, parent = self._order, self._parent
+        i = parent[i]
+        while i >= 0:
+            yield order[i]
+            i = parent[i]
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The innermost function (or lambda, or the module) whose body holds `node`."""
-        for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-                return anc
-        return self.module
+        i = self._pos.get(id(node))
+        if i is None or self._scope[i] < 0:
+            return self.module
+        return self._order[self._scope[i]]  # type: ignore[return-value]
 
     def enclosing_function(self, node: cst.CSTNode) -> Optional[cst.FunctionDef]:
-        for anc in self.ancestors(node):
-            if isinstance(anc, cst.FunctionDef):
-                return anc
-        return None
+        i = self._pos.get(id(node))
+        if i is None:
+            return None
+        order, scope = self._order, self._scope
+        i = scope[i]
+        while i >= 0 and type(order[i]) is not _FunctionDef:
+            i = scope[i]
+        return order[i] if i >= 0 else None  # type: ignore[return-value]
 
     def statement_of(self, node: cst.CSTNode) -> Optional[cst.BaseStatement]:
         """The statement (simple line or compound) that holds `node`."""
-        cur: Optional[cst.CSTNode] = node
-        while cur is not None:
-            if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                return cur
-            cur = self.parents.get(cur)
+        if _is_statement(type(node)):
+            return node  # type: ignore[return-value]
+        for anc in self.ancestors(node):
+            if _is_statement(type(anc)):
+                return anc  # type: ignore[return-value]
         return None
 
     def scope_chain(self, node: cst.CSTNode) -> list[Scope]:
         chain: list[Scope] = []
-        for anc in self.ancestors(node):
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
-                chain.append(anc)
+        i = self._pos.get(id(node))
+        if i is not None:
+            order, scope = self._order, self._scope
+            i = scope[i]
+            while i >= 0:
+                chain.append(order[i])  # type: ignore[arg-type]
+                i = scope[i]
         chain.append(self.module)
         return chain
 
@@ -85,9 +124,10 @@ class ModuleContext:
         return list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
 
     def _index(self, scope: Scope) -> "_ScopeIndex":
-        index = self._scope_index.get(scope)
+        index = self._scope_index.get(id(scope))
         if index is None:
-            index = self._scope_index[scope] = _ScopeIndex(self.body_statements(scope))
+            index = self._scope_index[id(scope)] = _ScopeIndex(self, self.body_statements(scope))
+            index.scope = scope  # keeps the id unique while the entry lives
         return index
 
     def local_defs(self, scope: Scope) -> dict[str, cst.FunctionDef]:
@@ -97,9 +137,9 @@ class ModuleContext:
     def resolve_def(self, name: str, at: cst.CSTNode) -> Optional[cst.FunctionDef]:
         """The `def name` visible from `at`, innermost scope first."""
         for scope in self.scope_chain(at):
-            defs = self.local_defs(scope)
-            if name in defs:
-                return defs[name]
+            found = self._index(scope).defs.get(name)
+            if found is not None:
+                return found
         return None
 
     def assignments(self, name: str, scope: Scope) -> list[cst.BaseExpression]:
@@ -116,7 +156,7 @@ class ModuleContext:
         while isinstance(expr, cst.Name) and seen < 8:
             seen += 1
             for scope in self.scope_chain(at):
-                values = self.assignments(expr.value, scope)
+                values = self._index(scope).values.get(expr.value)
                 if values:
                     if len(values) != 1 or self._within(at, values[0]):
                         return expr
@@ -128,200 +168,138 @@ class ModuleContext:
         return expr
 
     def _within(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
-        return node is ancestor or any(a is ancestor for a in self.ancestors(node))
+        if node is ancestor:
+            return True
+        i, j = self._pos.get(id(node)), self._pos.get(id(ancestor))
+        return i is not None and j is not None and j < i < self._end[j]
 
     # -- positions ------------------------------------------------------------------------------
     def span(self, node: cst.CSTNode) -> Span:
         if self._positions is None:
-            self._positions = positions(self.module)
-        (line, column), (end_line, end_column) = self._positions[node]
+            self._positions = LazyPositions()
+        (line, column), (end_line, end_column) = self._positions.get(self, node)
         return Span(line, column, end_line, end_column)
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
+        hit = self._codes.get(id(node))
+        if hit is None:
+            hit = self._codes[id(node)] = (node, self.module.code_for_node(node))  # keeps the id unique
+        return hit[1]
 
 
 class _ScopeIndex:
     """Per scope, built on first use: the defs and plain assignments of its own body."""
 
-    def __init__(self, statements: list[cst.CSTNode]) -> None:
+    def __init__(self, ctx: ModuleContext, statements: list[cst.CSTNode]) -> None:
         self.defs: dict[str, cst.FunctionDef] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
+        self.scope: object = None
         for stmt in statements:
-            for node in _walk_same_scope(stmt):
-                if isinstance(node, cst.FunctionDef):
-                    self.defs[node.name.value] = node
-                elif isinstance(node, cst.Assign):
-                    for target in node.targets:
-                        if isinstance(target.target, cst.Name):
-                            self.values.setdefault(target.target.value, []).append(node.value)
-                elif isinstance(node, cst.AnnAssign) and node.value is not None:
-                    if isinstance(node.target, cst.Name):
-                        self.values.setdefault(node.target.value, []).append(node.value)
+            for node in _walk_same_scope(stmt, ctx):
+                kind = type(node)
+                if kind is _FunctionDef:
+                    self.defs[node.name.value] = node  # type: ignore[attr-defined]
+                elif kind is cst.Assign:
+                    for target in node.targets:  # type: ignore[attr-defined]
+                        if type(target.target) is cst.Name:
+                            self.values.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
+                elif kind is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
+                    if type(node.target) is cst.Name:  # type: ignore[attr-defined]
+                        self.values.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
 
 
-# Every live context, so the free functions below can use the children recorded for a node.
-# A node's children never change (LibCST trees are immutable), so any context that saw the node
-# has the right list; nodes no context saw (built by a rewrite) fall back to `node.children`.
+# Every live context, so the free functions below can use the index recorded for a node. A
+# node's children never change (LibCST trees are immutable), so any context that saw the node
+# has the right index; nodes no context saw (built by a rewrite) are walked field by field.
 _CONTEXTS: "weakref.WeakSet[ModuleContext]" = weakref.WeakSet()
+_LAST: list = [lambda: None]  # a weak reference to the context that answered last
 
 
-def _children_map(node: cst.CSTNode) -> dict:
+def _context_of(node: cst.CSTNode) -> Optional[ModuleContext]:
+    key = id(node)
+    last = _LAST[0]()
+    if last is not None and key in last._pos:
+        return last
     try:
         contexts = list(_CONTEXTS)
     except RuntimeError:  # the set changed under another thread's iteration
-        return {}
+        return None
     for ctx in contexts:
-        if node in ctx.children:
-            return ctx.children
-    return {}
+        if key in ctx._pos:
+            _LAST[0] = weakref.ref(ctx)
+            return ctx
+    return None
 
 
-def _walk_same_scope(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def _walk_same_scope(node: cst.CSTNode, ctx: Optional[ModuleContext] = None) -> Iterator[cst.CSTNode]:
     """Pre-order walk that yields nested FunctionDefs but does not enter them (or lambdas)."""
-    return _walk(node, stop_at_scopes=True)
+    ctx = ctx if ctx is not None and id(node) in ctx._pos else _context_of(node)
+    if ctx is None:
+        return _slow_walk(node, stop_at_scopes=True)
+    return _same_scope_slice(ctx, node)
+
+
+def _same_scope_slice(ctx: ModuleContext, node: cst.CSTNode, enter_lambda: bool = True) -> Iterator[cst.CSTNode]:
+    order, end = ctx._order, ctx._end
+    i = ctx._pos[id(node)]
+    stop = end[i]
+    # A function's own body is a new scope too, even when the walk starts at it.
+    if type(node) is _FunctionDef or (type(node) is _Lambda and not enter_lambda):
+        yield node
+        return
+    yield node
+    i += 1
+    while i < stop:
+        cur = order[i]
+        yield cur
+        kind = type(cur)
+        i = end[i] if kind is _FunctionDef or kind is _Lambda else i + 1
+
+
+def own_nodes(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`root` and the nodes below it, pre-order; functions and lambdas (`root` too) are yielded
+    but not entered."""
+    ctx = _context_of(root)
+    if ctx is None:
+        return _slow_walk(root, stop_at_scopes=True, enter_lambda=False)
+    return _same_scope_slice(ctx, root, enter_lambda=False)
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    return _walk(node, stop_at_scopes=False)
+    ctx = _context_of(node)
+    if ctx is None:
+        return _spliced_walk(node)
+    i = ctx._pos[id(node)]
+    return iter(ctx._order[i : ctx._end[i]])
 
 
-def _walk(node: cst.CSTNode, stop_at_scopes: bool) -> Iterator[cst.CSTNode]:
-    known = _children_map(node)
+def _spliced_walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Pre-order walk of a tree no context saw as a whole (a rewrite's result): the subtrees it
+    shares with an analysed tree come from that tree's index."""
+    # Only the context that answered last is asked (a rewrite walks the tree it was planned on):
+    # asking every live context about every node would cost more than it saves.
+    last = _LAST[0]()
+    pos, order, end = (last._pos, last._order, last._end) if last is not None else ({}, [], [])
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        i = pos.get(id(cur))
+        if i is not None:
+            yield from order[i : end[i]]
+            continue
+        yield cur
+        stack.extend(reversed(child_nodes(cur)))
+
+
+def _slow_walk(node: cst.CSTNode, stop_at_scopes: bool, enter_lambda: bool = True) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
         cur = stack.pop()
         yield cur
         # A function's own body is a new scope too, even when the walk starts at it.
-        if stop_at_scopes and (isinstance(cur, cst.FunctionDef) or (isinstance(cur, cst.Lambda) and cur is not node)):
+        if stop_at_scopes and (isinstance(cur, cst.FunctionDef) or (isinstance(cur, cst.Lambda) and (cur is not node or not enter_lambda))):
             continue
-        kids = known.get(cur)
-        stack.extend(reversed(kids if kids is not None else cur.children))
+        stack.extend(reversed(child_nodes(cur)))
 
 
-# -- one pass over the tree -------------------------------------------------------------------------
 _EMPTY_MODULE = cst.Module(body=[])
-# Per node class, the fields LibCST visits, in the order it visits them (= `node.children` order).
-_FIELD_ORDER: dict[type, tuple[str, ...]] = {}
-_IS_NODE: dict[type, bool] = {}
-# Classes whose visit skips a field depending on its value (format_spec only when not None): one
-# instance does not give their order, so they use LibCST's own `children`.
-CONDITIONAL_FIELDS = frozenset({"FormattedStringExpression", "TemplatedStringExpression"})
-
-
-class _FieldRecorder(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.fields: list[str] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return False
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        self.fields.append(attribute)
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-
-def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
-    order = _FIELD_ORDER.get(type(node))
-    if order is None:
-        # LibCST calls on_visit_attribute for every field it visits, present or not (None,
-        # MaybeSentinel, empty sequence), so one instance gives the class's order.
-        recorder = _FieldRecorder()
-        node._visit_and_replace_children(recorder)
-        order = _FIELD_ORDER[type(node)] = tuple(recorder.fields)
-    return order
-
-
-def _is_node(value: object) -> bool:
-    known = _IS_NODE.get(type(value))
-    if known is None:
-        known = _IS_NODE[type(value)] = isinstance(value, cst.CSTNode)
-    return known
-
-
-def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`node.children` without running the visitor machinery."""
-    if type(node).__name__ in CONDITIONAL_FIELDS:
-        return list(node.children)
-    kids: list[cst.CSTNode] = []
-    for name in _field_order(node):
-        value = getattr(node, name)
-        if _is_node(value):
-            kids.append(value)
-        elif isinstance(value, (tuple, list)):
-            kids.extend(v for v in value if _is_node(v))
-    return kids
-
-
-def _index_tree(root: cst.CSTNode, parents: dict, children: dict) -> None:
-    """Parents and children of every node; `children` is filled in pre-order."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        kids = child_nodes(node)
-        children[node] = kids
-        for kid in kids:
-            parents[kid] = node
-        stack.extend(reversed(kids))
-
-
-# -- positions -------------------------------------------------------------------------------------
-class _Computed:
-    __slots__ = ("_computed",)
-
-    def __init__(self) -> None:
-        self._computed: dict = {}
-
-
-class _SyntacticPosition:
-    __slots__ = ("state", "node", "start_node", "end_node", "start")
-
-    def __init__(self, state, node, start_node, end_node) -> None:
-        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
-
-    def __enter__(self) -> None:
-        self.start = (self.state.line, self.state.column)
-
-    def __exit__(self, *exc) -> bool:
-        state = self.state
-        computed = state.provider._computed
-        start = computed[self.start_node][0] if self.start_node is not None else self.start
-        end = computed[self.end_node][1] if self.end_node is not None else (state.line, state.column)
-        computed[self.node] = (start, end)
-        return False
-
-
-class _PositionState(PositionProvidingCodegenState):
-    """LibCST's PositionProvider codegen state with plain tuples and no generator-based context
-    managers: the same numbers, several times faster (it runs once per node of the module)."""
-
-    def _update_position(self, value: str) -> None:
-        if "\n" not in value and "\r" not in value:
-            self.column += len(value)
-            return
-        segments = NEWLINE_RE.split(value)
-        self.line += len(segments) - 1
-        self.column = len(segments[-1])
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        self._stack.append((self.line, self.column))
-
-    def after_codegen(self, node: cst.CSTNode) -> None:
-        start = self._stack.pop()
-        computed = self.provider._computed
-        if node not in computed:
-            computed[node] = (start, (self.line, self.column))
-
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
-        return _SyntacticPosition(self, node, start_node, end_node)
-
-
-def positions(module: cst.Module) -> dict[cst.CSTNode, tuple[tuple[int, int], tuple[int, int]]]:
-    """((line, column), (end_line, end_column)) per node, as libcst's PositionProvider gives them
-    (1-based lines, 0-based columns, whitespace that is not syntactically significant left out)."""
-    holder = _Computed()
-    state = _PositionState(default_indent=module.default_indent, default_newline=module.default_newline, provider=holder)
-    module._codegen(state)
-    return holder._computed

@@ -15,7 +15,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.accesses import index_uses
-from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
 from pallas_fix.analysis.loops import find_loops
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.analysis.roles import Params, bind_args, kernel_params, role_params, unknown_params
@@ -85,21 +85,17 @@ class _Walker:
             self.result.reached[fn].append(self.site)
         self.result.envs.setdefault(fn, env)
         try:
-            stack: list[cst.CSTNode] = [fn.body]
             nested: list[cst.FunctionDef] = []
-            while stack:
-                node = stack.pop()
-                if isinstance(node, cst.FunctionDef):
-                    nested.append(node)
-                    continue
-                if isinstance(node, cst.Lambda):
-                    self.nested_lambda(node, env)
-                    continue
-                if isinstance(node, cst.Subscript):
-                    self.subscript(node, fn, env)
-                if isinstance(node, cst.Call):
-                    self.call(node, env)
-                stack.extend(reversed(node.children))
+            for node in own_nodes(fn.body):
+                kind = type(node)
+                if kind is cst.FunctionDef:
+                    nested.append(node)  # type: ignore[arg-type]
+                elif kind is cst.Lambda:
+                    self.nested_lambda(node, env)  # type: ignore[arg-type]
+                elif kind is cst.Subscript:
+                    self.subscript(node, fn, env)  # type: ignore[arg-type]
+                elif kind is cst.Call:
+                    self.call(node, env)  # type: ignore[arg-type]
             # Nested defs last, loop/when bodies before plain helpers: a helper's parameters come
             # from its call sites, which may sit inside a lambda or a loop body analysed first.
             nested.sort(key=lambda d: 0 if self._role_params(d, env) is not None else 1)

@@ -16,10 +16,8 @@ _PALLAS_CALL_POSITIONAL = ("kernel", "out_shape")
 
 def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None) -> list[KernelSite]:
     sites: list[KernelSite] = []
-    for node in walk(ctx.module):
-        if not isinstance(node, cst.Call):
-            continue
-        if ctx.imports.is_(node.func, N.PALLAS_CALL):
+    for node in ctx.nodes_of(cst.Call):
+        if ctx.imports.is_(node.func, N.PALLAS_CALL):  # type: ignore[attr-defined]
             site = _direct_site(ctx, node)
         elif _is_partial_of_pallas_call(ctx, node):
             site = _decorator_site(ctx, node)
