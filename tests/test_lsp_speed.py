@@ -83,10 +83,10 @@ def test_indexes_match_libcst(name, text, module):
     for node in walk(module):
         count += 1
         assert child_nodes(node) == list(node.children), type(node).__name__
-        assert ctx.children[node] == list(node.children)
-        for kid in ctx.children[node]:
+        assert ctx.kids(node) == list(node.children)
+        for kid in ctx.kids(node):
             assert ctx.parents[kid] is node
-    assert count == len(ctx.children) == len(ctx.parents) + 1
+    assert count == len(ctx._order) == len(ctx.parents) + 1
     slow = ImportTable(module)
     assert (ctx.imports.bindings, ctx.imports.modules) == (slow.bindings, slow.modules)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)

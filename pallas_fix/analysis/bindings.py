@@ -51,8 +51,7 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
             continue
         elif isinstance(node, cst.Lambda):
             continue
-        kids = ctx.children.get(node)  # the recorded children: `node.children` rebuilds them
-        stack.extend(reversed(kids if kids is not None else node.children))
+        stack.extend(reversed(ctx.kids(node)))  # the indexed children: `node.children` rebuilds them
     return out
 
 

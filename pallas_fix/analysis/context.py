@@ -25,12 +25,11 @@ class ModuleContext:
         self.module = cst.parse_module(source)
         # `node.children` re-runs LibCST's visitor machinery (rebuilding the node) on every call;
         # walks over a 2,000-line file asked for it hundreds of thousands of times. One pass
-        # records every node's children, in the same (lexical) order, and its parent; and, by
-        # position in that pre-order, each node's subtree (a walk is a slice of the order), its
-        # parent and its innermost enclosing function or lambda. Internal lookups go by id():
-        # LibCST nodes hash in Python, ints in C, and the context keeps every node alive.
-        self.children: dict[cst.CSTNode, list[cst.CSTNode]] = {}
-        self._order, self._parent, self._scope, self._end, self._by_type = index_tree(self.module, self.children)
+        # records, by position in the pre-order, each node's subtree (a walk is a slice of the
+        # order, children are its direct sub-slices), its parent and its innermost enclosing
+        # function or lambda. Lookups go by id(): LibCST nodes hash in Python, ints in C, and
+        # the context keeps every node alive.
+        self._order, self._parent, self._scope, self._end, self._by_type = index_tree(self.module)
         self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
         self._pos: dict[int, int] = {id(node): i for i, node in enumerate(self._order)}
         # The same import statements, in the same order, as ImportTable's own visitor pass finds.
@@ -53,6 +52,18 @@ class ModuleContext:
             order, parent = self._order, self._parent
             self._parents = {order[i]: order[p] for i, p in enumerate(parent) if p >= 0}
         return self._parents
+
+    def kids(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """`node.children`, from the index when the node is in this tree."""
+        i = self._pos.get(id(node))
+        if i is None:
+            return child_nodes(node)
+        order, end = self._order, self._end
+        out, j, stop = [], i + 1, end[i]
+        while j < stop:
+            out.append(order[j])
+            j = end[j]
+        return out
 
     def nodes_of(self, *types: type) -> list[cst.CSTNode]:
         """Every node of exactly these classes, in walk (pre-)order."""

@@ -41,8 +41,7 @@ def own_scope_nodes(ctx: ModuleContext, roots: Iterable[cst.CSTNode]) -> Iterato
         yield node
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
             continue
-        kids = ctx.children.get(node)
-        stack.extend(reversed(kids if kids is not None else node.children))
+        stack.extend(reversed(ctx.kids(node)))
 
 
 def comprehension_targets(ctx: ModuleContext, scope: cst.CSTNode) -> Iterator[tuple[str, cst.BaseExpression]]:

@@ -100,16 +100,49 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return fn(node)  # type: ignore[operator]
 
 
-def index_tree(root: cst.CSTNode, children: dict):
-    """One pre-order pass: `children` (filled in pre-order) and, per position in that order, the
-    node, its parent's position, its innermost enclosing function or lambda's position (-1: none)
-    and the end of its subtree; and the positions of each node class."""
+# Per node class, a function that pushes its children onto a stack, last first, and returns
+# how many it pushed: the walk below then pops them in visit order.
+_PUSH: dict[type, object] = {}
+
+
+def _push_function(node: cst.CSTNode):
+    kind = type(node)
+    if kind.__name__ in CONDITIONAL_FIELDS:
+        def fn(n, stack):
+            kids = list(n.children)
+            stack.extend(reversed(kids))
+            return len(kids)
+    else:
+        lines = ["def push(n, stack, _t=type, _tuple=tuple, _list=list, _rev=reversed):", "    k = 0"]
+        for name in reversed(_field_order(node)):
+            lines += [
+                f"    v = n.{name}",
+                "    c = _t(v)",
+                "    if _is_node[c]:",
+                "        stack.append(v)",
+                "        k += 1",
+                "    elif (c is _tuple or c is _list) and v:",
+                "        stack.extend(_rev(v))",
+                "        k += len(v)",
+            ]
+        lines.append("    return k")
+        space: dict = {"_is_node": _IS_NODE}
+        exec("\n".join(lines), space)  # noqa: S102 - field names come from LibCST's own classes
+        fn = space["push"]
+    _PUSH[kind] = fn
+    return fn
+
+
+def index_tree(root: cst.CSTNode):
+    """One pre-order pass: per position in that order, the node, its parent's position, its
+    innermost enclosing function or lambda's position (-1: none) and the end of its subtree; and
+    the positions of each node class. No dict keyed by node: LibCST nodes hash in Python."""
     order: list[cst.CSTNode] = []
     parent: list[int] = []
     scope: list[int] = []
     by_type: dict[type, list[int]] = {}
     stack, parents, scopes = [root], [-1], [-1]
-    kids_of = _KIDS
+    push_of = _PUSH
     while stack:
         node = stack.pop()
         i = len(order)
@@ -118,16 +151,13 @@ def index_tree(root: cst.CSTNode, children: dict):
         s = scopes.pop()
         scope.append(s)
         kind = type(node)
-        kids = (kids_of.get(kind) or _kids_function(node))(node)  # type: ignore[operator]
-        children[node] = kids
+        n = (push_of.get(kind) or _push_function(node))(node, stack)  # type: ignore[operator]
         seen = by_type.get(kind)
         if seen is None:
             by_type[kind] = [i]
         else:
             seen.append(i)
-        if kids:
-            n = len(kids)
-            stack.extend(reversed(kids))
+        if n:
             parents.extend([i] * n)
             scopes.extend([i if kind is _FunctionDef or kind is _Lambda else s] * n)
     end = list(range(1, len(order) + 1))
