@@ -9,8 +9,9 @@ interpreter it picks, dynamic-slice counting, comparison).
 
 With ``--synthesise`` the full run starts from the pair's text without its example comments and
 includes finding the example (:func:`collect_examples` with ``synthesise=True``: the `__main__`
-calls and calls built from the code, probed in a worker; an empty cache each round), as plain
-``pallas-fix`` does on a file nobody annotated.
+calls and calls built from the code, which the verification worker tries before verifying with
+the first one the original runs on; an empty cache each round), as plain ``pallas-fix`` does on a
+file nobody annotated.
 
 Both are measured two ways, and both are reported:
 * with process start-up: wall time of a fresh ``python`` process doing the work (baseline: a child
@@ -112,7 +113,9 @@ def _full(pair: str, synthesise: bool):
     verdicts = verify_sources(src_b, src_a, examples, path=str(FIX / before))
     wall = time.perf_counter() - t0
     assert all(v.status == "verified" for v in verdicts), [v.message for v in verdicts]
-    print(f"  examples found in {t_examples:.2f}s: {', '.join(e.canonical() for e in examples)}")
+    found = ", ".join(f"{len(e.candidates)} candidates for {e.entry}" if hasattr(e, "candidates") else e.canonical()
+                      for e in examples)
+    print(f"  examples gathered in {t_examples:.2f}s: {found}")
     return wall, t_examples + sum(v.seconds for v in verdicts), verdicts
 
 

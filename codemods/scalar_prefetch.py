@@ -15,7 +15,10 @@ After:
         out_specs=pl.BlockSpec((BS, d), lambda i, idx_ref: (i, 0))))(idx, x)
 
 Recipe: match a ref whose every access is the window `pl.ds(table[f(g)] * S, S)` (or a
-`pl.multiple_of` of it, or `table[...]` itself for a window of 1), where `table` is an input the
+`pl.multiple_of` of it, or `table[...]` itself for a window of 1; the entry may be read through a
+one-element slice, `table[pl.ds(f(g), 1)].reshape(())`, `table[pl.ds(f(g), 1)][0]` or
+`st = table[pl.ds(f(g), 1)]` used only as `st[0]`, which the plan first spells `table[f(g)]`,
+ahead of any lift that would block the slice), where `table` is an input the
 kernel only reads as scalars and never writes and `f(g)` an integer sum of grid indices; check
 that the backend is TPU (Mosaic GPU and Triton have no scalar prefetch), that the ref is a
 whole-array input and the table read stays inside the table; then move the table into scalar
@@ -55,6 +58,7 @@ from pallas_fix.rewrite.line_width import fit_width
 from pallas_fix.rewrite.operands import CallSiteError
 from pallas_fix.rewrite.prefetch import Gather, check_not_written, check_table, gather_of, table_out_of_range
 from pallas_fix.rewrite.prefetch_call import PrefetchEdits
+from pallas_fix.rewrite.prefetch_spellings import scalar_read_edits
 from pallas_fix.rewrite.ref_access import ref_base
 from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.syntax import code
@@ -99,6 +103,8 @@ def _plan(analysis, uses: list[IndexUse], lifts: Optional[dict] = None) -> FixPl
     _check_backend(site)
     cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
     gather = gather_of(analysis, site, ref, uses, len(cs.grid))
+    if gather.read.spelled:
+        return _after_scalar_reads(analysis, gather, uses, lifts)
     _check_operands(cs, gather)
     check_not_written(analysis, site, ref)
     check_table(analysis, site, gather.table)
@@ -237,16 +243,40 @@ def _lift(analysis, loop, uses: list[IndexUse], lifts: dict) -> tuple[str, str, 
     return lifts[key]
 
 
+def _again(analysis, site, ref: str) -> list[IndexUse]:
+    """The PF105 windows on `ref` in the kernel of `site` (by name) in another analysis."""
+    return [
+        u for u in reported_uses(analysis, "PF105")
+        if u.kernel_site is not None and u.kernel_site.kernel_name == site.kernel_name
+        and ref_base(u.subscript) is not None and ref_base(u.subscript).value == ref
+    ]
+
+
+def _after_scalar_reads(analysis, gather: Gather, uses: list[IndexUse], lifts: Optional[dict]) -> FixPlan:
+    """The table entry is read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`): spell it
+    as the scalar read (rewrite.prefetch_spellings), then plan on that text; one plan does both.
+    It goes before the lifts: a lift would make the table's slice (a loop window too) a block of
+    its own and leave the gather dynamic."""
+    site = uses[0].kernel_site
+    spelled = gather.read.spelled
+    source = apply_edits(analysis.ctx.module, scalar_read_edits(analysis.ctx, spelled))[0].code
+    normalised = analyze(source, analysis.path, analysis.config)
+    again = _again(normalised, site, gather.ref)
+    if not again:
+        raise Refuse(f"reading `{spelled[0].text()}` as a scalar left no data-dependent window on `{gather.ref}`")
+    then = _plan(normalised, again, {} if lifts is not None else None)
+    final = _applied(normalised.ctx.module, then)
+    what = f"read `{code(spelled[0].scalar)}` as the scalar `{spelled[0].text()}`"
+    return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{what}, then {then.description}",
+                   lambda _module: cst.parse_module(final), site=site, before_lifts=True)
+
+
 def _after_lift(analysis, gather: Gather, uses: list[IndexUse], lifts: dict) -> FixPlan:
     """The table index reads a loop index: the loop becomes a grid axis (R1, or R2 for a
     reduction), then the program_id form is planned on the lifted kernel."""
     loop, site = gather.loop, uses[0].kernel_site
     lifted_what, lifted_source, lifted = _lift(analysis, loop, uses, lifts)
-    again = [
-        u for u in reported_uses(lifted, "PF105")
-        if u.kernel_site is not None and u.kernel_site.kernel_name == site.kernel_name
-        and ref_base(u.subscript) is not None and ref_base(u.subscript).value == gather.ref
-    ]
+    again = _again(lifted, site, gather.ref)
     if not again:
         raise Refuse(f"lifting the loop over `{loop.index_name}` left no data-dependent window on `{gather.ref}`")
     try:

@@ -120,7 +120,7 @@ _START_FIXES = ("scalar-start", "traced-constant")
 
 
 def _plan_rank(plan: FixPlan) -> int:
-    return 0 if plan.codemod in _START_FIXES else 1
+    return 0 if plan.codemod in _START_FIXES or plan.before_lifts else 1
 
 
 def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcome]]:

@@ -1,5 +1,5 @@
 """Example synthesis: value ranges in the grammar, entry points, candidates from the code and the
-``__main__`` block, the cache, and (``interp``) the probe that keeps what the original runs on.
+``__main__`` block (the cache and the worker trying the candidates: tests/test_example_candidates.py).
 
 The unit tests read sources with ``ast`` only; every test that could write the cache points
 ``PALLAS_FIX_CACHE_DIR`` at a temp dir.
@@ -13,16 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pallas_fix.core.examples import ArgSpec, Example, ExampleSyntaxError, example_from_json, example_to_json, parse_example
-from pallas_fix.verify import example_cache, synthesised_examples as synth
+from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, example_from_json, example_to_json, parse_example
+from pallas_fix.verify import synthesised_examples as synth
 from pallas_fix.verify.call_facts import ModuleInfo
 from pallas_fix.verify.entry_points import entry_points
-from pallas_fix.verify.example_probe import ProbeResult
-from pallas_fix.verify.example_sources import collect_examples
 from pallas_fix.verify.example_synthesis import code_candidates
 from pallas_fix.verify.main_examples import main_examples
 from pallas_fix.verify.module_constants import module_constants
-from pallas_fix.verify.runner import Verdict, format_verdict
 
 FIX = Path(__file__).parent / "fixtures" / "synthesis"
 
@@ -296,124 +293,3 @@ def test_main_calls_come_before_code_candidates_and_each_entry_gets_at_most_four
     assert list(per_entry) == ["scale_rows_small", "scale_rows_large", "scale_rows_bf16"]
     assert all(len(texts) <= synth.MAX_CANDIDATES for texts in per_entry.values())
     assert per_entry["scale_rows_small"][0] == "scale_rows_small(bf16[256, 256], f32[1, 256])"
-
-
-# =========================================================================== cache and sources
-
-
-def _fake_probe(calls: list):
-    def probe(source, path, candidates, *, timeout_s):
-        calls.append([c.text for c in candidates])
-        return ProbeResult(kept=candidates[1:2], outcomes=[{"example": candidates[0].text, "outcome": "error"}])
-    return probe
-
-
-def test_synthesis_probes_once_then_reads_the_cache(monkeypatch, tmp_path):
-    calls: list = []
-    monkeypatch.setattr(synth, "probe_candidates", _fake_probe(calls))
-    source = (FIX / "main_block_matmul.py").read_text()
-    first = synth.synthesise("a/m.py", source)
-    again = synth.synthesise("b/m.py", source)
-    assert len(calls) == 1 and not first.cached and again.cached
-    assert [e.text for e in again.examples] == ["matmul(f32[256, 256], f32[256, 256])"]
-    line = _line_of(FIX / "main_block_matmul.py", "def matmul(")
-    assert again.examples[0].origin == f"synthesised from the code of matmul, b/m.py:{line}"
-    assert list((tmp_path / "cache" / "examples").glob("*.json"))
-    synth.synthesise("m.py", source + "\n# edited\n")
-    assert len(calls) == 2
-
-
-def test_the_cache_key_follows_content_and_jax_version(monkeypatch):
-    key = example_cache.cache_key("x = 1\n")
-    assert example_cache.cache_key("x = 2\n") != key
-    monkeypatch.setattr(example_cache, "jax_version", lambda: "0.0.0")
-    assert example_cache.cache_key("x = 1\n") != key
-
-
-def test_an_unfinished_probe_is_not_cached(monkeypatch):
-    calls: list = []
-
-    def probe(source, path, candidates, *, timeout_s):
-        calls.append(1)
-        return ProbeResult(kept=[], complete=False)
-
-    monkeypatch.setattr(synth, "probe_candidates", probe)
-    source = (FIX / "code_only_gather.py").read_text()
-    synth.synthesise("g.py", source)
-    synth.synthesise("g.py", source)
-    assert len(calls) == 2
-
-
-def test_collect_examples_synthesises_last_and_only_when_asked(monkeypatch, tmp_path):
-    calls: list = []
-    monkeypatch.setattr(synth, "probe_candidates", _fake_probe(calls))
-    path = tmp_path / "m.py"
-    path.write_text((FIX / "main_block_matmul.py").read_text())
-    assert collect_examples(path, pyproject=False) == []
-    found = collect_examples(path, pyproject=False, synthesise=True)
-    line = _line_of(path, "def matmul(")
-    assert [e.origin for e in found] == [f"synthesised from the code of matmul, {path}:{line}"]
-    path.write_text("# pallas-fix: example matmul(f32[64, 128], f32[128, 64])\n" + path.read_text())
-    assert [e.origin for e in collect_examples(path, pyproject=False, synthesise=True)] == [f"{path}:1"]
-    assert len(calls) == 1
-
-
-def test_the_verdict_line_says_where_the_example_came_from():
-    v = Verdict(entry="matmul", status="verified", interpreters=["interpret"], dynamic_slices_before=2,
-                dynamic_slices_after=0, max_abs_err=0.0, example="matmul(f32[128, 256], f32[256, 128])",
-                origin="synthesised from the __main__ block, k.py:40")
-    assert format_verdict(v) == ("verified matmul: 2 dynamic slices -> 0, max abs err 0.0 (interpret)"
-                                 " — on matmul(f32[128, 256], f32[256, 128]), synthesised from the __main__ block, k.py:40")
-    v.origin = "k.py:3"
-    assert format_verdict(v).endswith("— on matmul(f32[128, 256], f32[256, 128]), from k.py:3")
-
-
-# =========================================================================== the probe (worker)
-
-
-@pytest.mark.interp
-def test_the_probe_keeps_the_first_candidate_the_original_runs_on():
-    from pallas_fix.verify.example_probe import probe_candidates
-
-    source = (FIX / "main_block_matmul.py").read_text()
-    candidates = [parse_example(t, origin="test") for t in (
-        "matmul(f32[256], f32[256, 128])",  # `m, k = a_ref.shape` fails on a vector
-        "matmul(f32[64, 256], f32[256, 128], bk=128)",
-        "matmul(f32[128, 128], f32[128, 128])",  # never tried: the entry is settled
-    )]
-    result = probe_candidates(source, "m.py", candidates, timeout_s=120)
-    assert result.complete
-    assert [e.text for e in result.kept] == [candidates[1].text]
-    assert [o["outcome"] for o in result.outcomes] == ["error", "ok"]
-
-
-@pytest.mark.interp
-def test_synthesis_finds_an_example_the_original_runs_on_for_every_entry():
-    found = synth.synthesise("w.py", (FIX / "two_wrappers_rownorm.py").read_text())
-    assert [e.entry for e in found.examples] == ["scale_rows_small", "scale_rows_large", "scale_rows_bf16"]
-    gathered = synth.synthesise("g.py", (FIX / "code_only_gather.py").read_text())
-    assert [e.text for e in gathered.examples] == ["gather_blocks(f32[256, 256], i32[8] in [0, 8))"]
-
-
-@pytest.mark.interp
-def test_the_worker_draws_ranged_values_inside_the_range():
-    from pallas_fix.verify.example_calls import Call
-
-    ex = parse_example("f(i32[64] in [2, 5), f32[16] in [-0.5, 0.5))")
-    for seed in range(3):
-        table, floats = Call(ex).inputs(seed)
-        assert table.dtype.name == "int32" and table.min() >= 2 and table.max() <= 4 and len(set(table.tolist())) == 3
-        assert floats.min() >= -0.5 and floats.max() < 0.5
-
-
-@pytest.mark.interp
-def test_verify_without_an_example_comment_says_the_example_was_synthesised(tmp_path, capsys):
-    from pallas_fix.frontends.cli import main
-
-    path = tmp_path / "m.py"
-    path.write_text((FIX / "main_block_matmul.py").read_text())
-    with pytest.raises(SystemExit) as info:
-        main(["verify", "--unsafe-fixes", str(path)])
-    out = capsys.readouterr().out
-    assert info.value.code in (0, None), out
-    assert "— on matmul(f32[64, 256], f32[256, 128], bk=128), synthesised from the __main__ block" in out

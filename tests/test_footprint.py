@@ -19,10 +19,9 @@ from pallas_fix.verify.footprint import (
     entry_bytes,
     footprint_record,
     format_bytes,
-    limit_note,
-    limit_status,
     step_bytes,
 )
+from pallas_fix.verify.footprint_findings import footprint_findings, format_finding
 from pallas_fix.verify.runner import JSON_KEYS, Verdict
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
@@ -146,47 +145,77 @@ def test_format_bytes(n, text):
     assert format_bytes(n) == text
 
 
-def test_limit_note_says_when_the_rewrite_brings_it_under():
-    before = CallLayout("generic", blocks=(_f32(4096, 1024, trivial_window=True),) * 3)  # 48 MiB
-    after = CallLayout("generic", grid=(8,), blocks=(_f32(512, 1024),) * 3)  # 12 MiB
-    note = limit_note(_calls(before), _calls(after))
-    assert note.startswith("the original holds 48 MiB of VMEM per step, over TPU's default scoped VMEM limit"
-                           " of 16 MiB (v4, v5e, v5p; 32 MiB on v6e, v7x")
-    assert "jax 0.12 jax/_src/pallas/mosaic/core.py" in note
-    assert note.endswith("; the rewrite holds 12 MiB, within it")
-    assert limit_note(_calls(after), _calls(after)) is None
-    # the other way round: a rewrite that needs more than the limit is said too
-    worse = limit_note(_calls(after), _calls(before))
-    assert worse.startswith("the rewrite holds 48 MiB of VMEM per step")
-    assert worse.endswith("the original holds 12 MiB, within it")
+def _kernel(name: str, layout: CallLayout, line: int = 0) -> dict:
+    return {"kernel": name, "on_chip": step_bytes(layout).to_json(), "source": {"file": "k.py", "line": line}}
 
 
-def test_limit_note_with_an_explicit_vmem_limit_and_on_mosaic_gpu():
+WHOLE_48 = CallLayout("generic", blocks=(_f32(4096, 1024, trivial_window=True),) * 3)  # 48 MiB
+BLOCKS_12 = CallLayout("generic", grid=(8,), blocks=(_f32(512, 1024),) * 3)  # 12 MiB
+
+
+def test_pf301_says_when_the_rewrite_brings_a_kernel_under_the_limit():
+    [f] = footprint_findings([_kernel("tanh_kernel", WHOLE_48, 30)], [_kernel("tanh_kernel", BLOCKS_12, 31)],
+                             "f(f32[4096, 1024])")
+    assert (f["code"], f["severity"], f["side"], f["kernel"], f["line"]) == ("PF301", "warning", "original", "tanh_kernel", 30)
+    assert (f["before_bytes"], f["after_bytes"], f["limit_bytes"], f["brought_under"]) == (
+        48 * 1024 ** 2, 12 * 1024 ** 2, TPU_SCOPED_VMEM_DEFAULT, True)
+    assert f["message"].startswith("kernel `tanh_kernel` holds 48 MiB of VMEM per grid step on f(f32[4096, 1024]),"
+                                   " over TPU's default scoped VMEM limit of 16 MiB (v4, v5e, v5p; 32 MiB on v6e, v7x")
+    assert "jax 0.12 jax/_src/pallas/mosaic/core.py" in f["message"]
+    assert f["message"].endswith("; the rewrite brings it under: 12 MiB per step")
+    assert format_finding(f).startswith("PF301 warning (original, k.py:30): kernel `tanh_kernel` holds 48 MiB")
+    assert footprint_findings(_calls(BLOCKS_12), _calls(BLOCKS_12), "f") == []
+
+
+def test_pf301_for_a_kernel_the_rewrite_leaves_over_and_for_a_rewrite_that_goes_over():
+    still = CallLayout("generic", grid=(2,), blocks=(_f32(2048, 1024),) * 3)  # 2 x 3 x 8 MiB
+    [f] = footprint_findings(_calls(WHOLE_48), _calls(still), "f")
+    assert not f["brought_under"] and f["after_bytes"] == 48 * 1024 ** 2
+    assert "; the rewrite does not bring it under: 48 MiB per step (smaller blocks would" in f["message"]
+    [worse] = footprint_findings(_calls(BLOCKS_12), _calls(WHOLE_48), "f")
+    assert (worse["side"], worse["before_bytes"], worse["after_bytes"]) == ("rewrite", 12 * 1024 ** 2, 48 * 1024 ** 2)
+    assert worse["message"].startswith("the rewrite of a kernel holds 48 MiB of VMEM per grid step on f, over")
+    assert worse["message"].endswith("; the original holds 12 MiB, within it")
+
+
+def test_pf301_pairs_kernels_by_name_and_counts_each_call():
+    small = CallLayout("generic", blocks=(_f32(8, 128, trivial_window=True),))
+    before = [_kernel("a", small), _kernel("b", WHOLE_48)]
+    after = [_kernel("b", BLOCKS_12), _kernel("c", small), _kernel("a", small)]
+    [f] = footprint_findings(before, after, "f")
+    assert (f["kernel"], f["after_bytes"], f["brought_under"]) == ("b", 12 * 1024 ** 2, True)
+    # unnamed calls pair by position only when both sides make as many
+    [g] = footprint_findings(_calls(small, WHOLE_48), _calls(BLOCKS_12), "f")
+    assert g["after_bytes"] is None and g["message"].endswith("the rewrite's footprint was not counted")
+
+
+def test_pf301_with_an_explicit_vmem_limit_and_on_mosaic_gpu():
     tight = CallLayout("tpu", grid=(2,), blocks=(_f32(8, 128),), vmem_limit_bytes=4096)
-    assert limit_note(_calls(tight), _calls(tight)) == (
-        "the original holds 8.0 KiB of VMEM per step, over the 4.0 KiB its pltpu.CompilerParams(vmem_limit_bytes=...)"
-        " allows; the rewrite holds 8.0 KiB, and is over it too")
+    [f] = footprint_findings(_calls(tight), _calls(tight), "f")
+    assert f["message"] == ("a kernel holds 8.0 KiB of VMEM per grid step on f, over the 4.0 KiB its"
+                            " pltpu.CompilerParams(vmem_limit_bytes=...) allows; the rewrite does not bring it under:"
+                            " 8.0 KiB per step (smaller blocks would, or a larger pltpu.CompilerParams(vmem_limit_bytes=...))")
     gpu_before = CallLayout("mosaic_gpu", blocks=(_f32(256, 256), _f32(256, 256)))  # 512 KiB
     gpu_after = CallLayout("mosaic_gpu", grid=(4, 4), blocks=(_f32(64, 64), _f32(64, 64)))
-    note = limit_note(_calls(gpu_before), _calls(gpu_after))
-    assert note.startswith("the original holds 512 KiB of SMEM per step, over Mosaic GPU's shared memory limit"
-                           " of 227 KiB per block")
-    assert note.endswith("the rewrite holds 32 KiB, within it")
+    [g] = footprint_findings(_calls(gpu_before), _calls(gpu_after), "f")
+    assert g["message"].startswith("a kernel holds 512 KiB of SMEM per grid step on f, over Mosaic GPU's shared"
+                                   " memory limit of 227 KiB per block")
+    assert g["message"].endswith("the rewrite brings it under: 32 KiB per step")
 
 
-def test_verdict_line_and_json_carry_the_footprint():
-    before = CallLayout("generic", blocks=(_f32(4096, 1024, trivial_window=True),) * 3)
-    after = CallLayout("generic", grid=(8,), blocks=(_f32(512, 1024),) * 3)
+def test_verdict_line_and_json_carry_the_footprint_and_its_findings():
+    before, after = _calls(WHOLE_48), _calls(BLOCKS_12)
     v = Verdict(entry="scaled_tanh", status="verified", max_abs_err=0.0, interpreters=["interpret"],
                 dynamic_slices_before=3, dynamic_slices_after=0,
-                footprint=footprint_record(_calls(before), _calls(after)),
-                details={"footprint_limit": limit_status(_calls(before), _calls(after))})
-    assert format_verdict(v) == (
-        "verified scaled_tanh: 3 dynamic slices -> 0, max abs err 0.0 (interpret), on-chip per step: 48 MiB → 12 MiB"
-        " (the original is over TPU's default scoped VMEM limit of 16 MiB; the rewrite is not)")
+                footprint=footprint_record(before, after), findings=footprint_findings(before, after, "f"))
+    line, finding = format_verdict(v).split("\n")
+    assert line == ("verified scaled_tanh: 3 dynamic slices -> 0, max abs err 0.0 (interpret),"
+                    " on-chip per step: 48 MiB → 12 MiB")
+    assert finding.startswith("  PF301 warning (original): a kernel holds 48 MiB of VMEM per grid step on f, over")
     j = v.to_json()
-    assert tuple(j) == JSON_KEYS and JSON_KEYS[-1] == "footprint"
+    assert tuple(j) == JSON_KEYS and JSON_KEYS[-2:] == ("footprint", "findings")
     assert j["footprint"] == {"before_bytes": 3 * 16 * 1024 ** 2, "after_bytes": 3 * 2 * 2 * 1024 ** 2}
+    assert [f["code"] for f in j["findings"]] == ["PF301"]
     json.dumps(j)
     # from the worker's record; none counted -> no footprint on the line
     w = Verdict.from_worker({"entry": "f", "status": "verified", "footprint": {"before_bytes": 8 * 1024 ** 2,
@@ -249,3 +278,95 @@ def test_k_loop_matmul_footprint():
     assert "), on-chip per step: 544 KiB → 176 KiB — on matmul(" in format_verdict(v)
     assert "over" not in v.message
     assert v.to_json()["footprint"] == v.footprint
+
+
+# =========================================================================== PF301 on traced kernels
+
+# A kernel walking row blocks of whole arrays: at f32[4096, 2048] it holds 32 MiB in + 32 MiB
+# out; its rewrite's 1024-row blocks (8 MiB, double-buffered, in and out) still hold 32 MiB.
+STAYS_OVER = '''\
+# pallas-fix: example scale_rows(f32[4096, 2048])
+import jax
+from jax import lax
+from jax.experimental import pallas as pl
+
+
+def kernel(x_ref, o_ref):
+    def body(i, c):
+        o_ref[pl.ds(i * 1024, 1024), :] = x_ref[pl.ds(i * 1024, 1024), :] * 2.0
+        return c
+
+    lax.fori_loop(0, x_ref.shape[0] // 1024, body, 0)
+
+
+def scale_rows(x):
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+'''
+
+
+def _traced_findings(before: str, after: str, tmp_path) -> list[dict]:
+    """PF301 of two module texts at the first one's example, traced (nothing runs)."""
+    from pallas_fix.verify.example_calls import Call
+    from pallas_fix.verify.kernel_survey import pallas_call_infos, trace
+    from pallas_fix.verify.user_modules import load_module, resolve_entry
+
+    (ex,) = collect_examples(tmp_path / "k.py", before, pyproject=False, recorded=False)
+    infos = []
+    for kind, text in (("original", before), ("rewritten", after)):
+        call = Call(ex)
+        fn = resolve_entry(load_module(kind, text, "k.py", str(tmp_path)), ex.entry)
+        infos.append(pallas_call_infos(trace(call.bind(fn), call.shape_structs())))
+    return footprint_findings(*infos, ex.text)
+
+
+def _proposed(source: str) -> str:
+    from pallas_fix.engine import fix_source
+
+    fixed = fix_source(source, "k.py", unsafe=True)
+    assert fixed.changed and not fixed.error, fixed.error
+    return fixed.source
+
+
+@pytest.mark.interp
+def test_pf301_examples_are_reported_on_their_marked_lines(tmp_path):
+    from pallas_fix.rules.registry import RULES
+    from pallas_fix.rules.rule import expected_lines
+
+    rule = RULES["PF301"]
+    assert rule.stage == "verification" and rule.severity == "warning"
+    for example in rule.invalid:
+        found = _traced_findings(example, example, tmp_path)
+        assert [(f["code"], f["line"]) for f in found] == [("PF301", n) for n in expected_lines(example, "PF301")]
+    for example in rule.valid:
+        assert _traced_findings(example, example, tmp_path) == []
+    # the VALID example is what pallas-fix proposes for the INVALID one
+    [f] = _traced_findings(rule.invalid[0], _proposed(rule.invalid[0]), tmp_path)
+    assert f["brought_under"] and (f["before_bytes"], f["after_bytes"]) == (32 * 1024 ** 2, 8 * 1024 ** 2)
+
+
+@pytest.mark.interp
+def test_pf301_for_a_kernel_whose_rewrite_stays_over_the_limit(tmp_path):
+    [f] = _traced_findings(STAYS_OVER, _proposed(STAYS_OVER), tmp_path)
+    assert (f["side"], f["brought_under"]) == ("original", False)
+    assert (f["before_bytes"], f["after_bytes"]) == (64 * 1024 ** 2, 32 * 1024 ** 2)
+    assert "the rewrite does not bring it under: 32 MiB per step" in f["message"]
+
+
+@pytest.mark.interp
+def test_verify_reports_pf301_and_that_the_rewrite_brings_the_kernel_under(tmp_path):
+    from pallas_fix.rules.registry import RULES
+
+    source = RULES["PF301"].invalid[0]
+    examples = collect_examples(tmp_path / "k.py", source, pyproject=False, recorded=False)
+    (v,) = verify_sources(source, _proposed(source), examples, path="k.py", seeds=(0,))
+    assert v.status == "verified", v.message
+    [f] = v.findings
+    assert (f["code"], f["line"], f["brought_under"]) == ("PF301", 16, True)
+    text = format_verdict(v)
+    assert "on-chip per step: 32 MiB → 8.0 MiB" in text
+    assert "\n  PF301 warning (original, k.py:16): kernel `kernel` holds 32 MiB of VMEM per grid step" in text
+    assert text.endswith("the rewrite brings it under: 8.0 MiB per step")
+    assert v.to_json()["findings"] == v.findings

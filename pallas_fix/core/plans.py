@@ -27,6 +27,9 @@ class FixPlan:
     description: str
     rewrite: Callable[[cst.Module], cst.Module]
     site: Optional[KernelSite] = None
+    # Applied with the start fixes, before any lift (engine._plan_rank): R6 when it first reads a
+    # table entry's one-element slice as a scalar, which a lift would otherwise block.
+    before_lifts: bool = False
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pallas_fix.frontends.files import FileError
 from pallas_fix.frontends.kernel_rewrites import KernelRewrite
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.frontends.service import Options, rewrite_kernels, verify_report, write_report
+from pallas_fix.verify.footprint_findings import format_finding
 from pallas_fix.verify.runner import format_verdict
 
 
@@ -66,6 +67,8 @@ def _print_verdicts(report: FileReport, verdicts: list, err, verdict_json: list[
     if untouched:
         names = ", ".join(v.entry for v in untouched)
         err.print(f"verified {names}: outputs equal; the rewrite left their dynamic slices as they were")
+        for finding in (f for v in untouched for f in v.findings):  # PF301: said even where nothing changed
+            err.print("  " + format_finding(finding))
 
 
 def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> str:

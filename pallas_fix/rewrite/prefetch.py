@@ -5,7 +5,9 @@ operand the kernel only reads as scalars and `i` is a grid index, the table can 
 scalar-prefetch operand and the block index can move into `x_ref`'s index_map
 (`lambda i, idx_ref: (idx_ref[i], 0)`), as JAX's paged-attention kernels pick their pages.
 
-`gather_of` finds that window (the same one at every access of the gathered ref) and
+The entry may be read through a one-element slice (`idx_ref[pl.ds(i, 1)].reshape(())`, `[0]`;
+rewrite.prefetch_spellings): the read then says so (`TableRead.spelled`) and R6 spells it as the
+scalar read before the rest. `gather_of` finds that window (the same one at every access of the gathered ref) and
 `check_table` that the table may become a scalar-prefetch operand. A table index that reads a
 loop index (`idx_ref[k]` inside `fori_loop`) is reported as such (`Gather.loop`): the loop must
 become a grid axis first. Everything else is a `Refuse` saying what the user could change.
@@ -27,6 +29,7 @@ from pallas_fix.analysis.windows import hooks_for
 from pallas_fix.core.model import IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks import BlockIndexExpr
+from pallas_fix.rewrite.prefetch_spellings import SpelledRead, one_element_read
 from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.syntax import code, paren_text
 
@@ -38,6 +41,9 @@ class TableRead:
     table: str
     index: list[BlockIndexExpr]
     loop: Optional[LoopInfo] = None
+    # The entry read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`, ...): spelled
+    # as the scalar `t[i]` before the rest is planned (rewrite.prefetch_spellings).
+    spelled: list[SpelledRead] = field(default_factory=list)
 
     def key(self) -> tuple:
         return (self.table, tuple(e.key() for e in self.index))
@@ -79,41 +85,56 @@ class _Loads:
 
     def _atom_key(self, expr: cst.BaseExpression) -> Optional[str]:
         key = self.base.atom_key(expr)
-        if key is not None or not isinstance(expr, cst.Subscript):
+        if key is not None:
             return key
-        base = expr.value
-        if not isinstance(base, cst.Name) or not self.env.value(base).is_ref:
+        spelled = one_element_read(self.env, expr)
+        if spelled is not None:
+            read, problem = self._read(spelled.table, list(spelled.index), expr)
+        elif isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and self.env.value(expr.value).is_ref:
+            read, problem = self._read(expr.value.value, self._scalar_index(expr), expr)
+        else:
             return None
-        read, problem = self._read(base.value, expr)
         if read is None:
             key = f"bad:{len(self.problems)}"
             self.problems[key] = problem or ""
             return key
         for k, seen in self.reads.items():
             if seen.key() == read.key():
+                seen.spelled += [spelled] if spelled is not None else []
                 return k
         key = f"load:{len(self.reads)}"
+        read.spelled = [spelled] if spelled is not None else []
         self.reads[key] = read
         return key
 
-    def _read(self, table: str, sub: cst.Subscript) -> tuple[Optional[TableRead], Optional[str]]:
+    def _scalar_index(self, sub: cst.Subscript) -> Optional[list[cst.BaseExpression]]:
+        """The index expressions of a scalar read `t[e0, e1]`; None when one is a slice."""
+        out = []
+        for el in sub.slice:
+            if not isinstance(el.slice, cst.Index) or self.env.ds_parts(el.slice.value) is not None:
+                return None
+            out.append(el.slice.value)
+        return out
+
+    def _read(self, table: str, indices: Optional[list[cst.BaseExpression]],
+              sub: cst.BaseExpression) -> tuple[Optional[TableRead], Optional[str]]:
         owner = self.env.owner(table)
         if owner is None or owner.scope is not self.site.kernel or table not in owner.params:
             return None, f"`{code(sub)}` does not read one of the kernel's own ref parameters"
+        if indices is None:
+            return None, f"`{code(sub)}` is not a scalar read of `{table}`"
         index: list[BlockIndexExpr] = []
         loop: Optional[LoopInfo] = None
-        for el in sub.slice:
-            if not isinstance(el.slice, cst.Index) or self.env.ds_parts(el.slice.value) is not None:
-                return None, f"`{code(sub)}` is not a scalar read of `{table}`"
-            aff = decompose(el.slice.value, self.base)
+        for value in indices:
+            aff = decompose(value, self.base)
             if aff is None:
-                return None, f"the table index `{code(el.slice.value)}` is not a sum of grid or loop indices"
+                return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
             axes: dict[object, int] = {}
             for key, coeff in aff.terms.items():
                 if not coeff.mult:
                     continue
                 if coeff.factors:
-                    return None, f"the table index `{code(el.slice.value)}` scales an index by `{' * '.join(coeff.factors)}`"
+                    return None, f"the table index `{code(value)}` scales an index by `{' * '.join(coeff.factors)}`"
                 if key.startswith("pid:") and int(key[4:]) < self.ngrid:
                     axes[int(key[4:])] = coeff.mult
                 elif key.startswith("loop:"):
@@ -123,10 +144,10 @@ class _Loads:
                     loop = found
                     axes["loop"] = coeff.mult
                 else:
-                    return None, f"the table index `{code(el.slice.value)}` reads `{code(aff.atoms[key])}`, which no grid axis provides"
+                    return None, f"the table index `{code(value)}` reads `{code(aff.atoms[key])}`, which no grid axis provides"
             offset = _int_const(aff)
             if offset is None:
-                return None, f"the table index `{code(el.slice.value)}` has an offset pallas-fix cannot compute"
+                return None, f"the table index `{code(value)}` has an offset pallas-fix cannot compute"
             index.append(BlockIndexExpr(axes, offset))
         return TableRead(table, index, loop), None
 

@@ -8,6 +8,9 @@ The PF2xx rules are kernel-level: rules/kernel.py produces their findings (a who
 site or a BlockSpec is at fault, not one index), so they claim no index and are not in `ORDER`.
 They fire when the module uses `plgpu.InterpretGPUParams` / `force_gpu_interpret_mode`, or under
 `--target gpu-interpret`. rules/gpu_hazards.py keeps the jax versions each was seen on.
+
+The PF3xx rules are reported by verification, from what it traced on an example call
+(pallas_fix/verify/footprint_findings.py for PF301), with each verdict; they claim no index either.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pallas_fix.rules.pf203_gpu_interpret_tpu_memory_space import RULE as PF203
 from pallas_fix.rules.pf204_gpu_interpret_integer_array_index import RULE as PF204
 from pallas_fix.rules.pf205_gpu_interpret_scalar_prefetch import RULE as PF205
 from pallas_fix.rules.pf206_gpu_interpret_vmap import RULE as PF206
+from pallas_fix.rules.pf301_on_chip_footprint_over_limit import RULE as PF301
 from pallas_fix.rules.rule import Rule
 
 __all__ = ["Rule", "RULES", "ORDER", "classify", "describe", "unknown_codes"]
@@ -37,7 +41,7 @@ __all__ = ["Rule", "RULES", "ORDER", "classify", "describe", "unknown_codes"]
 RULES: dict[str, Rule] = {
     r.code: r
     for r in (PF101, PF102, PF103, PF104, PF105, PF106, PF107, PF108, PF109,
-              PF201, PF202, PF203, PF204, PF205, PF206)
+              PF201, PF202, PF203, PF204, PF205, PF206, PF301)
 }
 
 # PF1xx precedence: the first rule that claims an index gives its code (see above). PF109

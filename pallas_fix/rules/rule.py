@@ -33,6 +33,9 @@ class Rule:
     doc: str
     valid: tuple[str, ...] = ()
     invalid: tuple[str, ...] = ()
+    # "analysis": the engine reports it from the source; "verification": verification reports it
+    # from what it traced on an example (PF3xx), so its examples carry an example directive.
+    stage: str = "analysis"
 
     @property
     def summary(self) -> str:
@@ -51,12 +54,13 @@ Edit = tuple[str, str]  # (old, new) text
 
 
 def make_rule(module_doc: Optional[str], code: str, name: str, check: IndexCheck, *, severity: str = "warning",
-              valid: tuple[str, ...] = (), invalid: tuple[str, ...] = (), fix: tuple[Edit, ...] = ()) -> Rule:
+              valid: tuple[str, ...] = (), invalid: tuple[str, ...] = (), fix: tuple[Edit, ...] = (),
+              stage: str = "analysis") -> Rule:
     """A rule documented by its module's docstring (`__doc__`). `fix` edits the first INVALID
     example into the first VALID one, so that the two show exactly what changes."""
     if fix:
         valid = (fixed(invalid[0], fix),) + valid
-    return Rule(code, name, severity, check, inspect.cleandoc(module_doc or ""), valid, invalid)
+    return Rule(code, name, severity, check, inspect.cleandoc(module_doc or ""), valid, invalid, stage)
 
 
 def claims_origin(origin: Origin, message: Callable[[IndexUse], str]) -> IndexCheck:

@@ -2,9 +2,9 @@
 
 The key is a hash of the file's text, the installed jax version and :data:`SYNTHESIS_VERSION`
 (bumped whenever candidates are built differently), so an edit, a jax upgrade or a new
-pallas-fix all probe again. The directory is ``$PALLAS_FIX_CACHE_DIR``, else
+pallas-fix all try the candidates again. The directory is ``$PALLAS_FIX_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/pallas-fix``, else ``~/.cache/pallas-fix``; ``examples/`` below it. A cache
-that cannot be read or written is no cache: synthesis probes again.
+that cannot be read or written is no cache: verification tries the candidates again.
 """
 
 from __future__ import annotations

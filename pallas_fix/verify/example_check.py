@@ -20,7 +20,8 @@ from pallas_fix.verify import oracle
 from pallas_fix.verify.compare import LeafResult, compare_leaves
 from pallas_fix.verify.example_calls import Call, Runner, output_leaves
 from pallas_fix.verify.failures import NON_SCALAR_START, summarize_exc, user_frame
-from pallas_fix.verify.footprint import footprint_record, limit_note, limit_status
+from pallas_fix.verify.footprint import footprint_record
+from pallas_fix.verify.footprint_findings import footprint_findings
 from pallas_fix.verify.interpret_mode import reset_interpreters
 from pallas_fix.verify.interpreters import HLO, TPU, plan_interpreters
 from pallas_fix.verify.kernel_survey import pallas_call_infos, trace
@@ -53,7 +54,7 @@ def verdict_record(entry: str, seeds: list, *, message: str = "", details: dict)
         "entry": entry, "status": "error", "max_abs_err": None, "max_rel_err": None,
         "seeds": seeds, "interpreters": [], "dynamic_slices_before": None,
         "dynamic_slices_after": None, "seconds": 0.0, "message": message, "footprint": None,
-        "details": details,
+        "findings": [], "details": details,
     }
 
 
@@ -98,8 +99,8 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
 
 
 def _footprint(v: dict, jaxpr_orig, infos: list[dict]) -> None:
-    """``footprint`` (the largest per-step bytes among each side's pallas_calls) and, when a side
-    is over its backend's default on-chip limit, a note saying so."""
+    """``footprint`` (the largest per-step bytes among each side's pallas_calls) and the PF301
+    findings: a kernel over its backend's default on-chip limit on this example."""
     try:
         before = pallas_call_infos(jaxpr_orig) if jaxpr_orig is not None else None
     except Exception as e:
@@ -107,10 +108,7 @@ def _footprint(v: dict, jaxpr_orig, infos: list[dict]) -> None:
         return
     v["details"]["pallas_calls_original"] = before
     v["footprint"] = footprint_record(before, infos)
-    status = limit_status(before, infos)
-    if status is not None:
-        v["details"]["footprint_limit"] = status
-        v["details"]["notes"].append(limit_note(before, infos))
+    v["findings"] = footprint_findings(before, infos, v["details"]["example"])
 
 
 def _trace_error(fn: Callable, structs: list, keep: Optional[list] = None) -> Optional[Exception]:
@@ -137,11 +135,26 @@ class _SeedFailed(Exception):
         self.error = error
 
 
-def _hlo_outputs(fn: Callable, call: Call, seeds: list[int]) -> list:
-    """Per-seed outputs of ``fn`` under the HLO interpreter (raises _SeedFailed)."""
-    runner = Runner(fn, call, True)
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The original, already run under the HLO interpreter on this example (while trying
+    candidates, :mod:`~pallas_fix.verify.candidate_trial`): its call, its jitted function and its
+    outputs per seed, which verification reuses instead of running it again."""
+
+    call: Call
+    runner: Runner
+    outputs: dict  # seed -> output leaves
+
+
+def _hlo_outputs(fn: Callable, call: Call, seeds: list[int], known: Optional[ReferenceRun] = None) -> list:
+    """Per-seed outputs of ``fn`` under the HLO interpreter (raises _SeedFailed); ``known``: the
+    runs of ``fn`` that already happened."""
+    runner = known.runner if known is not None else Runner(fn, call, True)
     outputs = []
     for seed in seeds:
+        if known is not None and seed in known.outputs:
+            outputs.append(known.outputs[seed])
+            continue
         try:
             outputs.append(output_leaves(runner(call.inputs(seed))))
         except Exception as e:
@@ -149,11 +162,12 @@ def _hlo_outputs(fn: Callable, call: Call, seeds: list[int]) -> list:
     return outputs
 
 
-def _reference(call: Call, f_orig: Callable, f_rew: Callable, seeds: list[int]) -> tuple[list, Optional[str]]:
+def _reference(call: Call, f_orig: Callable, f_rew: Callable, seeds: list[int],
+               known: Optional[ReferenceRun] = None) -> tuple[list, Optional[str]]:
     """Per-seed outputs of the original under the HLO interpreter, and None; or, when the original
     cannot run at all (PF107), the rewrite's outputs and why the original cannot run."""
     try:
-        return _hlo_outputs(f_orig, call, seeds), None
+        return _hlo_outputs(f_orig, call, seeds, known), None
     except _SeedFailed as failed:
         original_broken = summarize_exc(failed.error)
         if not NON_SCALAR_START.search(original_broken):
@@ -275,7 +289,7 @@ def _success_message(seeds_run: dict[str, list[int]], original_broken: Optional[
 
 def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: list[int],
            tpu_interpret: Optional[bool], gpu_interpret: bool, max_cores: int,
-           backend_seeds: Optional[int]) -> tuple[str, str]:
+           backend_seeds: Optional[int], known: Optional[ReferenceRun]) -> tuple[str, str]:
     """Fill ``v`` with what was measured; return (status, message without the notes)."""
     details = v["details"]
     infos = _survey(v, call, f_orig, f_rew)
@@ -283,7 +297,7 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
                                          max_cores=max_cores)
     details["notes"] += skip_notes
     ts = time.perf_counter()
-    refs, original_broken = _reference(call, f_orig, f_rew, seeds)
+    refs, original_broken = _reference(call, f_orig, f_rew, seeds, known)
     details["timings"]["reference"] = round(time.perf_counter() - ts, 3)
     seeds_run: dict[str, list[int]] = details.setdefault("seeds_per_interpreter", {})
     failures: list[_Failure] = []
@@ -308,10 +322,13 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
 
 
 def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_interpret: Optional[bool],
-                   gpu_interpret: bool, max_cores: int, backend_seeds: Optional[int] = 1) -> dict:
+                   gpu_interpret: bool, max_cores: int, backend_seeds: Optional[int] = 1,
+                   known: Optional[ReferenceRun] = None) -> dict:
     """Verify one example. The HLO candidate runs every seed; the backend interpreters (TPU / GPU
     interpret mode: races, out-of-bounds blocks, dimension semantics, uninitialised memory, which
-    do not depend on the input values) run the first ``backend_seeds`` seeds (None = all)."""
+    do not depend on the input values) run the first ``backend_seeds`` seeds (None = all).
+    ``known``: the original's runs on this example so far (its reference outputs are not
+    computed again)."""
     t0 = time.perf_counter()
     v = verdict_record(ex.entry, list(seeds),
                        details={"example": ex.text, "timings": {}, "outcomes": {}, "notes": []})
@@ -322,9 +339,10 @@ def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_inte
         status, message = "error", str(e)
     else:
         try:
-            status, message = _check(v, Call(ex, reference=f_orig), f_orig, f_rew, seeds=seeds, tpu_interpret=tpu_interpret,
+            call = known.call if known is not None else Call(ex, reference=f_orig)
+            status, message = _check(v, call, f_orig, f_rew, seeds=seeds, tpu_interpret=tpu_interpret,
                                      gpu_interpret=gpu_interpret, max_cores=max_cores,
-                                     backend_seeds=backend_seeds)
+                                     backend_seeds=backend_seeds, known=known)
             notes = v["details"]["notes"]
             message += ("; " + "; ".join(notes)) if notes else ""
         except _Abort as e:

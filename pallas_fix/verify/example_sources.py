@@ -28,8 +28,9 @@ Sources, first non-empty wins (:func:`collect_examples`):
    (:mod:`pallas_fix.verify.annotation_examples`);
 6. synthesised, when asked (``synthesise=True``; the CLI asks unless ``--no-synthesise``): the
    calls of the module's ``if __name__ == "__main__":`` block and calls built from the code,
-   kept when the original runs on them (:mod:`pallas_fix.verify.synthesised_examples`; this
-   starts a worker process unless the result is cached).
+   kept when the original runs on them (:mod:`pallas_fix.verify.synthesised_examples`): the
+   cached examples, else one :class:`~pallas_fix.verify.example_candidates.ExampleCandidates`
+   per entry, which the verification worker tries before it verifies with the first that runs.
 
 Every example carries its origin (``Example.origin``), which the verdict line repeats.
 
@@ -132,8 +133,8 @@ def collect_examples(
     """Examples for one file, from the first non-empty source in priority order.
 
     ``pyproject=False`` skips ``[tool.pallas-fix.examples]``; ``recorded=False`` skips
-    ``pallas-fix-examples.json``; ``synthesise=True`` adds the last source (it may start a worker
-    process).
+    ``pallas-fix-examples.json``; ``synthesise=True`` adds the last source (nothing runs here:
+    uncached candidates are tried by :func:`~pallas_fix.verify.runner.verify_sources`).
     Raises :class:`ExampleSyntaxError` for a malformed example in the winning source, ConfigError
     for a malformed pyproject.toml or recording.
     """

@@ -14,8 +14,8 @@ For each entry point (:mod:`pallas_fix.verify.entry_points`) the facts about its
 * dtype: a jaxtyping annotation; i32 for integer operands; the module's low-precision float
   when a kernel casts the operand up to f32 (``x_ref[...].astype(jnp.float32)``); else f32.
 
-The variants (row vector or not, low precision or f32, a second size) come best first; the probe
-(:mod:`pallas_fix.verify.example_probe`) keeps the first one the original runs on.
+The variants (row vector or not, low precision or f32, a second size) come best first; the
+verification worker (:mod:`pallas_fix.verify.candidate_trial`) keeps the first one the original runs on.
 """
 
 from __future__ import annotations

@@ -174,15 +174,9 @@ def format_bytes(n: int) -> str:
     raise AssertionError  # pragma: no cover
 
 
-def _worst(calls: Optional[list[dict]]) -> Optional[dict]:
-    """The call furthest over its limit (by how many limits it fills), or None when none is over."""
-    over = [c["on_chip"] for c in calls or () if c.get("on_chip") and c["on_chip"].get("limit_bytes")
-            and c["on_chip"]["by_space"].get(c["on_chip"]["limit_space"], 0) > c["on_chip"]["limit_bytes"]]
-    return max(over, key=lambda o: o["by_space"][o["limit_space"]] / o["limit_bytes"], default=None)
-
-
-def _limited(calls: Optional[list[dict]], space: str) -> int:
-    return max((c["on_chip"]["by_space"].get(space, 0) for c in calls or () if c.get("on_chip")), default=0)
+def over_limit(o: Optional[dict]) -> bool:
+    """Does an ``on_chip`` record hold more in its limited space than its limit allows?"""
+    return bool(o and o.get("limit_bytes") and o["by_space"].get(o["limit_space"], 0) > o["limit_bytes"])
 
 
 def limit_phrase(o: dict) -> str:
@@ -196,48 +190,3 @@ def limit_phrase(o: dict) -> str:
                 " per kernel, jax 0.12 jax/_src/pallas/mosaic/core.py)")
     return (f"Mosaic GPU's shared memory limit of {n} per block (compute capability 9.0 / 10.x, as jax 0.12"
             " jax/experimental/mosaic/gpu/core.py assumes without a device)")
-
-
-def limit_status(before: Optional[list[dict]], after: Optional[list[dict]]) -> Optional[dict]:
-    """When the original (or the rewrite) holds more per step than its backend allows by default:
-    ``{"side", "space", "bytes", "other_bytes", "other_over", "limit": on_chip record}``; else None."""
-    for side, mine, other in (("original", before, after), ("rewrite", after, before)):
-        worst = _worst(mine)
-        if worst is None:
-            continue
-        space = worst["limit_space"]
-        other_worst = _worst(other)
-        return {"side": side, "space": space, "bytes": worst["by_space"][space],
-                "other_bytes": _limited(other, space), "other_over": other_worst is not None, "limit": worst}
-    return None
-
-
-def limit_note(before: Optional[list[dict]], after: Optional[list[dict]]) -> Optional[str]:
-    """The verdict's sentence about the limit (None when neither side is over it): ``the original
-    holds 40 MiB of VMEM per step, over TPU's default scoped VMEM limit of 16 MiB (...); the
-    rewrite holds 1.0 MiB``."""
-    s = limit_status(before, after)
-    if s is None:
-        return None
-    space = s["space"].upper()
-    other = "rewrite" if s["side"] == "original" else "original"
-    tail = "and is over it too" if s["other_over"] else "within it"
-    return (f"the {s['side']} holds {format_bytes(s['bytes'])} of {space} per step, over"
-            f" {limit_phrase(s['limit'])}; the {other} holds {format_bytes(s['other_bytes'])}, {tail}")
-
-
-def short_limit_note(status: Optional[dict]) -> str:
-    """`` (the original is over TPU's default scoped VMEM limit of 16 MiB; the rewrite is not)``
-    for the verdict line; "" without a status."""
-    if not status:
-        return ""
-    o = status["limit"]
-    n = format_bytes(o["limit_bytes"])
-    if o["limit_source"] == "vmem_limit_bytes":
-        what = f"its vmem_limit_bytes of {n}"
-    elif o["limit_space"] == "vmem":
-        what = f"TPU's default scoped VMEM limit of {n}"
-    else:
-        what = f"Mosaic GPU's default shared memory limit of {n}"
-    other = "rewrite" if status["side"] == "original" else "original"
-    return f" (the {status['side']} is over {what}; the {other} {'is too' if status['other_over'] else 'is not'})"

@@ -3,11 +3,13 @@
 The worker traces the rewrite once (nothing runs) and uses this survey to choose the backend
 interpreters (:mod:`pallas_fix.verify.interpreters`); it is also kept in the verdict's details.
 Each pallas_call's ``"on_chip"`` record is the bytes one grid step holds on chip
-(:mod:`pallas_fix.verify.footprint`), or None when its grid mapping could not be read.
+(:mod:`pallas_fix.verify.footprint`), or None when its grid mapping could not be read; its
+``"source"`` is the line that made the call.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from pallas_fix.verify.block_layouts import call_layout
@@ -99,7 +101,24 @@ def _describe_pallas_call(eqn) -> dict:
         "parallel_points": _parallel_points(grid, sem),
         "num_scalar_prefetch": getattr(gm, "num_index_operands", getattr(gm, "num_scalar_prefetch", 0)),
         "on_chip": _on_chip(eqn, backend),
+        "source": _call_site(eqn),
     }
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _call_site(eqn):
+    """``{"file": base name, "line": n}`` of the innermost frame outside jax and pallas-fix (its
+    patched pallas_call) that made the call: the user's ``pl.pallas_call(`` line; or None."""
+    try:
+        from jax._src import source_info_util
+
+        frames = source_info_util.user_frames(eqn.source_info.traceback)
+        frame = next((f for f in frames if not os.path.abspath(f.file_name).startswith(_PACKAGE_DIR)), None)
+    except Exception:  # another jax spells it differently: the finding goes without a line
+        return None
+    return {"file": os.path.basename(frame.file_name), "line": frame.start_line} if frame is not None else None
 
 
 def _on_chip(eqn, backend: str):

@@ -58,8 +58,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from pallas_fix.core.example_values import origin_phrase
-from pallas_fix.core.examples import Example, example_to_json
-from pallas_fix.verify.footprint import format_bytes, short_limit_note
+from pallas_fix.core.examples import example_to_json
+from pallas_fix.verify.example_candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
+                                                  settled_from_cache, store_choices)
+from pallas_fix.verify.footprint import format_bytes
+from pallas_fix.verify.footprint_findings import format_finding
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -77,6 +80,7 @@ JSON_KEYS = (
     "example",  # the call that was run, in the example grammar ("" when none ran)
     "origin",  # where it came from: "--example", "comment", "synthesised from ...", ...
     "footprint",  # {"before_bytes", "after_bytes"}: on-chip bytes per grid step (None: not counted)
+    "findings",  # what verification found on the example: PF301 (pallas_fix.verify.footprint_findings)
 )
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -102,6 +106,9 @@ class Verdict:
     # The bytes one grid step holds on chip, the largest among the entry's pallas_calls, original
     # and rewrite: {"before_bytes": N, "after_bytes": M} (pallas_fix.verify.footprint).
     footprint: Optional[dict] = None
+    # Findings only verification can make, on this example (PF301: a kernel over its backend's
+    # default on-chip limit per step; pallas_fix.verify.footprint_findings), as JSON dicts.
+    findings: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -127,6 +134,7 @@ class Verdict:
             example=details.get("example", ""),
             details=details,
             footprint=d.get("footprint"),
+            findings=list(d.get("findings") or []),
         )
 
 
@@ -148,11 +156,12 @@ def format_verdict(v: Verdict) -> str:
     """One line: ``verified matmul: 3 dynamic slices -> 0, max abs err 0.0 (interpret,
     tpu-interpret), on-chip per step: 544 KiB → 176 KiB`` (the footprint when it was counted), then,
     when the verdict knows them, the example and its origin: `` — on matmul(f32[256, 512],
-    f32[512, 256]), synthesised from the __main__ block, k.py:40``."""
+    f32[512, 256]), synthesised from the __main__ block, k.py:40``; then, indented, one line per
+    finding (``PF301 warning (original, k.py:23): kernel `k` holds 32 MiB of VMEM ...``)."""
     line = _verdict_line(v)
     if v.example and v.origin and v.status != "unverified":
         line += f" — on {v.example}, {origin_phrase(v.origin)}"
-    return line
+    return "\n  ".join([line, *(format_finding(f) for f in v.findings)])
 
 
 def _verdict_line(v: Verdict) -> str:
@@ -171,13 +180,12 @@ def _verdict_line(v: Verdict) -> str:
 
 
 def _footprint(v: Verdict) -> str:
-    """``, on-chip per step: 8.0 MiB → 288 KiB`` (and whether a side is over its backend's default
-    limit), or "" when not counted."""
+    """``, on-chip per step: 8.0 MiB → 288 KiB``, or "" when not counted (a side over its limit
+    is a PF301 finding, on a line of its own)."""
     fp = v.footprint or {}
     if fp.get("before_bytes") is None or fp.get("after_bytes") is None:
         return ""
-    return (f", on-chip per step: {format_bytes(fp['before_bytes'])} → {format_bytes(fp['after_bytes'])}"
-            f"{short_limit_note(v.details.get('footprint_limit'))}")
+    return f", on-chip per step: {format_bytes(fp['before_bytes'])} → {format_bytes(fp['after_bytes'])}"
 
 
 def _unverified(path: str, seeds: Sequence[int]) -> Verdict:
@@ -231,7 +239,7 @@ def _tail(path: str, n: int = 1500) -> str:
 def verify_sources(
     original_src: str,
     rewritten_src: str,
-    examples: list[Example],
+    examples: Sequence[ToVerify],
     *,
     path: str = "<kernel>",
     timeout_s: float = 120,
@@ -244,7 +252,9 @@ def verify_sources(
 ) -> list[Verdict]:
     """Verify ``rewritten_src`` against ``original_src`` on every example; one Verdict each.
 
-    No examples -> a single ``"unverified"`` Verdict (entry ``""``). ``tpu_interpret``: ``None``
+    No examples -> a single ``"unverified"`` Verdict (entry ``""``). An entry's synthesised
+    candidates (:class:`~pallas_fix.verify.example_candidates.ExampleCandidates`) are tried in the
+    same worker, and what it keeps is cached. ``tpu_interpret``: ``None``
     = automatic (see the module docstring), ``True``/``False`` force it on/off. ``timeout_s`` bounds
     the whole worker (all examples); examples not finished in time get status ``"timeout"``.
     ``max_cores`` caps the multi-core TPU pass. ``backend_seeds``: how many of the seeds the
@@ -254,6 +264,19 @@ def verify_sources(
     seeds = [int(s) for s in seeds]
     if not examples:
         return [_unverified(path, seeds)]
+    settled = settled_from_cache(examples)
+    to_run = [e for e in settled if not isinstance(e, NoCandidateRan)]
+    ran = iter(_run_job(original_src, rewritten_src, to_run, path=path, timeout_s=timeout_s, seeds=seeds,
+                        gpu_interpret=gpu_interpret, tpu_interpret=tpu_interpret, max_cores=max_cores,
+                        backend_seeds=backend_seeds, python=python) if to_run else [])
+    return [Verdict(entry=e.entry, status="unverified", seeds=list(seeds), message=e.message)
+            if isinstance(e, NoCandidateRan) else next(ran) for e in settled]
+
+
+def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *, path: str, timeout_s: float,
+             seeds: list[int], gpu_interpret: bool, tpu_interpret: Optional[bool], max_cores: int,
+             backend_seeds: Optional[int], python: Optional[str]) -> list[Verdict]:
+    """One worker for every example; caches the candidates it kept."""
     tmpdir = tempfile.mkdtemp(prefix="pallas-fix-verify-")
     job_path = os.path.join(tmpdir, "job.json")
     out_path = os.path.join(tmpdir, "results.jsonl")
@@ -261,7 +284,8 @@ def verify_sources(
     job = {
         "original": {"source": original_src, "path": path},
         "rewritten": {"source": rewritten_src, "path": path},
-        "examples": [example_to_json(e) for e in examples],
+        "examples": [candidates_to_json(e) if isinstance(e, ExampleCandidates) else example_to_json(e)
+                     for e in examples],
         "seeds": seeds,
         "gpu_interpret": bool(gpu_interpret),
         "tpu_interpret": tpu_interpret,
@@ -277,8 +301,10 @@ def verify_sources(
         timed_out, rc = _run_worker(cmd, err_path, timeout_s)
         elapsed = time.perf_counter() - t0
         records = _read_records(out_path)
-        return _assemble(records, examples, seeds, timed_out=timed_out, rc=rc, elapsed=elapsed,
-                         timeout_s=timeout_s, stderr_tail=_tail(err_path))
+        verdicts = _assemble(records, examples, seeds, timed_out=timed_out, rc=rc, elapsed=elapsed,
+                             timeout_s=timeout_s, stderr_tail=_tail(err_path))
+        store_choices(examples, [v.details.get("candidate") for v in verdicts])
+        return verdicts
     finally:
         if not os.environ.get("PALLAS_FIX_KEEP_TMP"):
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -336,9 +362,9 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
     for i, ex in enumerate(examples):
         if i in by_index:
             v = by_index[i]
-            if not v.example:
+            if not v.example and not isinstance(ex, ExampleCandidates):
                 v.example = ex.text
-            v.origin = ex.origin
+            v.origin = v.details.get("origin", ex.origin)  # the kept candidate's, for candidates
             if v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after:
                 v.message += "; the rewrite left this entry's dynamic slices as they were"
             out.append(v)

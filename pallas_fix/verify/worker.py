@@ -15,8 +15,10 @@ descriptor 1 is pointed at stderr before any user code runs.
 
 Job file: ``{"original": {"source", "path"}, "rewritten": {"source", "path"}, "examples":
 [example_to_json...], "seeds": [0, 1, 2], "gpu_interpret": false, "tpu_interpret": null,
-"max_cores": 16, "tmpdir": "..."}``. A job with ``"kind": "probe"`` only runs the original on
-candidate examples instead (:mod:`~pallas_fix.verify.probe_worker`).
+"max_cores": 16, "tmpdir": "..."}``. An example may instead be one entry's synthesised
+candidates, ``{"entry", "candidates": [example_to_json...]}``: the worker first keeps the one
+the original runs on (:mod:`~pallas_fix.verify.candidate_trial`), then verifies with it; its
+verdict's ``details`` say which (``"candidate": {"index", "outcomes"}``, ``"origin"``).
 
 The pieces: :mod:`~pallas_fix.verify.interpret_mode` (patching pallas_call),
 :mod:`~pallas_fix.verify.user_modules`, :mod:`~pallas_fix.verify.example_calls` (seeded inputs),
@@ -34,11 +36,12 @@ import types
 from typing import Any, Callable, Optional
 
 from pallas_fix.core.examples import ArgSpec, Example, example_from_json, leaves
-from pallas_fix.verify.example_check import verdict_record, verify_example
+from pallas_fix.verify.candidate_trial import try_candidates
+from pallas_fix.verify.example_candidates import none_ran_message
+from pallas_fix.verify.example_check import ReferenceRun, verdict_record, verify_example
 from pallas_fix.verify.failures import summarize_exc
 from pallas_fix.verify.interpret_mode import forced_interpreter, install_patches
 from pallas_fix.verify.interpreters import MAX_CORES
-from pallas_fix.verify.probe_worker import run_probe
 from pallas_fix.verify.races import install_race_log
 from pallas_fix.verify.ragged import may_be_ragged, verify_variants
 from pallas_fix.verify.user_modules import load_module, resolve_entry
@@ -50,12 +53,18 @@ from pallas_fix.verify.interpret_mode import reset_interpreters as _reset_interp
 from pallas_fix.verify.jaxprs import as_jaxprs as _sub_jaxprs  # noqa: F401
 
 
-def _uses_64_bit(examples: list[Example]) -> bool:
+def _uses_64_bit(examples: list) -> bool:
     return any(
         isinstance(a, ArgSpec) and a.dtype in ("f64", "i64", "u64")
-        for ex in examples
+        for item in examples
+        for ex in (item if isinstance(item, list) else [item])
         for a in leaves(list(ex.args) + list(ex.kwargs.values()))
     )
+
+
+def _job_example(d: dict):
+    """An Example, or one entry's candidates (a list of them)."""
+    return [example_from_json(c) for c in d["candidates"]] if "candidates" in d else example_from_json(d)
 
 
 def _import_sources(job: dict) -> tuple[dict[str, types.ModuleType], Optional[str]]:
@@ -75,19 +84,19 @@ def _import_sources(job: dict) -> tuple[dict[str, types.ModuleType], Optional[st
     return mods, None
 
 
-def _verify(mods: dict, ex: Example, job: dict) -> dict:
+def _verify(mods: dict, ex: Example, job: dict, known: Optional[ReferenceRun] = None) -> dict:
     """One example's verdict; a verified one is checked again on its ragged variants (shapes the
     code allows that do not divide, :mod:`pallas_fix.verify.ragged`) when the job asks for them."""
 
-    def verify(example: Example) -> dict:
+    def verify(example: Example, known: Optional[ReferenceRun] = None) -> dict:
         return verify_example(mods["original"], mods["rewritten"], example, seeds=list(job["seeds"]),
                               tpu_interpret=job.get("tpu_interpret"),
                               gpu_interpret=bool(job.get("gpu_interpret")),
                               max_cores=int(job.get("max_cores") or MAX_CORES),
-                              backend_seeds=job.get("backend_seeds", 1))
+                              backend_seeds=job.get("backend_seeds", 1), known=known)
 
     try:
-        verdict = verify(ex)
+        verdict = verify(ex, known)
         if verdict["status"] == "verified" and job.get("ragged", True) and may_be_ragged(job["original"]["source"]):
             original = resolve_entry(mods["original"], ex.entry)
             verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify)
@@ -97,8 +106,39 @@ def _verify(mods: dict, ex: Example, job: dict) -> dict:
                               details={"traceback": traceback.format_exc()})
 
 
+def _verify_candidates(mods: dict, import_error: Optional[str], candidates: list[Example], job: dict) -> dict:
+    """Keep the first candidate the original runs on, then verify with it (the original's run
+    is the reference's first seed)."""
+    entry = candidates[0].entry
+    if "original" not in mods:  # nothing can be tried: not cached, a later run tries again
+        record = verdict_record(entry, job["seeds"], message=f"not verified: {import_error}", details={"example": ""})
+        record["status"] = "unverified"
+        return record
+    trial = try_candidates(mods["original"], candidates, int(job["seeds"][0]))
+    if trial.example is None:
+        record = verdict_record(entry, job["seeds"], message=none_ran_message(entry, trial.outcomes), details={"example": ""})
+        record["status"] = "unverified"
+    elif import_error is not None:
+        record = verdict_record(entry, job["seeds"], message=import_error, details={"example": trial.example.text})
+    else:
+        record = _verify(mods, trial.example, job, trial.reference)
+    record["details"]["candidate"] = trial.choice()
+    record["details"]["origin"] = trial.example.origin if trial.example is not None else None
+    record["details"].setdefault("timings", {})["candidates"] = trial.seconds
+    record["seconds"] = round(float(record.get("seconds") or 0.0) + trial.seconds, 3)
+    return record
+
+
+def _verify_one(mods: dict, import_error: Optional[str], item, job: dict) -> dict:
+    if isinstance(item, list):
+        return _verify_candidates(mods, import_error, item, job)
+    if import_error is not None:
+        return verdict_record(item.entry, job["seeds"], message=import_error, details={"example": item.text})
+    return _verify(mods, item, job)
+
+
 def run_job(job: dict, emit: Callable[[dict], None]) -> None:
-    examples = [example_from_json(e) for e in job["examples"]]
+    examples = [_job_example(e) for e in job["examples"]]
     import jax
 
     if _uses_64_bit(examples):
@@ -106,14 +146,10 @@ def run_job(job: dict, emit: Callable[[dict], None]) -> None:
     install_race_log()
     install_patches()
     mods, import_error = _import_sources(job)
-    if import_error is not None:
-        for i, ex in enumerate(examples):
-            record = verdict_record(ex.entry, job["seeds"], message=import_error, details={"example": ex.text})
-            emit({"type": "verdict", "index": i, **record})
-        return
-    for i, ex in enumerate(examples):
-        emit({"type": "begin", "index": i, "entry": ex.entry})
-        verdict = _verify(mods, ex, job)
+    for i, item in enumerate(examples):
+        entry = item[0].entry if isinstance(item, list) else item.entry
+        emit({"type": "begin", "index": i, "entry": entry})
+        verdict = _verify_one(mods, import_error, item, job)
         verdict["type"] = "verdict"
         verdict["index"] = i
         emit(verdict)
@@ -151,7 +187,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     emit({"type": "start", "pid": os.getpid()})
     try:
-        (run_probe if job.get("kind") == "probe" else run_job)(job, emit)
+        run_job(job, emit)
     except BaseException as e:  # noqa: BLE001
         emit({"type": "fatal", "message": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         return 1
