@@ -31,9 +31,13 @@ from pallas_fix.rewrite import imports
 from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.common import check_single_call
+from pallas_fix.rewrite.dead_stores import confirm_dead_stores
 from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.extent_reads import extent_edits
+from pallas_fix.rewrite.loop_nesting import check_other_branch
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
 from pallas_fix.rewrite.statements import strip_leading_blank_lines
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import simplify
@@ -50,18 +54,22 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
     blocks = _blocks(analysis, region, cs)
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
+    extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
+    check_other_branch(ctx, region.branch, {b.param for b in blocks})
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
     trip = region.trip_count(grid_translator(ctx, site, cs))
     if trip is None:
         raise Refuse(
             f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
         )
+    confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
     edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics="parallel")).build()
     new_axis_pos = len(cs.grid)
     for b in blocks:
         for sub, dims in b.subscripts:
             edits[sub] = kernel_subscript_edit(dims)
     pl = imports.spelling(ctx, imports.PALLAS)
+    edits.update(extent_edits(cs, extent_reads, blocks, {"new": (new_axis_pos, trip)}, pl.text))
     edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted_element_ids(blocks)))
     edits[site.kernel] = strip_leading_blank_lines
     needed = pl.add
@@ -78,12 +86,15 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
 def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
     """Each ref the loop index slices, as blocks along the new axis (inputs and outputs alike);
-    a ref written at a place that does not follow the index would make iterations collide."""
+    a ref written at a place that does not follow the index would make iterations collide,
+    unless it is a scratch temporary each iteration writes whole before reading it."""
     translate = grid_translator(analysis.ctx, region.site, cs)
     dyn_subs = {id(u.subscript) for u in analysis.uses}
     blocks: list[RefBlock] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
+            if slot.kind == "scratch" and is_iteration_temporary(analysis.ctx, region, ref):
+                continue  # written whole before it is read, in every iteration: it carries nothing
             if group.written:
                 dynamic = any(id(s) in dyn_subs for s in group.unlifted_accesses)
                 raise Refuse(

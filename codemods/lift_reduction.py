@@ -22,15 +22,23 @@ After (grid (M // bm, N // bn, K // bk), scratch_shapes=[pltpu.VMEM((bm, bn), jn
             acc = acc_ref[...]
             o_ref[...] = acc.astype(o_ref.dtype)
 
-Recipe: match a fori_loop at kernel level whose body slices refs with its index and carries a
-value; check the backend runs grid axes in order (never Triton), that every carry leaf has an
-initial value of known shape and exactly known dtype (a weakly typed `jnp.full(shape, 0)` or a
-Python `int` dtype is refused: the scratch buffer must have the carry's dtype), that only inputs
-are sliced by the index (outputs stay resident) and that the sizes can be written at the call
-site; then move each carry leaf to scratch, initialise it on the first step, run the body once
-per step, and run what followed the loop on the last step. A trip count that depends on
-pl.program_id (causal attention) becomes a full-length axis whose body is guarded by
-`pl.when(k < upper)`.
+Recipe: match a fori_loop, or a `@pl.loop(..., init_carry=...)` (the decorated name is bound to
+the final carry), at kernel level whose body slices refs with its index and carries a value;
+check the backend runs grid axes in order (never Triton), that every carry leaf has an initial
+value of known shape and exactly known dtype (a weakly typed `jnp.full(shape, 0)`, a Python
+number or a Python `int` dtype is refused: the scratch buffer must have the carry's dtype) and
+that the sizes can be written at the call site (carry_shapes follows `d = q.shape[-1]` back to
+the ref `q` was loaded from); then move each carry leaf to scratch (a tuple, list, dict,
+NamedTuple or nested carry is flattened to its leaves, carry_tree; a 0-d leaf gets a (1,) SMEM
+buffer), initialise it on the first step, run the body once per step, and run what followed the
+loop on the last step. A leaf that only counts steps (`jnp.int32(0)` returned as `n + 1`) needs
+no buffer: its value follows from pl.program_id (carry_counters). A statement that uses the
+result inside a larger expression (`o_ref[...] = fori_loop(...) + b`) runs in `_finalize` over
+the carry's value (loop_result_use). Inputs the index slices become blocks along the new axis,
+and so do outputs each step writes its own block of (a scan); other outputs stay resident. A
+trip count that depends on pl.program_id (causal attention) becomes a full-length axis whose
+body is guarded by `pl.when(k < upper)`. When nothing carries from step to step (a carry of
+step counters alone) the new axis is parallel.
 
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
@@ -56,21 +64,19 @@ from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.before_loop import init_only_statements, side_effect_statements
+from pallas_fix.rewrite.before_loop import side_effect_statements
 from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
-from pallas_fix.rewrite.carries import Carry, carry_model, result_bound_names
-from pallas_fix.rewrite.carry_io import (
-    body_and_result, body_without_return, result_loads, step_bound_names, step_loads, store, unpack_to_drop,
-)
-from pallas_fix.rewrite.edits import apply_edits, remove_statement
-from pallas_fix.rewrite.grid_reads import hoist_grid_reads
+from pallas_fix.rewrite.carries import Carry, carry_model
+from pallas_fix.rewrite.carry_names import deleted_results
+from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_region, uses_by_loop
-from pallas_fix.rewrite.reduction_scopes import WHEN_DEFS, check_reduction_scopes
+from pallas_fix.rewrite.loop_result_use import EmbeddedResult, embedded_result
+from pallas_fix.rewrite.reduction_kernel import Step, kernel_edits
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
-from pallas_fix.rewrite.scratch import add_params, add_scratch, scratch_spelling
-from pallas_fix.rewrite.statements import body_statements, capture, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
+from pallas_fix.rewrite.scratch import add_scratch, scratch_spelling
+from pallas_fix.rewrite.statements import body_statements
 from pallas_fix.rewrite.syntax import code, paren_text
 
 NAME = "lift-reduction"
@@ -83,23 +89,37 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     _check_site(analysis, site, loop)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop, reduction=True)
+    dropped = deleted_results(region)
+    region.after = [s for s in region.after if s not in dropped]
+    written = {ref for ref, group in ref_accesses(analysis, region, loop).items() if group.written}
+    embedded = embedded_result(region, written)
     translate = grid_translator(ctx, site, cs)
-    blocks = _input_blocks(analysis, region, cs, translate, windows_required)
+    access = _blocks(analysis, region, cs, translate, windows_required)
+    blocks = access.blocks
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
-    carry = carry_model(analysis, region, loop, translate) if loop.carries else _no_carry(region)
-    semantics = "arbitrary" if site.backend is Backend.TPU else "sequential"
+    if guard is not None and access.moving_outputs:
+        raise Refuse(f"the output `{access.moving_outputs[0]}` is sliced by the loop index, whose trip count depends on "
+                     "pl.program_id: the grid steps past it would write back blocks the loop never wrote")
+    blocked = {(b.param, b.dim) for b in blocks}
+    carry = carry_model(analysis, region, loop, translate, blocked) if loop.carries else _no_carry(region)
+    counters_after = [l for l in carry.leaves if l.counter is not None and (l.read_after or embedded is not None)]
+    if guard is not None and counters_after:
+        raise Refuse(f"the loop's step count `{guard}` depends on pl.program_id, and the code after it reads a counter "
+                     "that would have to say how many steps ran; count them from the bound instead")
+    semantics = _semantics(analysis, region, site, carry, access, embedded)
     call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics))
     scratch, space = scratch_spelling(ctx, site.backend)
-    if carry.leaves:
-        add_scratch(cs, call_edits, [f"{scratch.text}.{space}({code(l.shape)}, {code(l.dtype)})" for l in carry.leaves])
+    if carry.scratch:
+        add_scratch(cs, call_edits, [f"{scratch.text}.{'SMEM' if l.scalar else space}({code(l.shape)}, {code(l.dtype)})"
+                                     for l in carry.scratch])
     edits = call_edits.build()
     for b in blocks:
         for sub, dims in b.subscripts:
             edits[sub] = kernel_subscript_edit(dims)
     pl = imports.spelling(ctx, imports.PALLAS)
-    step = _Step(region, pl.text, len(cs.grid), guard, carry)
-    _kernel_edits(edits, step, lifted_element_ids(blocks))
+    step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded)
+    kernel_edits(edits, step, lifted_element_ids(blocks))
     needed = [pl.add, scratch.add]
 
     def rewrite(module: cst.Module) -> cst.Module:
@@ -107,7 +127,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
-        f"{' with scratch ' + ', '.join(l.ref for l in carry.leaves) if carry.leaves else ', its outputs resident across it'}"
+        f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
         f"{region.loop_comments_note()}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
@@ -137,8 +157,6 @@ def _check_site(analysis, site, loop: LoopInfo) -> None:
         raise Refuse("Triton runs grid axes as independent programs, so a reduction cannot live on a grid axis")
     if site.backend is Backend.UNKNOWN:
         raise Refuse("the backend is unknown (no compiler_params or backend import); name it with --backend tpu|mosaic-gpu")
-    if loop.kind != "fori_loop" and loop.carries:
-        raise Refuse("only lax.fori_loop reductions are lifted (pl.loop with init_carry is not yet)")
     if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
         raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
     check_single_call(analysis, site)  # also: no decorator or other caller runs the kernel's body
@@ -156,25 +174,47 @@ def is_reduction(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
     return loop.carries or _accumulates(analysis, loop, uses)
 
 
-def _input_blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: bool = True) -> list[RefBlock]:
-    """The inputs the loop index slices, as blocks along the new axis; outputs stay resident."""
+@dataclass(frozen=True)
+class _Access:
+    blocks: list[RefBlock]  # the refs blocked along the new axis
+    moving_outputs: list[str]  # outputs among them: each step writes its own block (a scan)
+    resident_writes: list[str]  # outputs and scratch written at a place every step shares
+
+
+def _blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: bool = True) -> _Access:
+    """The refs the loop index slices, as blocks along the new axis: inputs, and outputs each
+    step writes its own block of; the refs it does not slice stay resident."""
     blocks: list[RefBlock] = []
+    outputs: list[str] = []
+    resident: list[str] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
             if group.written and slot.kind not in ("out", "scratch"):
                 raise Refuse(f"the loop body writes the {slot.kind} `{ref}`; only the carry, outputs and scratch may "
                              "change between iterations")
+            if group.written:
+                resident.append(ref)
             continue  # an output (or scratch) the new axis does not move: resident across its steps
-        if slot.kind == "out":
-            raise Refuse(f"the output `{ref}` is sliced by the loop index, so its block could not stay resident")
-        if slot.kind != "in":
+        if slot.kind not in ("in", "out"):
             raise Refuse(f"`{ref}` is a {slot.kind} buffer; only inputs can be blocked along the reduction")
-        if any(is_write(analysis.ctx, s) for s in group.subscripts):
+        if slot.kind == "in" and any(is_write(analysis.ctx, s) for s in group.subscripts):
             raise Refuse(f"the loop body writes `{ref}`")
         blocks.append(lifted_block(group, region.loop, ref, translate))
+        if slot.kind == "out":
+            outputs.append(ref)
     if not blocks and required:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
-    return blocks
+    return _Access(blocks, outputs, resident)
+
+
+def _semantics(analysis, region: LoopRegion, site, carry: Carry, access: _Access, embedded: Optional[EmbeddedResult]) -> str:
+    """"parallel" when nothing carries from one step to the next (a carry of step counters
+    alone, no resident ref written, nothing to initialise or finalise); else the backend's
+    in-order axis."""
+    finalize = region.after or embedded is not None
+    if not (carry.scratch or access.resident_writes or finalize or side_effect_statements(analysis, site, region.before)):
+        return "parallel"
+    return "arbitrary" if site.backend is Backend.TPU else "sequential"
 
 
 def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[RefBlock]) -> tuple[cst.BaseExpression, Optional[str]]:
@@ -195,107 +235,6 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[Ref
     if full is None:
         raise Refuse(f"cannot write the full length of `{first.param}` at the pallas_call for the causal axis")
     return cst.parse_expression(f"{paren_text(code(full))} // {paren_text(code(first.size))}"), code(loop.upper)
-
-
-# -- rewrite the kernel -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Step:
-    """What the kernel's rewrite needs to know: one loop iteration per step of grid axis `axis`."""
-
-    region: LoopRegion
-    pl: str  # how the file spells jax.experimental.pallas
-    axis: int
-    guard: Optional[str]  # the loop's traced upper bound, when steps past it must do nothing
-    carry: Carry
-
-    @property
-    def program_id(self) -> str:
-        return f"{self.pl}.program_id({self.axis})"
-
-
-def _kernel_edits(edits: dict, step: _Step, lifted_ids: set[int]) -> None:
-    """Init on the first step, the body once per step, and what followed the loop on the last."""
-    region = step.region
-    ctx = region.ctx
-    effect_stmts = side_effect_statements(region.analysis, region.site, region.before)
-    removable = list(region.dead_slice_statements(lifted_ids))
-    if step.guard is None:
-        removable += list(region.bound_stmts)  # the causal guard still reads the bound
-    result = result_bound_names(region)
-    init_only = init_only_statements(region.before, region.loop, region.after, result)
-    removable += [s for s in init_only if s not in removable and s not in effect_stmts]
-    unpack = unpack_to_drop(region, step.carry)
-    removed = [region.statement, region.body_def_stmt, *removable]
-    check_reduction_scopes(ctx, region, removed, step_bound_names(region, unpack), result)
-    effects, after = [], []
-    for s in effect_stmts:
-        edits[s] = capture(effects)
-    for s in region.after:
-        edits[s] = capture(after)
-    need_index = region.index_needed(lifted_ids) or step.guard is not None
-    body_holder = region.take_body_def(edits)
-    edits[region.statement] = _replace_loop(step, need_index, effects, body_holder, unpack)
-    edits[region.site.kernel] = _finish_kernel(step, after)
-    for s in removable:
-        remove_statement(edits, s, siblings_of(ctx, s))
-
-
-def _replace_loop(step: _Step, need_index: bool, effects: list, body_holder: dict, unpack):
-    region, pid, carry = step.region, step.program_id, step.carry
-    index = region.loop.index_name
-
-    def replace(updated: cst.CSTNode):
-        if carry.leaves:
-            stmts, result = body_and_result(region.updated_body(body_holder, updated), drop_unpack=unpack is not None)
-        else:
-            stmts, result = body_without_return(region.updated_body(body_holder, updated)), None
-        out: list[cst.BaseStatement] = []
-        step_id = pid
-        if need_index:
-            out.append(stmt(f"{index} = {region.index_value_text(pid)}"))
-            if region.index_value_text(pid) == pid:
-                step_id = index
-        init_body = list(effects) + [stmt(f"{l.ref}[...] = {code(l.init)}") for l in carry.leaves]
-        out.append(when_def(step.pl, f"{step_id} == 0", "_init", init_body))
-        body = step_loads(region, carry, unpack) + stmts + store(result, carry) if carry.leaves else stmts
-        if step.guard is not None:
-            out.append(when_def(step.pl, f"{index} < {step.guard}", "_step", body))
-        else:
-            body[0] = with_blank_line(body[0])
-            out.extend(body)
-        out[0] = _with_comments(out[0], updated, body_holder)
-        return cst.FlattenSentinel(out)
-
-    return replace
-
-
-def _with_comments(first: cst.BaseStatement, loop_stmt: cst.CSTNode, body_holder: dict) -> cst.BaseStatement:
-    """Comments above the loop and above `def body` stay with the code that replaces them."""
-    comments = [l for l in getattr(loop_stmt, "leading_lines", ()) if l.comment is not None]
-    comments += body_holder.get("comments", [])
-    if not comments or not hasattr(first, "leading_lines"):
-        return first
-    lines = list(first.leading_lines)
-    blank = [l for l in lines if l.comment is None][:1]
-    return first.with_changes(leading_lines=blank + comments + [l for l in lines if l.comment is not None])
-
-
-def _finish_kernel(step: _Step, after: list):
-    """Scratch ref parameters, and the code after the loop in a `_finalize` on the last step."""
-
-    def finish(fn: cst.CSTNode) -> cst.CSTNode:
-        assert isinstance(fn, cst.FunctionDef)
-        fn = add_params(fn, [l.ref for l in step.carry.leaves])
-        if after:
-            used = {x.value for st in after for x in walk(st) if isinstance(x, cst.Name)}
-            loads = result_loads(step.region, step.carry, used)
-            last = f"{step.program_id} == {step.pl}.num_programs({step.axis}) - 1"
-            fdef = when_def(step.pl, last, "_finalize", loads + list(after))
-            fn = fn.with_changes(body=fn.body.with_changes(body=[*fn.body.body, fdef]))
-        fn = hoist_grid_reads(fn, step.pl, set(WHEN_DEFS))
-        return strip_leading_blank_lines(fn)
-
-    return finish
 
 
 def _planner(analysis) -> dict:

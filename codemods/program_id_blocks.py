@@ -35,7 +35,9 @@ from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, de
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
+from pallas_fix.rewrite.scalar_blocks import program_id_scalar_refusals
 from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import Translator
@@ -44,14 +46,17 @@ NAME = "program-id-blocks"
 
 
 def planner(analysis) -> dict:
-    """One plan per (pallas_call, ref) whose program_id windows are `pl.ds` slices."""
+    """One plan per (pallas_call, ref, dim) whose program_id windows are `pl.ds` slices. A ref
+    windowed along two dims (`o_ref[pl.ds(i * TM, TM), pl.ds(j * TN, TN)]`) takes two rounds:
+    the second composes its window with the block the first one wrote."""
     groups = _windowed_refs(analysis)
-    return per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], uses))
+    outcomes = per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], key[2], uses))
+    return {**program_id_scalar_refusals(NAME, analysis), **outcomes}
 
 
-def _windowed_refs(analysis) -> dict[tuple[int, str], list[IndexUse]]:
-    """(id of the pallas_call, ref) -> the program_id `pl.ds` windows on the ref."""
-    groups: dict[tuple[int, str], list[IndexUse]] = {}
+def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
+    """(id of the pallas_call, ref, dim) -> the program_id `pl.ds` windows on the ref along dim."""
+    groups: dict[tuple[int, str, int], list[IndexUse]] = {}
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kind != "ds" or use.kernel_site is None:
             continue
@@ -60,7 +65,7 @@ def _windowed_refs(analysis) -> dict[tuple[int, str], list[IndexUse]]:
             base = base.value
         if not isinstance(base, cst.Name):
             continue
-        groups.setdefault((id(use.kernel_site.call), base.value), []).append(use)
+        groups.setdefault((id(use.kernel_site.call), base.value, use.dim), []).append(use)
     return groups
 
 
@@ -74,21 +79,23 @@ class _Window:
     subscripts: list[cst.Subscript]
 
 
-def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
+def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
     check_single_call(analysis, site)
     kernel_env = analysis.detection.envs.get(site.kernel)
     cs = CallSite(ctx, site, kernel_env)
-    _check_whole_array(cs, ref)
-    window = _shared_window(analysis, cs, ref, uses)
-    _check_other_uses(ctx, site.kernel, ref, {id(ref_base(s)) for s in window.subscripts}, window.use.dim, kernel_env)
+    _check_operand(cs, ref)
+    window = _shared_window(analysis, cs, ref, dim, uses)
+    reads = _check_other_uses(ctx, site.kernel, ref, {id(ref_base(s)) for s in window.subscripts}, window.use.dim, kernel_env)
     use, squeezed = window.use, window.squeezed
     size = Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
     block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed)
     edits = CallEdits(cs, [block], None, _lockstep_witnesses(analysis, cs, ref)).build()
+    pl = imports.spelling(ctx, imports.PALLAS)
+    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
     removed = set()
     for sub, dims in block.subscripts:
         edits[sub] = kernel_subscript_edit(dims, frozenset(squeezed))
@@ -98,7 +105,7 @@ def _plan(analysis, ref: str, uses: list[IndexUse]) -> FixPlan:
         edits[site.kernel] = strip_leading_blank_lines
     for stmt in dead_assignments(ctx, functions, removed):
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
-    needed = imports.spelling(ctx, imports.PALLAS).add
+    needed = pl.add
 
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
@@ -111,11 +118,11 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
     """The program_id blocks of the kernel's other refs: read in the same steps, they vouch for
     the extent of an input read in lockstep with them (Bounds.check_blocks)."""
     out = []
-    for (call_id, other), uses in _windowed_refs(analysis).items():
+    for (call_id, other, dim), uses in _windowed_refs(analysis).items():
         if call_id != id(cs.site.call) or other == ref:
             continue
         try:
-            window = _shared_window(analysis, cs, other, uses)
+            window = _shared_window(analysis, cs, other, dim, uses)
         except Refuse:
             continue
         size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
@@ -124,18 +131,20 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
     return out
 
 
-def _check_whole_array(cs: CallSite, ref: str) -> None:
+def _check_operand(cs: CallSite, ref: str) -> None:
+    """An input or output of a gridded call. Its BlockSpec may already block it: the kernel's
+    window then lies inside that block, and SpecWriter composes the two (a sub-block numbered
+    across the existing blocks) or says why it cannot."""
     slot = cs.slots.get(ref)
     if slot is None or slot.kind not in ("in", "out"):
         raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
     if not cs.grid:
         raise Refuse("the pallas_call has no grid")
-    if not cs.spec_of(slot).whole:
-        raise Refuse(f"`{ref}` already has a BlockSpec that is not the whole array")
 
 
-def _shared_window(analysis, cs: CallSite, ref: str, uses: list[IndexUse]) -> _Window:
-    """Every access of `ref` in the kernel is the same program_id block (one dynamic dim)."""
+def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexUse]) -> _Window:
+    """Every access of `ref` in the kernel has the same program_id block along `dim` (windows
+    along other dims stay as they are, relative to the block, for a later round)."""
     ctx, site = analysis.ctx, cs.site
     kernel_env = analysis.detection.envs.get(site.kernel)
     by_sub: dict[int, list[IndexUse]] = {}
@@ -152,13 +161,9 @@ def _shared_window(analysis, cs: CallSite, ref: str, uses: list[IndexUse]) -> _W
         owner = kernel_env.owner(ref)
         if owner is None or owner.scope is not site.kernel:
             continue
-        sub_uses = by_sub.get(id(node), [])
-        if len(sub_uses) != 1:
-            raise Refuse(
-                f"`{ref}` is also accessed without a program_id window (line {ctx.span(node).line})"
-                if not sub_uses
-                else f"`{ref}` has dynamic windows in more than one dimension (line {ctx.span(node).line})"
-            )
+        sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
+        if not sub_uses:
+            raise Refuse(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {ctx.span(node).line})")
         use = sub_uses[0]
         index = _block_index(use, ref, len(cs.grid))
         squeezed = _program_id_scalars(node, use, len(cs.grid))
@@ -214,8 +219,10 @@ def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[i
     return out
 
 
-def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> None:
-    """Besides its windows the kernel may read only `.dtype`, `.ndim` and other dims' sizes."""
+def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
+    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extent_reads)."""
+    reads = []
     for node in walk(kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
             continue
@@ -223,8 +230,13 @@ def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -
         if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
             continue
         if kind == "shape":
-            raise shape_refusal(ref)
+            read = extent_read(ctx, node, ref, d)
+            if read is None:
+                raise shape_refusal(ref)
+            reads.append(read)
+            continue
         raise Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
+    return reads
 
 
 RECIPE = Recipe(

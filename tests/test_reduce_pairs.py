@@ -50,8 +50,10 @@ MISCLASSIFIED: set[str] = set()
 REQUIRED = {
     "matmul_tpu", "matmul_mosaic_gpu", "row_moments", "flash_attention", "flash_attention_causal",
     "scaled_linear", "bias_grad_bf16",
+    # issue 13: a scan's moving output block and a carry sized by a loaded value (refusals before).
+    "scan_output_block_per_step", "carry_shape_from_loaded_value",
 }
-REQUIRED_REFUSALS = {"refuse_triton", "refuse_output_block_moves", "refuse_zeros_like_carry", "refuse_traced_carry_shape"}
+REQUIRED_REFUSALS = {"refuse_triton", "refuse_zeros_like_carry", "refuse_python_float_carry", "refuse_python_int_counter_read"}
 
 
 def _mosaic_gpu(pair: H.Pair) -> bool:
@@ -150,8 +152,10 @@ def test_every_pf102_finding_of_a_refusal_carries_the_reason(path):
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in REFUSALS])
 def test_refusal_oracle_lines_are_the_pf102_lines(path):
     # (a real kernel with dynamic slices: test_codemod_pairs.py)
+    # Scalar indices (`x_ref[k, :, :]`) are PF102 findings too; the oracle counts them apart.
     (report,) = H.trace_reports(path)
-    assert report.lines(str(path)) == {f.span.line for f in _pf102(path.read_text(), path)}
+    scalar_lines = {a.line for a in report.scalars() if a.line is not None}
+    assert report.lines(str(path)) | scalar_lines == {f.span.line for f in _pf102(path.read_text(), path)}
 
 
 # =========================================================================== comments

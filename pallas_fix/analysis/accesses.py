@@ -3,6 +3,15 @@
 A dim counts when its `pl.ds` start or size is traced, when a plain slice bound is traced, or
 when it is indexed by a traced integer array. Subscripts of `*refs` lists and the slices a DMA
 descriptor is rebuilt with only to `.wait()` on it move no data and give none.
+
+A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only when it
+could become a squeezed block dim: driven by a loop index or `pl.program_id`, on an input or
+output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a memory
+space), in a subscript with no other dynamic element (a window's planner squeezes such dims
+itself) that is a write or keeps a dim. Every other scalar index (a table entry `idx_ref[b]`,
+a buffer slot `buf.at[slot]`) is the usual, recommended form and no finding (a read `x_ref[b]`
+of a whole slab looks like a table entry and is not reported either); `scalar_index_dims`
+still lists them all, for the jaxpr oracle's comparison.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.operand_refs import operand_ref
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.analysis.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, Origin, Provenance
@@ -57,8 +67,56 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
         return []
     elements, starred = _index_elements(sub)
     access = _Access(site, sub, fn, env, ref_expr, via_at, starred)
-    uses = [_dim_use(access, base_val.is_ref or via_at, dim, sl) for dim, sl in elements]
-    return [u for u in uses if u is not None]
+    is_ref = base_val.is_ref or via_at
+    uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
+    if uses or not is_ref or starred or not operand_ref(site, env, ref_expr) or _element_load(env, sub, elements):
+        return uses
+    return [u for u in (_scalar_use(access, dim, sl) for dim, sl in elements) if u is not None]
+
+
+def _element_load(env: Env, sub: cst.Subscript, elements) -> bool:
+    """A read whose every index is a traced scalar (`lens_ref[b]`, `pages_ref[b, j]`): how a
+    kernel reads one entry of a table, whose value then feeds a start or a mask. Such reads are
+    not reported; a read that keeps a dim (`x_ref[r, :]`, `h_ref[idx, 0]`) or any write is."""
+    parent = env.ctx.parent(sub)
+    written = isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub)
+    return not written and all(_traced_int_scalar(env, sl) for _, sl in elements)
+
+
+def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:
+    if not _traced_int_scalar(access.env, sl):
+        return None
+    value = sl.value  # type: ignore[attr-defined]
+    val = access.env.value(value)
+    if val.origin not in _LIFTABLE_SCALARS:
+        return None
+    return access.use(dim, value, value, None, "scalar", val, None)
+
+
+# Where a scalar index must come from to be a block index: a grid axis, or a loop that can become one.
+_LIFTABLE_SCALARS = (Origin.LOOP, Origin.PROGRAM_ID)
+
+
+def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:
+    """Every dim of `sub` indexed by a traced integer scalar, whatever the ref and the index's
+    origin: what the jaxpr oracle calls a "scalar" index."""
+    base = sub.value
+    via_at = isinstance(base, cst.Attribute) and base.attr.value == "at"
+    ref_expr = base.value if via_at else base
+    if isinstance(ref_expr, cst.Attribute) and ref_expr.attr.value in ("shape", "strides", "at"):
+        return []
+    base_val = env.value(ref_expr)
+    if not (base_val.is_ref or via_at) or base_val.vtype == "reflist" or _only_waited(env.ctx, sub):
+        return []
+    elements, _ = _index_elements(sub)
+    return [dim for dim, sl in elements if _traced_int_scalar(env, sl)]
+
+
+def _traced_int_scalar(env: Env, sl: cst.BaseSlice) -> bool:
+    if not isinstance(sl, cst.Index) or env.ds_call(sl.value) is not None:
+        return False
+    val = env.value(sl.value)
+    return val.dynamic and val.vtype == "int"
 
 
 def _index_elements(sub: cst.Subscript) -> tuple[list[tuple[int, cst.BaseSlice]], bool]:

@@ -80,7 +80,7 @@ def _fori_loop(ctx: ModuleContext, call: cst.Call) -> Optional[LoopInfo]:
     single_target = isinstance(parent, cst.Assign) and len(parent.targets) == 1
     return LoopInfo(
         "fori_loop", call, body, free[0], lower, upper, None,
-        carries=_body_carries(body, init, free),
+        carries=_body_carries(ctx, body, init, free),
         statement=ctx.statement_of(call),
         init=init,
         result_target=parent.targets[0].target if single_target else None,
@@ -104,7 +104,7 @@ def _is_none(expr: Optional[cst.BaseExpression]) -> bool:
     return expr is None or (isinstance(expr, cst.Name) and expr.value == "None")
 
 
-def _body_carries(body: cst.FunctionDef | cst.Lambda, init, params: list[str]) -> bool:
+def _body_carries(ctx: ModuleContext, body: cst.FunctionDef | cst.Lambda, init, params: list[str]) -> bool:
     if _is_none(init):
         return False
     if len(params) < 2:
@@ -115,10 +115,26 @@ def _body_carries(body: cst.FunctionDef | cst.Lambda, init, params: list[str]) -
     returns = [n for n in own_nodes(body) if isinstance(n, cst.Return)]
     if not returns:
         return True
+    if len(returns) == 1 and threads_carry(ctx, returns[0].value, carry):
+        return False
     if not all(isinstance(r.value, cst.Name) and r.value.value == carry for r in returns):
         return True
     # `acc += x; return acc` returns the carry's name but a new value.
     return any(_rebinds(n, carry) for n in own_nodes(body))
+
+
+def threads_carry(ctx: ModuleContext, value: Optional[cst.BaseExpression], carry: str) -> bool:
+    """`return lax.fori_loop(lo, hi, inner, carry)` whose inner loop hands its own carry back
+    unchanged: the outer carry is only threaded through (nested tile loops), not a reduction."""
+    if not isinstance(value, cst.Call) or not ctx.imports.is_(value.func, N.FORI_LOOP):
+        return False
+    init = call_arg(value, 3, "init_val")
+    if not (isinstance(init, cst.Name) and init.value == carry):
+        return False
+    body_expr = call_arg(value, 2, "body_fun")
+    inner, bound = _fori_body(ctx, value, body_expr) if body_expr is not None else (None, set())
+    free = [p for p in _params(inner) if p not in bound] if inner is not None else []
+    return len(free) == 2 and not _body_carries(ctx, inner, init, free)
 
 
 def _rebinds(node: cst.CSTNode, name: str) -> bool:

@@ -80,6 +80,8 @@ def window_of(use: IndexUse) -> Window:
     env: Env = use.env  # type: ignore[assignment]
     if use.starred:
         return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
+    if use.kind == "scalar":
+        return scalar_window(use)
     if use.kind != "ds" or use.start is None:
         return Window(None, None, None, False, "not a pl.ds window")
     if use.size is None:
@@ -126,3 +128,23 @@ def window_of(use: IndexUse) -> Window:
                       f"the window starts {symbolic} blocks in, an offset pallas-fix cannot compute from the code "
                       "(a loop's lower bound, say); it numbers blocks from constant offsets only")
     return Window(start, size, None, False, f"cannot prove `{env.ctx.code(use.start)}` is a multiple of `{env.ctx.code(use.size)}`")
+
+
+_ONE = Coeff(1)
+
+
+def scalar_window(use: IndexUse) -> Window:
+    """A scalar index `a * i + b` is a window of size 1, and every integer start is a block index
+    of a size-1 block: the start itself, once it is affine in loop indices and program ids with
+    static integer coefficients (`r * bs` with `bs` a static name is not: its block index is not
+    a number pallas-fix can write)."""
+    env: Env = use.env  # type: ignore[assignment]
+    assert use.start is not None
+    start = decompose(use.start, hooks_for(env))
+    if start is None:
+        return Window(None, _ONE, None, False, f"the scalar index `{env.ctx.code(use.start)}` is not an affine function of the index")
+    symbolic = [c for c in [*start.terms.values(), *start.const] if c.mult and c.factors]
+    if symbolic:
+        return Window(start, _ONE, None, False,
+                      f"the scalar index `{env.ctx.code(use.start)}` has a coefficient pallas-fix cannot compute from the code")
+    return Window(start, _ONE, block_index(start, _ONE), False)

@@ -81,7 +81,7 @@ class IndexUse:
     element: cst.BaseExpression  # the pl.ds(...) / index expression as written (may be a Name)
     start: Optional[cst.BaseExpression]  # resolved start expression
     size: Optional[cst.BaseExpression]  # resolved size expression (None for integer-array index)
-    kind: str  # "ds" | "int_array" | "slice"
+    kind: str  # "ds" | "int_array" | "slice" | "scalar" (a traced integer index: a window of one element)
     provenance: Provenance
     size_provenance: Optional[Provenance]
     span: Span

@@ -27,23 +27,37 @@ def _single_assign(stmt: cst.BaseStatement) -> Optional[cst.Assign]:
 
 def _only_read_within(ctx: ModuleContext, kernel, name: cst.Name, within: list) -> bool:
     """Every other mention of `name` in the kernel sits inside one of `within`."""
-    readers = [n for n in walk(kernel) if isinstance(n, cst.Name) and n.value == name.value and n is not name]
+    readers = _readers_of(kernel, name)
     return bool(readers) and all(any(a is b for a in [r, *ctx.ancestors(r)] for b in within) for r in readers)
 
 
 def bound_only_statements(ctx: ModuleContext, kernel, loop: LoopInfo, before) -> list[cst.BaseStatement]:
-    """`n = x_ref.shape[0] // bs` whose only reader is the loop's bound: it goes with the loop."""
+    """`n = x_ref.shape[0] // bs` (or `m, n = x_ref.shape`) whose only reader is the loop's bound:
+    it goes with the loop. Each name it binds is read by the bound only, or by nothing."""
     bounds = [loop.lower, loop.upper] + ([loop.step] if loop.step is not None else [])
     names = {n.value for b in bounds for n in walk(b) if isinstance(n, cst.Name)}
     found = []
     for stmt in before:
         assign = _single_assign(stmt)
-        if assign is None or len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+        targets = _target_names(assign.targets[0].target) if assign is not None and len(assign.targets) == 1 else None
+        if not targets or not any(t.value in names for t in targets):
             continue
-        target = assign.targets[0].target
-        if target.value in names and _only_read_within(ctx, kernel, target, bounds):
+        if all(_only_read_within(ctx, kernel, t, bounds) or not _readers_of(kernel, t) for t in targets):
             found.append(stmt)
     return found
+
+
+def _target_names(target: cst.BaseExpression) -> Optional[list[cst.Name]]:
+    """`n` or `m, n` (plain names only), else None."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)) and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements):
+        return [e.value for e in target.elements]  # type: ignore[misc]
+    return None
+
+
+def _readers_of(kernel, name: cst.Name) -> list[cst.Name]:
+    return [n for n in walk(kernel) if isinstance(n, cst.Name) and n.value == name.value and n is not name]
 
 
 def init_only_statements(before: list, loop: LoopInfo, after: list, result: set[str]) -> list:

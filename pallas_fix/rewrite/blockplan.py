@@ -27,7 +27,8 @@ from pallas_fix.rewrite.edits import Edit
 from pallas_fix.rewrite.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.kernel_edits import dead_assignments, kernel_subscript_edit
 from pallas_fix.rewrite.keywords import insert_keywords
-from pallas_fix.rewrite.syntax import code, elements, names_in, paren_text
+from pallas_fix.rewrite.spec_slots import drop_unused_spec_names, own_spec_node
+from pallas_fix.rewrite.syntax import code, names_in, paren_text
 
 __all__ = [
     "BlockIndexExpr", "CallEdits", "NewAxis", "RefBlock", "code", "dead_assignments", "insert_keywords",
@@ -111,22 +112,19 @@ class CallEdits:
                 value = texts[0] if single else "[" + ", ".join(texts) + "]"
                 self.new_keywords.append((f"{kind}_specs", value))
                 continue
-            items = elements(container)
-            self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
+            items = self.cs.spec_items(kind)
             if items is None:
-                # a single spec standing for the single operand
+                # a single spec standing for the single operand (rewrite.spec_slots: a shared name keeps its value)
                 c = new_codes[slots[0].index]
-                self.edits[container] = _replace_with(c)
+                self.edits[own_spec_node(self.cs, self.cs.site.kw(f"{kind}_specs"))] = _replace_with(c)
                 continue
+            self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
             for s in slots:
                 c = new_codes[s.index]
                 if c is None:
                     continue
-                target = exprs[s.index]
-                self.cs.refuse_if_shared(target, "BlockSpec", within_call=False)
-                resolved = self.cs.ctx.resolve_value(target, self.cs.site.call) if target is not None else None
-                node = resolved if isinstance(resolved, cst.Call) else target
-                self.edits[node] = _replace_with(c)
+                self.edits[own_spec_node(self.cs, exprs[s.index])] = _replace_with(c)
+        drop_unused_spec_names(self.cs, self.edits)
 
     def write_grid(self) -> None:
         if self.new_axis is None:

@@ -19,15 +19,14 @@ from pallas_fix.analysis.provenance import Env
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.block_dims import block_dim
+from pallas_fix.rewrite.built_lists import built_items, mutates, starred_items
+from pallas_fix.rewrite.call_params import dimension_semantics
 from pallas_fix.rewrite.imports import PALLAS, spelling
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
 from pallas_fix.rewrite.syntax import elements, is_none, is_plain_name, is_zero, shape_index
 
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
-
-_MUTATORS = ("append", "insert", "extend", "pop", "remove", "clear", "reverse", "sort")
-
 
 class CallSite:
     def __init__(self, ctx: ModuleContext, site: KernelSite, kernel_env: Env) -> None:
@@ -41,6 +40,9 @@ class CallSite:
         if isinstance(site.kernel.params.star_arg, cst.Param):
             raise CallSiteError("the kernel takes `*refs`; pallas-fix cannot map varargs to BlockSpecs")
         self.num_prefetch = self._num_prefetch()
+        self.args_expanded = False  # some operands come from `*operands` (see _invocation_args)
+        self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.built_lists)
+        self.builder_reads: set[int] = set()  # the list names those building statements read
         self.args = self._invocation_args()
         self.out_shapes, self.single_output = self._out_shapes()
         self.slots = self._slots()
@@ -59,11 +61,23 @@ class CallSite:
         return n
 
     def _invocation_args(self) -> list[cst.BaseExpression]:
+        """The call's operands; `*operands` of a local tuple literal are its items (rewrite.built_lists)."""
         inv = self.site.invocation
         assert inv is not None
-        if any(a.star or a.keyword is not None for a in inv.args):
-            raise CallSiteError("the kernel is called with *args or keywords; inputs cannot be matched to refs")
-        return [a.value for a in inv.args]
+        out: list[cst.BaseExpression] = []
+        for a in inv.args:
+            items = starred_items(self.ctx, a.value, inv) if a.star == "*" and a.keyword is None else None
+            if items is not None:
+                self.args_expanded = True
+                out += items
+            elif a.star or a.keyword is not None:
+                raise CallSiteError(
+                    "the kernel is called with *args or keywords; inputs cannot be matched to refs "
+                    "(pass the operands by position, or unpack a tuple literal bound just before the call)"
+                )
+            else:
+                out.append(a.value)
+        return out
 
     def _out_shapes(self) -> tuple[list[cst.BaseExpression], bool]:
         out = self.site.kw("out_shape")
@@ -121,19 +135,36 @@ class CallSite:
         return False
 
     def _spec_container(self, key: str) -> Optional[cst.BaseExpression]:
+        """The spec list as written; for a list built by code (appends, `+`), the expression
+        itself, which no literal reader takes for a list, and its items in `self.built`."""
         spec = self.site.kw(key)
         if spec is None:
             return None
+        value = self.ctx.resolve_value(spec, self.site.call)
+        built = built_items(self.ctx, spec, self.site.call)
+        if built is not None and (built[1] or not isinstance(value, cst.List)):
+            items, reads, parts = built
+            for part in parts:
+                if any(id(r) not in reads for r in self.other_reads(part, within_call=False)):
+                    raise CallSiteError(f"`{part.value}` ({key}) is also used elsewhere; give this pallas_call its own {key}")
+            self.built[key], self.builder_reads = items, self.builder_reads | reads
+            return spec
         self._refuse_if_mutated(spec, key)
-        return self.ctx.resolve_value(spec, self.site.call)
+        return value
+
+    def spec_items(self, kind: str) -> Optional[list[cst.BaseExpression]]:
+        """The items of `kind`'s spec list (literal or built), None for a single spec."""
+        container = self.in_specs_expr if kind == "in" else self.out_specs_expr
+        built = self.built.get(f"{kind}_specs")
+        return built if built is not None else (elements(container) if container is not None else None)
 
     def _refuse_if_mutated(self, expr: cst.BaseExpression, what: str) -> None:
         """`in_specs = [...]; in_specs.insert(3, ...)`: the literal is not what pallas_call gets."""
         if not isinstance(expr, cst.Name):
             return
         name = expr.value
-        if any(_mutates(node, name) for node in walk(self.ctx.scope_of(self.site.call))):
-            raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads only literal lists")
+        if any(mutates(node, name) for node in walk(self.ctx.scope_of(self.site.call))):
+            raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads literal lists, extended only by plain `.append` / `.extend` / `+=` statements before the call")
 
     def spec_list(self, kind: str) -> Optional[list[Optional[cst.BaseExpression]]]:
         """Spec expressions per slot of `kind` ('in' / 'out'); None entries = absent specs."""
@@ -141,13 +172,16 @@ class CallSite:
         count = (len(self.args) - self.num_prefetch) if kind == "in" else len(self.out_shapes)
         if container is None:
             return [None] * count
-        items = elements(container)
+        items = self.spec_items(kind)
         if items is None:
             if count == 1 and (kind == "out" and self.single_output):
                 return [container]
             if kind == "in" and count == 1 and self._is_block_spec(container):
                 return [container]
-            raise CallSiteError(f"cannot read {kind}_specs `{self.ctx.code(container)}` as a list of BlockSpecs")
+            raise CallSiteError(
+                f"cannot read {kind}_specs `{self.ctx.code(container)}` as a list of BlockSpecs (pallas-fix reads list "
+                "literals, `+` of them and plain `.append` / `.extend` before the call, not comprehensions or helpers)"
+            )
         if len(items) != count:
             raise CallSiteError(f"{kind}_specs has {len(items)} entries for {count} operands")
         return items
@@ -156,23 +190,37 @@ class CallSite:
         """Edits change a name's bound value in place: refuse when `expr` is a name that is also
         read elsewhere (another operand's spec, another pallas_call's grid), since the edit would
         change those too. `within_call`: reads inside this pallas_call itself are this edit's own."""
+        if self.other_reads(expr, within_call=within_call):
+            assert isinstance(expr, cst.Name)
+            raise CallSiteError(
+                f"`{expr.value}` ({what}) is also used elsewhere and the rewrite would change it there too; "
+                f"give this pallas_call its own {what}"
+            )
+
+    def other_reads(self, expr: Optional[cst.BaseExpression], *, within_call: bool) -> list[cst.Name]:
+        """The reads of the name `expr` besides `expr` itself, in the scope that binds it (none
+        for anything but a bound name); `within_call` leaves out those inside this pallas_call."""
         if not isinstance(expr, cst.Name):
-            return
+            return []
         name = expr.value
         scope = next((sc for sc in self.ctx.scope_chain(self.site.call) if self.ctx.assignments(name, sc)), None)
         if scope is None:
-            return
+            return []
+        out = []
         for node in walk(scope):
             if not isinstance(node, cst.Name) or node.value != name or node is expr:
                 continue
-            if isinstance(self.ctx.parent(node), cst.AssignTarget):
+            parent = self.ctx.parent(node)
+            if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.Arg) and parent.keyword is node):
+                continue  # a binding, or the `in_specs=` of `in_specs=in_specs`
+            if isinstance(parent, cst.Attribute) and parent.attr is node:
                 continue
             if within_call and any(a is self.site.call for a in self.ctx.ancestors(node)):
                 continue
-            raise CallSiteError(
-                f"`{name}` ({what}) is also used elsewhere and the rewrite would change it there too; "
-                f"give this pallas_call its own {what}"
-            )
+            if id(node) in self.builder_reads:
+                continue  # `in_specs.append(...)` building the list this call reads
+            out.append(node)
+        return out
 
     def _is_block_spec(self, expr: cst.BaseExpression) -> bool:
         expr = self.ctx.resolve_value(expr, self.site.call)
@@ -308,27 +356,8 @@ class CallSite:
         return spelling(self.ctx, PALLAS).add is not None
 
     def dimension_semantics(self) -> tuple[Optional[cst.Call], Optional[cst.Arg], Optional[list[str]]]:
-        params = self.site.kw("compiler_params")
-        if params is None:
-            return None, None, None
-        node = self.ctx.resolve_value(params, self.site.call)
-        if not isinstance(node, cst.Call):
-            return None, None, None
-        for a in node.args:
-            if a.keyword is not None and a.keyword.value == "dimension_semantics":
-                items = elements(self.ctx.resolve_value(a.value, self.site.call))
-                if items is None:
-                    raise CallSiteError("dimension_semantics is not a literal tuple")
-                values = []
-                for it in items:
-                    if isinstance(it, cst.SimpleString):
-                        values.append(str(it.evaluated_value))
-                    elif isinstance(it, cst.Attribute):
-                        values.append(it.attr.value.lower())
-                    else:
-                        raise CallSiteError("dimension_semantics holds values pallas-fix cannot read")
-                return node, a, values
-        return node, None, None
+        """(compiler_params call, its dimension_semantics argument, the values) as written."""
+        return dimension_semantics(self)
 
     def backend(self) -> Backend:
         return self.site.backend
@@ -349,21 +378,3 @@ def _read_lambda(spec: Spec, lam: cst.Lambda) -> None:
     )
     body = elements(lam.body)
     spec.index_exprs = body if body is not None else None
-
-
-def _mutates(node: cst.CSTNode, name: str) -> bool:
-    """`name.append(...)`, `name += ...` or `name[i] = ...`."""
-    if isinstance(node, cst.Call):
-        func = node.func
-        return (
-            isinstance(func, cst.Attribute)
-            and isinstance(func.value, cst.Name)
-            and func.value.value == name
-            and func.attr.value in _MUTATORS
-        )
-    if isinstance(node, cst.AugAssign):
-        return isinstance(node.target, cst.Name) and node.target.value == name
-    if isinstance(node, cst.AssignTarget):
-        target = node.target
-        return isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and target.value.value == name
-    return False

@@ -1,5 +1,7 @@
-"""A reduction loop's carry (R2): how it is packed (one value, or a tuple or list of leaves), and
-for each leaf its name in the kernel, its scratch ref, initial value, shape and dtype.
+"""A reduction loop's carry (R2): how its leaves nest (one value, or tuples, lists, dicts and
+NamedTuples of leaves: carry_tree), and for each leaf its name in the kernel, its scratch ref,
+initial value, shape and dtype, or, for a step counter, how it follows from the step number
+(carry_counters). A 0-d leaf (`jnp.float32(0)`) lives in a (1,) scalar-memory buffer.
 
 The scratch buffer must have exactly the carry's dtype: `acc_ref[...] = v` rejects any other,
 and a carry that would be promoted (a weakly typed `jnp.full(shape, 0.0)` meeting a bf16 body)
@@ -16,7 +18,11 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.statements import body_statements, is_docstring
+from pallas_fix.rewrite.carry_counters import Counter, carry_counters
+from pallas_fix.rewrite.carry_shapes import call_site_shape
+from pallas_fix.rewrite.carry_names import body_unpack, result_target
+from pallas_fix.rewrite.carry_tree import Flat, Tree, flatten, mirror, render
+from pallas_fix.rewrite.scopes import bindings
 from pallas_fix.rewrite.syntax import code
 
 _SHAPED_CTORS = ("jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty")  # no dtype: float32
@@ -34,62 +40,98 @@ _FIX = "write it as jnp.zeros(shape, dtype) or jnp.full(shape, value, dtype)"
 @dataclass
 class Leaf:
     name: str  # value name in the kernel (acc, m, l)
-    ref: str  # scratch ref parameter (acc_ref)
+    ref: Optional[str]  # scratch ref parameter (acc_ref); None for a step counter
     init: cst.BaseExpression  # kernel-side initial value
-    shape: cst.BaseExpression  # call-site shape tuple
-    dtype: cst.BaseExpression  # call-site dtype
+    shape: Optional[cst.BaseExpression] = None  # call-site shape tuple (scratch leaves)
+    dtype: Optional[cst.BaseExpression] = None  # call-site dtype (scratch leaves)
+    counter: Optional[Counter] = None  # a step counter: its value follows from the step number
+    bound_in_body: bool = True  # the step must bind it (a counter the body never mentions need not)
+    read_after: bool = False  # a counter whose final value the code after the loop reads
+    scalar: bool = False  # a 0-d carry, kept in a (1,) buffer in scalar memory
+
+    @property
+    def place(self) -> str:
+        """Where the leaf's value lives between steps: `acc_ref[...]`, or `total_ref[0]`."""
+        return f"{self.ref}[0]" if self.scalar else f"{self.ref}[...]"
+
+    def load(self, steps: str, final: bool = False) -> str:
+        """The leaf's value after `steps` iterations: its scratch buffer, or the counter's value
+        (`final`: after the last step, where `steps` may be a Python int, pl.num_programs)."""
+        if self.counter is None:
+            return self.place
+        return self.counter.final(steps) if final else self.counter.after(steps)
 
 
 @dataclass
 class Carry:
     leaves: list[Leaf]
-    packing: Optional[str]  # None: the carry is one value; "tuple" / "list": the init's container
+    tree: Optional[Tree]  # how the leaves nest (carry_tree); None when the loop carries nothing
 
-    def value_text(self) -> str:
-        """The carry's current value, loaded from scratch: `acc_ref[...]`, `(m_ref[...], l_ref[...])`."""
-        loads = [f"{l.ref}[...]" for l in self.leaves]
-        if self.packing is None:
-            return loads[0]
-        if self.packing == "list":
-            return "[" + ", ".join(loads) + "]"
-        return "(" + ", ".join(loads) + ("," if len(loads) == 1 else "") + ")"
+    @property
+    def scratch(self) -> list[Leaf]:
+        return [l for l in self.leaves if l.ref is not None]
+
+    def value_text(self, steps: str, final: bool = False) -> str:
+        """The carry's value after `steps` iterations, rebuilt from its leaves:
+        `acc_ref[...]`, `(m_ref[...], l_ref[...])`, `{"acc": acc_ref[...], "n": k}`."""
+        assert self.tree is not None
+        return render(self.tree, lambda i: self.leaves[i].load(steps, final))
 
 
-def carry_model(analysis, region, loop: LoopInfo, translate) -> Carry:
+def carry_model(analysis, region, loop: LoopInfo, translate, blocked: set[tuple[str, int]]) -> Carry:
+    """`blocked`: the (ref, dim) pairs the rewrite blocks along the new axis (carry_shapes)."""
     ctx = analysis.ctx
     env = region.env
-    init = loop.init
-    if init is None:
+    if loop.init is None:
         raise Refuse("the loop has no initial carry")
-    init = ctx.resolve_value(init, loop.call) if isinstance(init, cst.Name) else init
-    packing = {cst.Tuple: "tuple", cst.List: "list"}.get(type(init))
-    items = [e.value for e in init.elements] if packing else [init]
-    if not items or any(isinstance(e, cst.StarredElement) for e in getattr(init, "elements", ())):
-        raise Refuse("the initial carry is not a literal tuple of values")
-    names = _leaf_names(region, len(items))
+    flat = flatten(ctx, loop.init, loop.call, lambda name: _value_at_loop(region, name))
+    names = _leaf_names(region, flat)
     taken = {n.value for n in walk(region.site.kernel) if isinstance(n, cst.Name)}
+    counters = carry_counters(ctx, region, flat)
     leaves = []
-    for name, item in zip(names, items):
-        item = ctx.resolve_value(item, loop.call) if isinstance(item, cst.Name) else item
-        if isinstance(item, cst.Dict):
-            raise Refuse("dict carries are not lifted; carry a tuple of arrays")
-        if isinstance(item, (cst.Tuple, cst.List)):
-            raise Refuse("nested carry tuples are not lifted")
+    for n, (name, item) in enumerate(zip(names, flat.inits)):
+        if n in counters:
+            counter, bound, after = counters[n]
+            leaves.append(Leaf(name, None, item, counter=counter, bound_in_body=bound, read_after=after))
+            continue
         shape, dtype = _shape_dtype(ctx, item)
-        shape_cs = translate(shape, env)
+        shape_cs = call_site_shape(ctx, region, shape, translate, blocked)
         dtype_cs = translate(dtype, env)
         if shape_cs is None or dtype_cs is None:
             raise Refuse(f"the carry shape `{code(shape)}` cannot be written at the pallas_call")
-        if isinstance(shape_cs, cst.Tuple) and not shape_cs.elements:
-            raise Refuse("scalar carries are not lifted yet (give the carry a shape such as (1, 1))")
+        scalar = isinstance(shape_cs, cst.Tuple) and not shape_cs.elements
         _check_exact_dtype(ctx, dtype_cs, item)
-        leaves.append(Leaf(name, _scratch_ref_name(name, taken), item, shape_cs, dtype_cs))
-    return Carry(leaves, packing)
+        shape_cs = cst.parse_expression("(1,)") if scalar else shape_cs
+        leaves.append(Leaf(name, _scratch_ref_name(name, taken), item, shape_cs, dtype_cs, scalar=scalar))
+    return Carry(leaves, flat.tree)
+
+
+def _value_at_loop(region, name: str) -> Optional[cst.BaseExpression]:
+    """The value of the kernel's last top-level statement before the loop that binds `name`,
+    when that statement is a plain `name = value` and nothing between it and the loop rebinds
+    a name the value reads (`_init` evaluates it again where the loop was)."""
+    before = [s for s in region.before if name in set(bindings(s, nested=True))]
+    last = before[-1] if before else None
+    small = last.body[0] if isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 else None
+    if not (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)):
+        return None
+    between = region.before[region.before.index(last) + 1 :]
+    reads = {n.value for n in walk(small.value) if isinstance(n, cst.Name)}
+    if any(reads & set(bindings(s, nested=True)) for s in between):
+        return None
+    return small.value
 
 
 def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression]:
     """(shape, dtype) of a carry built by jnp.zeros / ones / empty / full; refused otherwise."""
     q = (ctx.imports.qualify(item.func) or "") if isinstance(item, cst.Call) else ""
+    if _is_number(item):
+        raise Refuse(
+            f"the carry `{code(item)}` is a Python number: weakly typed, it takes the dtype of what the loop adds to it, "
+            "which its scratch buffer must know; write it with its dtype, e.g. jnp.float32(0)"
+        )
+    if q.startswith("jax.numpy.") and q.rsplit(".", 1)[1] in _EXACT_DTYPES and len(item.args) == 1 and item.args[0].keyword is None:
+        return cst.Tuple([]), item.func  # `jnp.float32(0)`: a 0-d array of that dtype
     if q not in _SHAPED_CTORS and q != _FULL:
         raise Refuse(f"cannot tell the shape and dtype of the carry `{code(item)}`; {_FIX}")
     pos = [a.value for a in item.args if a.keyword is None]
@@ -115,6 +157,12 @@ def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst
     if isinstance(shape, cst.Integer):
         shape = cst.Tuple([cst.Element(shape)])
     return shape, dtype
+
+
+def _is_number(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, (cst.Integer, cst.Float))
 
 
 def _default_float(ctx, item: cst.Call) -> cst.BaseExpression:
@@ -154,64 +202,23 @@ def _scratch_ref_name(name: str, taken: set[str]) -> str:
     return ref
 
 
-def _leaf_names(region, n: int) -> list[str]:
-    names = result_names(region)
-    if len(names) == n and all(names):
-        return names
-    unpack = _first_unpack_names(region)
-    if unpack is not None and len(unpack) == n:
-        return unpack
+def _leaf_names(region, flat: Flat) -> list[str]:
+    """A name for each leaf: the names the loop's result or the body's first unpacking give it
+    (for a flat carry, whichever names every leaf; `_` names none), a dict key or NamedTuple
+    field, the carry parameter of a one-leaf carry."""
+    n = len(flat.inits)
+    from_result = mirror(flat.tree, result_target(region)) or {}
+    found = body_unpack(region)
+    from_body = (mirror(flat.tree, found[1]) if found is not None else None) or {}
+    if flat.tree.is_leaf or flat.tree.is_flat():
+        for names in (from_result, from_body):
+            if len(names) == n and len(set(names.values())) == n and "_" not in names.values():
+                return [names[i] for i in range(n)]
     if n == 1 and region.carry_name:
         return [region.carry_name]
-    return [f"carry{i}" for i in range(n)]
 
+    def named(i: int) -> Optional[str]:
+        return next((m[i] for m in (from_result, from_body) if m.get(i, "_") != "_"), None)
 
-def result_target(region) -> Optional[cst.BaseExpression]:
-    """What the loop's result is assigned to (`acc`, `m, l`); None for a bare loop statement."""
-    stmt_ = region.statement
-    small = stmt_.body[0] if isinstance(stmt_, cst.SimpleStatementLine) else None
-    if isinstance(small, cst.Assign):
-        return small.targets[0].target
-    return None
-
-
-def result_bound_names(region) -> set[str]:
-    """Every name the loop's result target binds (`acc`; `m`, `l`; `a`, `rest` of `a, *rest`)."""
-    target = result_target(region)
-    return {n.value for n in walk(target) if isinstance(n, cst.Name)} if target is not None else set()
-
-
-def result_names(region) -> list[str]:
-    """The plain names the loop's result is assigned to, in order (`acc = ...`, `m, l = ...`)."""
-    target = result_target(region)
-    if isinstance(target, cst.Name):
-        return [target.value]
-    elements = getattr(target, "elements", ())
-    return [e.value.value for e in elements if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)]
-
-
-def _first_unpack_names(region) -> Optional[list[str]]:
-    found = first_unpack(region)
-    return [e.value.value for e in found[1].elements] if found is not None else None
-
-
-def first_unpack(region) -> Optional[tuple[cst.SimpleStatementLine, cst.Tuple | cst.List]]:
-    """The body's first statement when it is `m, l, o = carry` (distinct plain names), with its
-    target."""
-    body, carry = region.body, region.carry_name
-    if not isinstance(body, cst.FunctionDef) or carry is None:
-        return None
-    stmts = [s for s in body_statements(body) if not is_docstring(s)]
-    first = stmts[0] if stmts else None
-    if not (isinstance(first, cst.SimpleStatementLine) and len(first.body) == 1 and isinstance(first.body[0], cst.Assign)):
-        return None
-    assign = first.body[0]
-    target = assign.targets[0].target
-    if len(assign.targets) != 1 or not (isinstance(assign.value, cst.Name) and assign.value.value == carry):
-        return None
-    if not isinstance(target, (cst.Tuple, cst.List)):
-        return None
-    names = [e.value.value for e in target.elements if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)]
-    if len(names) != len(target.elements) or len(set(names)) != len(names):
-        return None
-    return first, target
+    names = [named(i) or hint or f"carry{i}" for i, hint in enumerate(flat.hints)]
+    return names if len(set(names)) == n else [f"carry{i}" for i in range(n)]

@@ -3,9 +3,10 @@ the loads that bind the body's carry parameter at the top of each grid step, the
 body's result, and the loads that bind the loop's result for the code after the loop.
 
 Each binding means what the original binding meant: a name bound to the whole carry gets the
-whole carry (a tuple when the carry is one), and a target that unpacks it unpacks the same value,
-so `carry[1]`, a second unpacking, `res = fori_loop(...)` read as `res[0]`, and `a, b =` over a
-single array carry all keep their meaning."""
+whole carry (a tuple when the carry is one, the dict or NamedTuple rebuilt from its leaves), and
+a target that unpacks it unpacks the same value, so `carry[1]`, a second unpacking,
+`res = fori_loop(...)` read as `res[0]`, and `a, b =` over a single array carry all keep their
+meaning. A step counter (carry_counters) is bound from the step number and never stored."""
 
 from __future__ import annotations
 
@@ -15,18 +16,28 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.carries import Carry, first_unpack, result_target
+from pallas_fix.rewrite.carries import Carry
+from pallas_fix.rewrite.carry_names import body_unpack, result_target
+from pallas_fix.rewrite.carry_tree import leaf_paths, literal_leaves, mirror
 from pallas_fix.rewrite.statements import body_statements, is_docstring, stmt
 from pallas_fix.rewrite.syntax import code
 
 
 def unpack_to_drop(region, carry: Carry) -> Optional[cst.SimpleStatementLine]:
-    """`m, l = carry` as the body's first statement, when `carry` is read nowhere else: the step
-    loads bind `m` and `l` directly and the statement goes. None: the body keeps its carry."""
-    found = first_unpack(region)
-    if found is None or carry.packing is None or len(found[1].elements) != len(carry.leaves):
+    """`m, l = carry` (or `(m, l), acc = carry`, mirroring the carry's structure) as the body's
+    first statement, when `carry` is read nowhere else: the step loads bind `m` and `l` directly
+    and the statement goes. None: the body keeps its carry."""
+    found = body_unpack(region)
+    tree = carry.tree
+    if found is None or tree is None or tree.is_leaf:
         return None
-    unpack, _ = found
+    unpack, target = found
+    names = mirror(tree, target)
+    if names is None:
+        return None
+    plain = [n for n in names.values() if n != "_"]
+    if len(set(plain)) != len(plain) or (len(plain) < len(names) and _reads(region.body, "_", target)):
+        return None
     value = unpack.body[0].value  # type: ignore[attr-defined]
     param = region.body.params.params[1].name
     others = [n for n in walk(region.body) if isinstance(n, cst.Name) and n.value == region.carry_name]
@@ -35,20 +46,35 @@ def unpack_to_drop(region, carry: Carry) -> Optional[cst.SimpleStatementLine]:
     return unpack
 
 
-def step_loads(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine]) -> list[cst.BaseStatement]:
-    """The statements that bind the body's carry at the top of a step."""
+def _reads(body: cst.CSTNode, name: str, besides: cst.CSTNode) -> bool:
+    skip = {id(n) for n in walk(besides)}
+    return any(isinstance(n, cst.Name) and n.value == name and id(n) not in skip for n in walk(body))
+
+
+def _unpacked_names(carry: Carry, unpack: cst.SimpleStatementLine) -> dict[int, str]:
+    """Leaf number -> the name the dropped unpacking bound it to (`_` left out)."""
+    assert carry.tree is not None
+    names = mirror(carry.tree, unpack.body[0].targets[0].target) or {}  # type: ignore[attr-defined]
+    return {n: name for n, name in names.items() if name != "_"}
+
+
+def step_loads(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine], step: str) -> list[cst.BaseStatement]:
+    """The statements that bind the body's carry at the top of grid step `step`."""
     if unpack is not None:
-        names = [e.value.value for e in unpack.body[0].targets[0].target.elements]  # type: ignore[attr-defined]
-        return [stmt(f"{n} = {leaf.ref}[...]") for n, leaf in zip(names, carry.leaves)]
+        names = _unpacked_names(carry, unpack)
+        return [stmt(f"{names[n]} = {leaf.load(step)}") for n, leaf in enumerate(carry.leaves) if n in names and leaf.bound_in_body]
     if region.carry_name is None:
         raise Refuse("the loop body takes no carry parameter")
-    return [stmt(f"{region.carry_name} = {carry.value_text()}")]
+    leaf = carry.leaves[0] if len(carry.leaves) == 1 else None
+    if leaf is not None and carry.tree is not None and carry.tree.is_leaf and not leaf.bound_in_body:
+        return []  # a counter the body never reads
+    return [stmt(f"{region.carry_name} = {carry.value_text(step)}")]
 
 
-def step_bound_names(region, unpack: Optional[cst.SimpleStatementLine]) -> set[str]:
+def step_bound_names(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine]) -> set[str]:
     """The names `step_loads` binds in the kernel's scope."""
     if unpack is not None:
-        return {e.value.value for e in unpack.body[0].targets[0].target.elements}  # type: ignore[attr-defined]
+        return set(_unpacked_names(carry, unpack).values())
     return {region.carry_name} if region.carry_name else set()
 
 
@@ -89,36 +115,38 @@ def body_without_return(body: cst.CSTNode) -> list[cst.BaseStatement]:
 
 
 def store(result: cst.BaseExpression, carry: Carry) -> list[cst.BaseStatement]:
-    """`acc_ref[...] = result`, leaf by leaf for a tuple carry."""
-    leaves = carry.leaves
-    if carry.packing is None:
-        return [stmt(f"{leaves[0].ref}[...] = {code(result)}")]
-    targets = ", ".join(f"{l.ref}[...]" for l in leaves) + ("," if len(leaves) == 1 else "")
-    literal = isinstance(result, (cst.Tuple, cst.List)) and all(isinstance(e, cst.Element) for e in result.elements)
-    if literal and len(result.elements) == len(leaves):  # type: ignore[union-attr]
-        values = [e.value for e in result.elements]  # type: ignore[union-attr]
-        if len(values) == 1 or all(isinstance(v, cst.Name) for v in values):
-            return [stmt(f"{l.ref}[...] = {code(v)}") for l, v in zip(leaves, values)]
-        return [stmt(f"{targets} = {', '.join(code(v) for v in values)}")]
-    if literal:
-        raise Refuse("the loop body returns a tuple that does not match its carry")
-    return [stmt(f"{targets} = {code(result)}")]  # unpacks the returned tuple, as fori_loop did
+    """`acc_ref[...] = result`, leaf by leaf for a structured carry; counters are not stored."""
+    tree, leaves = carry.tree, carry.leaves
+    assert tree is not None
+    if tree.is_leaf:
+        return [stmt(f"{leaves[0].place} = {code(result)}")] if leaves[0].ref else []
+    by_leaf = literal_leaves(tree, result)
+    if by_leaf is not None:
+        pairs = [(leaves[n], by_leaf[n]) for n in range(len(leaves)) if leaves[n].ref is not None]
+        values = [v for _, v in pairs]
+        if len(pairs) == len(leaves) and tree.is_flat() and len(values) > 1 and not all(isinstance(v, cst.Name) for v in values):
+            targets = ", ".join(l.place for l, _ in pairs)
+            return [stmt(f"{targets} = {', '.join(code(v) for v in values)}")]
+        return [stmt(f"{l.place} = {code(v)}") for l, v in pairs]
+    if isinstance(result, (cst.Tuple, cst.List, cst.Dict)):
+        raise Refuse("the loop body returns a value whose structure does not match its carry")
+    if isinstance(result, cst.Name):  # reading it again costs nothing
+        paths = leaf_paths(tree, result.value)
+        return [stmt(f"{l.place} = {paths[n]}") for n, l in enumerate(leaves) if l.ref is not None]
+    if tree.is_flat() and all(l.ref is not None for l in leaves):
+        targets = ", ".join(l.place for l in leaves) + ("," if len(leaves) == 1 else "")
+        return [stmt(f"{targets} = {code(result)}")]  # unpacks the returned tuple, as fori_loop did
+    raise Refuse("the loop body returns its structured carry as a computed value; return it written out")
 
 
-def result_loads(region, carry: Carry, used: set[str]) -> list[cst.BaseStatement]:
+def result_loads(region, carry: Carry, used: set[str], steps: str) -> list[cst.BaseStatement]:
     """The loop's result bound as the original bound it, for the code after the loop (only the
-    names that code reads)."""
+    names that code reads); `steps`: the number of iterations the loop ran."""
     target = result_target(region)
     if target is None:
         return []
-    elements = getattr(target, "elements", None)
-    if (
-        carry.packing is not None
-        and elements is not None
-        and len(elements) == len(carry.leaves)
-        and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in elements)
-    ):
-        return [stmt(f"{e.value.value} = {leaf.ref}[...]") for e, leaf in zip(elements, carry.leaves) if e.value.value in used]
-    names = {n.value for n in walk(target) if isinstance(n, cst.Name)}
-    return [stmt(f"{code(target)} = {carry.value_text()}")] if names & used else []
-
+    names = mirror(carry.tree, target) if carry.tree is not None and not carry.tree.is_leaf else None
+    if names is not None:
+        return [stmt(f"{names[n]} = {leaf.load(steps, final=True)}") for n, leaf in enumerate(carry.leaves) if names[n] in used]
+    bound = {n.value for n in walk(target) if isinstance(n, cst.Name)}
+    return [stmt(f"{code(target)} = {carry.value_text(steps, final=True)}")] if bound & used else []

@@ -55,12 +55,17 @@ def _drop_unused_import(module: cst.Module, name: str) -> cst.Module:
     if _name_reads(module, name):
         return module
     body = []
+    comments: list = []  # the comments above a removed import stay, on the next statement
     for stmt in module.body:
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
         names = small.names if isinstance(small, (cst.Import, cst.ImportFrom)) else None
         if isinstance(names, (list, tuple)) and len(names) == 1 and names[0].asname is None \
                 and code(names[0].name) == name and (isinstance(small, cst.Import) or code(small.module) == "functools"):
+            comments += [l for l in stmt.leading_lines if l.comment is not None]
             continue
+        if comments and hasattr(stmt, "leading_lines"):
+            stmt = stmt.with_changes(leading_lines=[*comments, *stmt.leading_lines])
+            comments = []
         body.append(stmt)
     return module.with_changes(body=body) if len(body) != len(module.body) else module
 

@@ -14,8 +14,10 @@ from pallas_fix.analysis.effects import Write, loop_body_writes, statement_write
 from pallas_fix.core.names import call_arg
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.loop_result_use import reduction_statement_ok
 from pallas_fix.rewrite.scopes import bindings, param_names, walk_pruned, walk_scope
 from pallas_fix.rewrite.statements import body_statements
+from pallas_fix.rewrite.threaded_carry import threaded_carry_name, threaded_return
 
 
 def check_loop_statement(kernel: cst.FunctionDef, loop: LoopInfo, stmts: list, *, reduction: bool) -> Optional[cst.FunctionDef]:
@@ -25,8 +27,8 @@ def check_loop_statement(kernel: cst.FunctionDef, loop: LoopInfo, stmts: list, *
     if loop.kind != "fori_loop":
         return None
     statement, body = loop.statement, loop.body
-    if reduction:
-        if not _is_result_statement(statement, loop.call):
+    if reduction:  # R2 evaluates a larger expression over the result in `_finalize` (loop_result_use)
+        if not (_is_result_statement(statement, loop.call) or reduction_statement_ok(statement, loop.call)):
             raise Refuse("the loop's result is used inside a larger expression; assign it to names first")
     elif not _is_bare_loop_statement(statement, loop.call):
         raise Refuse("the loop's result is used; only a loop run for its effects can become a grid axis")
@@ -164,7 +166,10 @@ def _own_bindings(fn: cst.FunctionDef | cst.Lambda) -> set[str]:
 
 
 def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bool = False) -> None:
-    """No early return from the body; for R1 (`carry_used_ok` False) no read of the carry."""
+    """No early return from the body; for R1 (`carry_used_ok` False) no read of the carry, except
+    handing it to a nested loop that hands it back (`return lax.fori_loop(..., carry)`)."""
+    threaded = None if carry_used_ok else threaded_return(ctx, body, carry)
+    passed = threaded_carry_name(ctx, threaded) if threaded is not None else None
     if isinstance(body, cst.FunctionDef):
         stmts = body_statements(body)
         for n, stmt in enumerate(stmts):
@@ -172,7 +177,7 @@ def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bo
                 continue  # a nested def's returns are its own
             for node in walk_scope(stmt, classes=True):
                 last = n == len(stmts) - 1 and node is stmt.body[-1] if isinstance(stmt, cst.SimpleStatementLine) else False
-                if isinstance(node, cst.Return) and not (last and (carry_used_ok or _returns_carry(node, carry))):
+                if isinstance(node, cst.Return) and not (last and _ends_body(node, carry, carry_used_ok, threaded)):
                     raise Refuse("the loop body returns early")
     if carry is None or carry_used_ok:
         return
@@ -180,6 +185,8 @@ def check_body(ctx: ModuleContext, body, carry: Optional[str], carry_used_ok: bo
     returned, stored = False, False
     for node in walk_pruned(body.body, lambda n: isinstance(n, (cst.FunctionDef, cst.Lambda)) and rebinds(n)):
         if isinstance(node, cst.Name) and node.value == carry:
+            if node is passed:
+                continue
             parent = ctx.parent(node)
             if isinstance(parent, cst.Return) and _enclosing_def(ctx, node) is body:
                 returned = True
@@ -211,6 +218,11 @@ def _enclosing_def(ctx: ModuleContext, node: cst.CSTNode):
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             return anc
     return None
+
+
+def _ends_body(ret: cst.Return, carry: Optional[str], carry_used_ok: bool, threaded: Optional[cst.Return]) -> bool:
+    """A last `return` the inlining can drop (or, for a threaded carry, keep as a statement)."""
+    return carry_used_ok or ret is threaded or _returns_carry(ret, carry)
 
 
 def _returns_carry(ret: cst.Return, carry: Optional[str]) -> bool:

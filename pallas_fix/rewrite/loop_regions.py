@@ -20,11 +20,15 @@ from pallas_fix.rewrite.callsite import CallSite, pallas_alias
 from pallas_fix.rewrite.common import attempt, per_use
 from pallas_fix.rewrite.edits import Edit, remove_statement
 from pallas_fix.rewrite.kernel_edits import dead_assignments
+from pallas_fix.rewrite.dead_stores import DeadStore, overwritten_stores
+from pallas_fix.rewrite.loop_nesting import refuse_nested, static_branch, strip_block_blank_lines, when_container
+from pallas_fix.rewrite.ref_helpers import RefHelper, drop_index_edits, helper_aliases, ref_helpers
 from pallas_fix.rewrite.loop_checks import (
     check_body, check_hygiene, check_loop_statement, check_loop_writes, check_signature, check_writes_before_loop,
     loop_helpers,
 )
-from pallas_fix.rewrite.statements import body_statements, siblings_of
+from pallas_fix.rewrite.statements import body_statements, siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.threaded_carry import as_statement, check_threaded_init, threaded_return
 from pallas_fix.rewrite.syntax import code, paren_text
 from pallas_fix.rewrite.translate import Translator, simplify
 
@@ -79,7 +83,18 @@ class LoopRegion:
     before: list[cst.BaseStatement] = field(default_factory=list)
     after: list[cst.BaseStatement] = field(default_factory=list)
     carry_name: Optional[str] = None
-    bound_stmts: list = field(default_factory=list)  # statements that only feed the loop bounds
+    bound_stmts: list = field(default_factory=list)  # statements that go with the loop (its bounds, dead stores)
+    dead_stores: list[DeadStore] = field(default_factory=list)  # whole writes the loop overwrites
+    when: Optional[cst.FunctionDef] = None  # the `@pl.when` body holding the loop (loop_nesting)
+    branch: Optional[cst.IndentedBlock] = None  # the branch of a static `if` holding the loop
+    threaded: Optional[cst.Return] = None  # `return lax.fori_loop(..., carry)`: the carry is only threaded
+    ref_helpers: list[RefHelper] = field(default_factory=list)  # functions the loop hands kernel refs to
+    helper_refs: dict = field(default_factory=dict)  # (id(helper), parameter) -> kernel ref
+
+    @property
+    def ref_arg_names(self) -> list[cst.Name]:
+        """The kernel refs the loop passes to its ref helpers, as the call arguments name them."""
+        return [n for h in self.ref_helpers for n in h.ref_args]
 
     @property
     def ctx(self) -> ModuleContext:
@@ -126,7 +141,11 @@ class LoopRegion:
         stmts = body_statements(updated_body)
         if stmts and isinstance(stmts[-1], cst.SimpleStatementLine) and isinstance(stmts[-1].body[-1], cst.Return):
             last = stmts[-1]
-            if len(last.body) == 1:
+            if self.threaded is not None:  # the nested loop stays, started from the outer initial value
+                assert self.loop.init is not None and self.carry_name is not None
+                nested = as_statement(last.body[-1], self.loop.init, self.carry_name)
+                stmts[-1] = last.with_changes(body=[*last.body[:-1], nested])
+            elif len(last.body) == 1:
                 stmts = stmts[:-1]
             else:
                 stmts[-1] = last.with_changes(body=last.body[:-1])
@@ -137,11 +156,22 @@ class LoopRegion:
         return dead_assignments(self.ctx, list(self.functions), lifted_elements)
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
-        """Does the index name survive once the lifted windows (and dead named slices) are gone?"""
-        name = self.loop.index_name
-        body = self.body
-        dead = {id(s) for s in self.dead_slice_statements(lifted_elements)}
-        for node in walk(body.body if isinstance(body, cst.FunctionDef) else body.body):
+        """Does the index name survive once the lifted windows (and dead named slices) are gone,
+        and the ref helpers that no longer read it stop receiving it?"""
+        dropped = {id(h.index_arg) for h in self.unread_index_helpers(lifted_elements)}
+        return self._reads(self.body, self.loop.index_name, lifted_elements, dropped)
+
+    def unread_index_helpers(self, lifted_elements: set[int]) -> list[RefHelper]:
+        """The ref helpers whose index parameter nothing reads once their windows are blocks."""
+        return [
+            h for h in self.ref_helpers
+            if h.index_param is not None and not self._reads(h.fn, h.index_param, lifted_elements, set())
+        ]
+
+    def _reads(self, fn, name: str, lifted_elements: set[int], skip: set[int]) -> bool:
+        """`fn` mentions `name` outside the lifted windows, the dead named slices and `skip`."""
+        dead = {id(s) for s in self.dead_slice_statements(lifted_elements)} | skip
+        for node in walk(fn.body):
             if isinstance(node, cst.Name) and node.value == name and not self._inside(node, lifted_elements):
                 if any(id(a) in dead for a in self.ctx.ancestors(node)):
                     continue
@@ -218,9 +248,19 @@ class LoopRegion:
             return cst.FlattenSentinel(stmts)
 
         edits[self.statement] = replace_loop
+        if self.when is not None:
+            edits[self.when] = strip_leading_blank_lines
+        if self.branch is not None:
+            edits[self.branch] = strip_block_blank_lines
+        edits.update(drop_index_edits(self.unread_index_helpers(lifted_elements)))
         for stmt in self.dead_slice_statements(lifted_elements) + list(self.bound_stmts):
             remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
         return edits
+
+
+def _if_of(ctx: ModuleContext, branch: cst.IndentedBlock) -> cst.If:
+    holder = ctx.parent(branch)
+    return holder if isinstance(holder, cst.If) else ctx.parent(holder)  # type: ignore[return-value]
 
 
 def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool = False) -> LoopRegion:
@@ -231,20 +271,42 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     assert kernel is not None
     stmts = body_statements(kernel)
     statement = loop.statement
-    if statement not in stmts:
-        raise Refuse("the loop is not a top-level statement of the kernel (it sits inside another block)")
+    when, branch = None, None
+    if statement not in stmts and not reduction:
+        when = when_container(ctx, kernel, statement)
+        branch = None if when is not None else static_branch(ctx, analysis.detection.envs.get(kernel), kernel, statement)
+    if statement not in stmts and when is None and branch is None:
+        raise refuse_nested(ctx, kernel, loop, analysis.detection.loops)
+    # The kernel-level statement holding the loop (`pl.when` def, static `if`), and the loop's block.
+    container = when if when is not None else (_if_of(ctx, branch) if branch is not None else None)
+    inner = list(branch.body) if branch is not None else (body_statements(when) if when is not None else stmts)
     body = loop.body
     check_signature(ctx, loop)
-    body_def_stmt = check_loop_statement(kernel, loop, stmts, reduction=reduction)
+    body_def_stmt = check_loop_statement(kernel, loop, inner, reduction=reduction)
     params = [p.name.value for p in body.params.params]
     carry = params[1] if len(params) > 1 else None
-    region = LoopRegion(analysis, site, loop, statement, body, body_def_stmt, carry_name=carry)
-    index = stmts.index(statement)
-    region.before = [s for s in stmts[:index] if s is not body_def_stmt]
-    region.after = [s for s in stmts[index + 1 :] if not _is_trivial(s)]
+    region = LoopRegion(analysis, site, loop, statement, body, body_def_stmt, carry_name=carry, when=when, branch=branch)
+    index, outer = inner.index(statement), stmts.index(container if container is not None else statement)
+    # Nested: the kernel's statements around the `pl.when` / `if`, and the block's around the loop.
+    before = stmts[:outer] + (inner[:index] if container is not None else [])
+    after = (inner[index + 1 :] if container is not None else []) + stmts[outer + 1 :]
+    region.before = [s for s in before if s is not body_def_stmt]
+    region.after = [s for s in after if not _is_trivial(s)]
     region.functions = [body] + loop_helpers(ctx, kernel, body)
+    if not reduction:  # R2 keeps its own model of the refs a reduction touches
+        region.ref_helpers = ref_helpers(analysis, site, loop, region.functions)
+        region.functions += [h.fn for h in region.ref_helpers if h.fn not in region.functions]
+        region.helper_refs = helper_aliases(region.ref_helpers)
     region.bound_stmts = bound_only_statements(ctx, kernel, loop, region.before)
+    if not reduction and container is None:  # dead once the loop overwrites them: they go with it
+        region.dead_stores = overwritten_stores(analysis, region)
+        region.bound_stmts += [d.stmt for d in region.dead_stores]
     check_body(ctx, body, carry, carry_used_ok=reduction)
+    region.threaded = threaded_return(ctx, body, carry)
+    if region.threaded is not None:
+        if reduction:  # R2's inlining would drop the nested loop with the return
+            raise Refuse("the loop only threads its carry through a nested loop; it is not a reduction (see PF101)")
+        check_threaded_init(loop)
     check_loop_writes(analysis, region)
     if not reduction:  # R2 renames the carry's leaves into scratch refs: its own model of names
         check_hygiene(ctx, kernel, loop, carry, [statement, body_def_stmt, *region.bound_stmts])

@@ -334,6 +334,8 @@ class PrefetchEdits:
         assert inv is not None
         src = self.cs.num_prefetch + self.table_slot.index
         dst = self.cs.num_prefetch
+        if src != dst and self.cs.args_expanded:
+            raise CallSiteError("the kernel is called with `*operands`; pass the operands by position to move the table first")
         if src != dst:
             prev = self.edits.get(inv)
 

@@ -30,9 +30,12 @@ from pallas_fix.rewrite.statements import body_statements
 WHEN_DEFS = ("_init", "_step", "_finalize")
 
 
-def check_reduction_scopes(ctx: ModuleContext, region, removed: list, step_names: set[str], result_names: set[str]) -> None:
+def check_reduction_scopes(ctx: ModuleContext, region, removed: list, step_names: set[str], result_names: set[str],
+                           embedded=None) -> None:
     """`removed`: the kernel statements the rewrite deletes; `step_names`: what the step's loads
-    bind at kernel level; `result_names`: what the loop's result target binds."""
+    bind at kernel level; `result_names`: what the loop's result target binds; `embedded`: the
+    loop statement when it uses the result inside a larger expression (it moves to `_finalize`
+    too, less the loop call: loop_result_use.EmbeddedResult)."""
     kernel = region.site.kernel
     loop = region.loop
     after = list(region.after)
@@ -47,8 +50,12 @@ def check_reduction_scopes(ctx: ModuleContext, region, removed: list, step_names
     _refuse_mentions(ctx, kernel, kept, step_names - {loop.index_name}, "inlining the loop body would bind")
     step_level = {loop.index_name} | step_names | _own_bindings(region.body)
     finalize_locals = result_names | {n for s in after for n in bindings(s, nested=False)}
-    for stmt in after:
-        reads = sorted((_names_in(stmt) & step_level) - finalize_locals)
+    moved = [(s, _names_in(s)) for s in after]
+    if embedded is not None:
+        finalize_locals |= set(bindings(embedded.statement, nested=False))
+        moved.insert(0, (embedded.statement, set(embedded.rest_names)))
+    for stmt, names in moved:
+        reads = sorted((names & step_level) - finalize_locals)
         if reads:
             raise Refuse(
                 f"the code after the loop (line {ctx.span(stmt).line}) reads `{reads[0]}`, which the loop body would "

@@ -14,6 +14,9 @@ from pallas_fix.analysis.windows import loop_key, window_of
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blockplan import BlockIndexExpr, RefBlock
+from pallas_fix.rewrite.extent_reads import extent_read
+from pallas_fix.rewrite.ref_views import RefName, alias_bindings, resolve_ref_name, through_view_refusal
+from pallas_fix.rewrite.scalar_blocks import check_kept_scalars, windows_to_lift
 from pallas_fix.rewrite.syntax import code
 
 
@@ -60,6 +63,7 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
         uses_by_sub.setdefault(id(use.subscript), []).append(use)
     groups: dict[str, AccessGroup] = {}
     seen: set[int] = set()
+    kept_scalars: list[IndexUse] = []  # scalar indices of the loop index, left as they are
     for fn in region.functions:
         for node in walk(fn):
             if not isinstance(node, cst.Subscript) or id(node) in seen:
@@ -71,14 +75,22 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
             env = analysis.detection.envs.get(fn) or kernel_env
             if env is None or not env.value(base).is_ref:
                 continue
-            owner = env.owner(base.value)
-            if owner is None or owner.scope is not region.site.kernel or base.value not in owner.params:
+            ref = _kernel_ref(region, env.owner(base.value), base.value)
+            named = RefName(ref, None) if ref is not None else resolve_ref_name(env, base.value, region.site.kernel)
+            if named is None:
                 raise Refuse(
                     f"`{base.value}` is a ref view, alias or helper parameter inside the loop; "
                     "pallas-fix only rewrites accesses through the kernel's own ref parameters"
                 )
-            group = groups.setdefault(base.value, AccessGroup(base.value))
+            group = groups.setdefault(named.root, AccessGroup(named.root))
             loop_uses = [u for u in uses_by_sub.get(id(node), []) if u.provenance.loop is loop]
+            loop_uses = windows_to_lift(loop_uses, is_write(ctx, node) and not loop.carries, kept_scalars)
+            if named.view is not None:
+                # Relative to a view: unchanged when the view is the lifted window (rewrite.ref_views).
+                if loop_uses:
+                    raise through_view_refusal(base.value, named.root)
+                if any(u.provenance.loop is loop for u in uses_by_sub.get(id(named.view), [])):
+                    continue
             if loop_uses:
                 group.subscripts.append(node)
                 group.uses[id(node)] = loop_uses
@@ -86,7 +98,18 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
                 group.unlifted_accesses.append(node)
                 if is_write(ctx, node):
                     group.written = True
+    check_kept_scalars({ref for ref, g in groups.items() if g.lifted}, kept_scalars)
     return groups
+
+
+def _kernel_ref(region, owner, name: str) -> Optional[str]:
+    """The kernel ref parameter an access goes through: `name` itself, or the one a ref helper's
+    parameter receives (`region.helper_refs`, see rewrite.ref_helpers)."""
+    if owner is None:
+        return None
+    if owner.scope is region.site.kernel and name in owner.params:
+        return name
+    return getattr(region, "helper_refs", {}).get((id(owner.scope), name))
 
 
 def accessed_slots(analysis, region, cs):
@@ -161,7 +184,9 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":
         grand = ctx.parent(parent)
         if isinstance(grand, cst.Subscript) and len(grand.slice) == 1 and isinstance(grand.slice[0].slice, cst.Index):
-            return "shape", env.static_int(grand.slice[0].slice.value) if env else None
+            dim = env.static_int(grand.slice[0].slice.value) if env else None
+            # `shape[-1]` counts from the end: which dim it is depends on the rank, so it counts as unknown.
+            return "shape", dim if dim is not None and dim >= 0 else None
         return "shape", None
     return "other", None
 
@@ -170,23 +195,29 @@ def shape_refusal(ref: str) -> Refuse:
     return Refuse(f"`{ref}.shape` is read in the kernel; it would mean the block's shape after the rewrite")
 
 
-def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str]) -> None:
-    """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims)."""
+def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], extents: Optional[list] = None) -> None:
+    """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims).
+    A read of a lifted dim's size is refused, or, given `extents`, collected there for the
+    planner to rewrite (rewrite.extent_reads)."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
     bounds = [region.loop.lower, region.loop.upper] + ([region.loop.step] if region.loop.step is not None else [])
     bounds += list(region.bound_stmts)
-    allowed: set[int] = set()
+    kernel_env = analysis.detection.envs.get(kernel)
+    # `r = x_ref`: the alias is checked like the ref, its binding is no use (rewrite.ref_views).
+    roots, allowed = alias_bindings(kernel, lambda n: analysis.detection.envs.get(ctx.enclosing_function(n)), lifted)
+    roots.update({ref: ref for ref in lifted})
     for fn in region.functions:
         for node in walk(fn):
             if isinstance(node, cst.Subscript):
                 base = ref_base(node)
-                if base is not None and base.value in lifted:
+                if base is not None and base.value in roots:
                     allowed.add(id(base))
-    kernel_env = analysis.detection.envs.get(kernel)
+    # Refs handed to helpers whose accesses the region lifts (rewrite.ref_helpers).
+    allowed |= {id(n) for n in getattr(region, "ref_arg_names", ())}
     for node in walk(kernel):
-        if not isinstance(node, cst.Name) or node.value not in lifted or id(node) in allowed:
+        if not isinstance(node, cst.Name) or node.value not in roots or id(node) in allowed:
             continue
         kind, dim = mention_kind(ctx, node, kernel_env)
         if kind in ("param", "meta"):
@@ -194,18 +225,23 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str]) 
         if any(any(a is b for b in bounds) for a in ctx.ancestors(node)):
             continue  # the loop bounds disappear with the loop
         if kind == "shape":
-            lifted_dims = _lifted_dims(analysis, region, node.value)
+            lifted_dims = _lifted_dims(analysis, region, {n for n, root in roots.items() if root == roots[node.value]})
             shape_attr = ctx.parent(node)
             if _unpacked_shape_ok(ctx, kernel, ctx.parent(shape_attr), shape_attr, lifted_dims, bounds):
                 continue
             if dim is not None and dim not in lifted_dims:
                 continue
-            raise shape_refusal(node.value)
+            read = extent_read(ctx, node, roots[node.value], dim) if extents is not None else None
+            if read is None:
+                raise shape_refusal(node.value)
+            extents.append(read)
+            continue
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
 
 
-def _lifted_dims(analysis, region, ref: str) -> set[int]:
-    return {use.dim for use in analysis.uses if use.provenance.loop is region.loop and use.ref_name == ref}
+def _lifted_dims(analysis, region, names: set[str]) -> set[int]:
+    """The dims the loop slices of a ref, reached through any of its `names`."""
+    return {use.dim for use in analysis.uses if use.provenance.loop is region.loop and use.ref_name in names}
 
 
 def _unpacked_shape_ok(ctx, kernel, assign, shape_attr, lifted_dims: set[int], bounds) -> bool:

@@ -13,6 +13,9 @@ Example:
         o_ref[pl.ds(i * bs, bs), :] = jnp.tanh(x_ref[pl.ds(i * bs, bs), :])
     lax.fori_loop(0, n // bs, body, None)
 
+A scalar index the loop index drives (`o_ref[r, :] = x_ref[r, :] * 2`) is a window of one
+element: it could become a squeezed (`None`) block dim whose index_map returns `r`.
+
 Fix (safe, when every precondition holds): remove the loop, access whole blocks
 (`x_ref[...]`), add a grid axis of the trip count and BlockSpecs
 `pl.BlockSpec((bs, d), lambda ..., i: (i, 0))` at the pallas_call.
@@ -31,7 +34,13 @@ def check(use: IndexUse, window: Window) -> Optional[str]:
     loop = use.provenance.loop
     if use.provenance.origin is not Origin.LOOP or loop is None or loop.carries:
         return None
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by a loop index with the scalar index {start_text(use)}; {SQUEEZABLE}"
     return f"`{use.ref_name}` is sliced by a loop index with start {start_text(use)}; the loop can become a grid axis"
+
+
+# What the message of a scalar index says it could become (PF101, PF102, PF103).
+SQUEEZABLE = "a scalar index can become a squeezed (None) block dim of a grid axis"
 
 
 INVALID = (

@@ -21,6 +21,7 @@ from typing import Optional
 
 from pallas_fix.analysis.windows import Window
 from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.rules.pf101_independent_loop_slice import SQUEEZABLE
 from pallas_fix.rules.rule import make_rule, start_text
 
 
@@ -28,6 +29,8 @@ def check(use: IndexUse, window: Window) -> Optional[str]:
     loop = use.provenance.loop
     if use.provenance.origin is not Origin.LOOP or loop is None or not loop.carries:
         return None
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by the index of a reduction loop with the scalar index {start_text(use)}; {SQUEEZABLE}"
     return f"`{use.ref_name}` is sliced by the index of a reduction loop with start {start_text(use)}"
 
 

@@ -11,6 +11,9 @@ Example:
     pid = pl.program_id(0)
     o_ref[pl.ds(pid * 128, 128)] = x_ref[pl.ds(pid * 128, 128)] + 1
 
+A scalar index (`row = pl.program_id(0); x_ref[row, :]`, Triton's per-row kernels) is a window of
+one element: it could become a squeezed (`None`) block dim whose index_map returns the row.
+
 Fix (safe, when the ref's block is the whole array and the window is a block): move the
 slice into `pl.BlockSpec((128,), lambda i: (i,))` and access `x_ref[...]`.
 """
@@ -18,10 +21,13 @@ slice into `pl.BlockSpec((128,), lambda i: (i,))` and access `x_ref[...]`.
 from __future__ import annotations
 
 from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.rules.pf101_independent_loop_slice import SQUEEZABLE
 from pallas_fix.rules.rule import claims_origin, make_rule, start_text
 
 
 def message(use: IndexUse) -> str:
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by `pl.program_id` with the scalar index {start_text(use)}; {SQUEEZABLE}"
     return f"`{use.ref_name}` is sliced by `pl.program_id` with start {start_text(use)}; a BlockSpec index_map can select the block"
 
 
