@@ -1,8 +1,11 @@
 """Coverage: how much of the kernels people write pallas-fix fixes, and why it refuses the rest.
 
-Two corpora:
+Three corpora:
 - the blind corpus, tests/fixtures/blind/ (kernels written without reading the planners, each
-  labelled `# label: fix | either | refuse` and carrying an example call), and
+  labelled `# label: fix | either | refuse` and carrying an example call; its held-out files are
+  listed in its README),
+- the second blind corpus, tests/fixtures/blind2/ (written the same way by another session after
+  the first was in the tuning loop; held out as a whole: no planner work looks at it), and
 - JAX's own Pallas kernels, read at run time from the installed jax package
   (jax/experimental/pallas/ops/**).
 
@@ -13,6 +16,7 @@ rewrites that changed outputs, and a histogram of refusal reasons.
     .venv/bin/python benchmarks/bench_coverage.py                 # proposals only (seconds)
     .venv/bin/python benchmarks/bench_coverage.py --verify        # verify every proposal (minutes)
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind --held-out-only --verify
+    .venv/bin/python benchmarks/bench_coverage.py --corpus blind2 --verify
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from pallas_fix.frontends.service import Options, analyse_file, rewrite_kernels  # noqa: E402
 
 BLIND = ROOT / "tests" / "fixtures" / "blind"
+BLIND2 = ROOT / "tests" / "fixtures" / "blind2"
 _LABEL = re.compile(r"^#\s*label:\s*(fix|either|refuse)\b", re.M)
 # Refusal texts name the place they refer to (`x_ref`, line numbers): a histogram groups by shape.
 _DETAILS = re.compile(r"`[^`]*`|\b\d+\b")
@@ -130,7 +135,7 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", choices=("blind", "jax", "both"), default="both")
+    ap.add_argument("--corpus", choices=("blind", "blind2", "jax", "both", "all"), default="both")
     ap.add_argument("--verify", action="store_true", help="verify every proposed rewrite (slow)")
     ap.add_argument("--held-out-only", action="store_true", help="only the blind corpus's held-out files")
     ap.add_argument("--backend", default=None, help="override backend detection (e.g. tpu)")
@@ -138,9 +143,11 @@ def main() -> None:
     # Without --verify: the safe fixes plain --apply writes unverified. With it: what plain --apply
     # writes when the file's example verifies each kernel's rewrite (verified unsafe fixes too).
     opts = Options(verify=args.verify, backend=args.backend)
-    if args.corpus in ("blind", "both"):
+    if args.corpus in ("blind", "both", "all"):
         summarise("blind corpus", [measure(p, args.verify, opts) for p in blind_files(args.held_out_only)], args.verify)
-    if args.corpus in ("jax", "both"):
+    if args.corpus in ("blind2", "all"):
+        summarise("second blind corpus (held out)", [measure(p, args.verify, opts) for p in sorted(BLIND2.glob("*.py"))], args.verify)
+    if args.corpus in ("jax", "both", "all"):
         summarise("JAX's Pallas ops (installed jax)", [measure(p, args.verify, opts) for p in jax_files()], args.verify)
 
 
