@@ -63,8 +63,18 @@ class CallEdits:
         if self.new_axis is None:
             return None
         if spec.node is None:
-            return self.specs.whole(slot)
+            return self._whole(slot)
         return None  # existing specs are extended in place (see extend_index_maps)
+
+    def _whole(self, slot: Slot) -> str:
+        """The whole-array spec of `slot`, spelled as every other new whole-array spec of this
+        call: `pl.BlockSpec(x.shape, lambda ...: (0, 0))`, or `pl.BlockSpec()` for all of them
+        when one operand's shape or rank cannot be written at the call site."""
+        needed = [s for s in self.cs.slots.values() if s.kind in ("in", "out") and s.param not in self.blocks
+                  and self.cs.spec_of(s).node is None]
+        texts = {s.param: self.specs.whole(s) for s in needed}
+        plain = self.specs.plain_whole()
+        return plain if plain in texts.values() else texts.get(slot.param, self.specs.whole(slot))
 
     def extend_index_maps(self) -> None:
         """Existing specs that stay: their index_maps take one more (ignored) grid parameter."""
@@ -107,7 +117,7 @@ class CallEdits:
                 for s in slots:
                     c = new_codes[s.index]
                     if c is None:
-                        c = self.specs.whole(s)
+                        c = self._whole(s)
                     texts.append(c)
                 value = texts[0] if single else "[" + ", ".join(texts) + "]"
                 self.new_keywords.append((f"{kind}_specs", value))

@@ -36,8 +36,13 @@ class SpecWriter:
         params = ", ".join(grid + rest)
         shape = _shape_expr(slot)
         if rank is None or shape is None:
-            return f"{self.pl}.BlockSpec()"
+            return self.plain_whole()
         return f"{self.pl}.BlockSpec({shape}, lambda {params}: {_tuple_text(['0'] * rank)})"
+
+    def plain_whole(self) -> str:
+        """The whole array without writing its shape (block_shape None: the full array, index_map
+        None: block 0 on every step)."""
+        return f"{self.pl}.BlockSpec()"
 
     def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
         """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
