@@ -39,6 +39,7 @@ from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_pl
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
 from pallas_fix.rewrite.statements import strip_leading_blank_lines
+from pallas_fix.rewrite.stale_comments import stale_comments_note
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import simplify
 
@@ -80,6 +81,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     description = (
         f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
         f" ({', '.join(b.param for b in blocks)} in blocks){region.loop_comments_note()}"
+        f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 

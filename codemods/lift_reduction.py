@@ -76,6 +76,7 @@ from pallas_fix.rewrite.loop_result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.reduction_kernel import Step, kernel_edits
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.scratch import add_scratch, scratch_spelling
+from pallas_fix.rewrite.stale_comments import stale_comments_note
 from pallas_fix.rewrite.statements import body_statements
 from pallas_fix.rewrite.syntax import code, paren_text
 
@@ -129,6 +130,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
         f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
         f"{region.loop_comments_note()}"
+        f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
