@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_check.py [--files 2000] [--kernel-share 0.1] [--repeat 3]
     .venv/bin/python benchmarks/bench_check.py --profile      # cProfile of the in-process check
+    .venv/bin/python benchmarks/bench_check.py --jax          # over the installed jax's Pallas sources
+    .venv/bin/python benchmarks/bench_check.py --tree DIR     # over a copy of any source tree
 
 A tree of ``--files`` modules is generated under a temporary directory: ``--kernel-share`` of them
 are the kernel fixtures of ``tests/fixtures/detect`` with every module-level name renamed (so no
@@ -159,6 +161,28 @@ def build_tree(root: Path, files: int, kernel_share: float, seed: int = 0) -> li
     return kernel_paths
 
 
+def jax_pallas_dirs() -> list[Path]:
+    import jax
+
+    root = Path(jax.__file__).parent
+    return [root / "_src" / "pallas", root / "experimental" / "pallas"]
+
+
+def copy_tree(root: Path, sources: list[Path]) -> list[Path]:
+    """Copy the .py files of `sources` under `root`; return those that mention pallas_call (the
+    files the baseline parses, as the check analyses only them)."""
+    kernel_paths = []
+    for n, source in enumerate(sources):
+        for p in sorted(source.rglob("*.py")):
+            dest = root / f"src{n}" / p.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            text = p.read_text(encoding="utf-8")
+            dest.write_text(text, encoding="utf-8")
+            if "pallas_call" in text:
+                kernel_paths.append(dest)
+    return kernel_paths
+
+
 # -- measurements ----------------------------------------------------------------------------------
 def _cpu() -> float:
     """CPU seconds of this process and of every child it has waited for (workers, subprocesses)."""
@@ -222,15 +246,21 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile one in-process check and print the top entries")
     ap.add_argument("--keep", action="store_true", help="keep the generated tree and print its path")
+    ap.add_argument("--tree", type=Path, help="measure over a copy of this source tree instead of a generated one")
+    ap.add_argument("--jax", action="store_true", help="measure over the installed jax package's Pallas sources")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="pallas-fix-bench-"))
     try:
-        kernel_paths = build_tree(tmp, args.files, args.kernel_share)
+        if args.tree or args.jax:
+            kernel_paths = copy_tree(tmp, [args.tree] if args.tree else jax_pallas_dirs())
+        else:
+            kernel_paths = build_tree(tmp, args.files, args.kernel_share)
         total_bytes = sum(p.stat().st_size for p in tmp.rglob("*.py"))
         kernel_bytes = sum(p.stat().st_size for p in kernel_paths)
+        n_files = sum(1 for _ in tmp.rglob("*.py"))
         print(
-            f"tree: {args.files} files ({total_bytes / 1e6:.1f} MB), {len(kernel_paths)} with kernels "
+            f"tree: {n_files} files ({total_bytes / 1e6:.1f} MB), {len(kernel_paths)} with kernels "
             f"({kernel_bytes / 1e6:.2f} MB); best of {args.repeat}; {os.cpu_count()} CPUs"
         )
         if args.profile:
