@@ -26,8 +26,6 @@ is_statement = _is_statement = _IsStatement().__getitem__
 # -- one pass over the tree -------------------------------------------------------------------------
 # Per node class, the fields LibCST visits, in the order it visits them (= `node.children` order).
 _FIELD_ORDER: dict[type, tuple[str, ...]] = {}
-# Per node class, a function that returns its children (built from that order on first use).
-_KIDS: dict[type, object] = {}
 # Classes whose visit skips a field depending on its value (format_spec only when not None): one
 # instance does not give their order, so they use LibCST's own `children`.
 CONDITIONAL_FIELDS = frozenset({"FormattedStringExpression", "TemplatedStringExpression"})
@@ -67,39 +65,6 @@ def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
     return order
 
 
-def _kids_function(node: cst.CSTNode):
-    """A function returning the children of nodes of `node`'s class: its fields in visit order,
-    each a node, a sequence of nodes, or something else (None, MaybeSentinel, str) to skip."""
-    kind = type(node)
-    if kind.__name__ in CONDITIONAL_FIELDS:
-        fn = _libcst_children
-    else:
-        lines = ["def kids(n, _t=type, _tuple=tuple, _list=list):", "    out = []"]
-        for name in _field_order(node):
-            lines += [
-                f"    v = n.{name}",
-                "    c = _t(v)",
-                "    if _is_node[c]: out.append(v)",
-                "    elif c is _tuple or c is _list: out += v",
-            ]
-        lines.append("    return out")
-        space: dict = {"_is_node": _IS_NODE}
-        exec("\n".join(lines), space)  # noqa: S102 - field names come from LibCST's own classes
-        fn = space["kids"]
-    _KIDS[kind] = fn
-    return fn
-
-
-def _libcst_children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    return list(node.children)
-
-
-def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
-    """`node.children` without running the visitor machinery."""
-    fn = _KIDS.get(type(node)) or _kids_function(node)
-    return fn(node)  # type: ignore[operator]
-
-
 # Per node class, a function that pushes its children onto a stack, last first, and returns
 # how many it pushed: the walk below then pops them in visit order.
 _PUSH: dict[type, object] = {}
@@ -131,6 +96,14 @@ def _push_function(node: cst.CSTNode):
         fn = space["push"]
     _PUSH[kind] = fn
     return fn
+
+
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` without running the visitor machinery."""
+    kids: list[cst.CSTNode] = []
+    (_PUSH.get(type(node)) or _push_function(node))(node, kids)  # type: ignore[operator]
+    kids.reverse()
+    return kids
 
 
 def index_tree(root: cst.CSTNode):

@@ -70,11 +70,10 @@ class CallEdits:
         """The whole-array spec of `slot`, spelled as every other new whole-array spec of this
         call: `pl.BlockSpec(x.shape, lambda ...: (0, 0))`, or `pl.BlockSpec()` for all of them
         when one operand's shape or rank cannot be written at the call site."""
-        needed = [s for s in self.cs.slots.values() if s.kind in ("in", "out") and s.param not in self.blocks
-                  and self.cs.spec_of(s).node is None]
-        texts = {s.param: self.specs.whole(s) for s in needed}
         plain = self.specs.plain_whole()
-        return plain if plain in texts.values() else texts.get(slot.param, self.specs.whole(slot))
+        others = (s for s in self.cs.slots.values() if s.kind in ("in", "out") and s.param not in self.blocks
+                  and self.cs.spec_of(s).node is None)
+        return plain if any(self.specs.whole(s) == plain for s in others) else self.specs.whole(slot)
 
     def extend_index_maps(self) -> None:
         """Existing specs that stay: their index_maps take one more (ignored) grid parameter."""

@@ -30,9 +30,9 @@ class _Scopes:
 
     def covering(self, ctx: ModuleContext, *nodes: cst.CSTNode) -> Mapping[cst.CSTNode, Scope]:
         """One analysis that answers for all of `nodes`."""
-        tops = {id(_top_statement(ctx, n)) for n in nodes}
-        if self.full is None and len(tops) == 1:
-            top = _top_statement(ctx, nodes[0])
+        tops = [_top_statement(ctx, n) for n in nodes]
+        top = tops[0]
+        if self.full is None and all(t is top for t in tops):
             if top is not None and self.first is None:
                 self.first, self.first_scopes = top, _resolve(_module_around(ctx, top))
             if top is not None and top is self.first:

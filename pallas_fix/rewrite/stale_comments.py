@@ -34,14 +34,16 @@ def _shape_comments(ctx: ModuleContext, kernel: cst.FunctionDef, refs: set[str])
     span = ctx.span(kernel)
     lines = ctx.source.splitlines(keepends=True)[span.line - 1 : span.end_line]
     words = set(refs) | {r[: -len("_ref")] for r in refs if r.endswith("_ref") and len(r) > 4}
-    mention = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b") if words else None
+    if not words:
+        return []
+    mention = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, words))) + r")\b")
     out = []
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO("".join(lines)).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     for tok in tokens:
-        if tok.type != tokenize.COMMENT or mention is None:
+        if tok.type != tokenize.COMMENT:
             continue
         text = tok.string.strip()
         if mention.search(text) and _SHAPE.search(text):
