@@ -14,7 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.syntax import code
@@ -86,17 +86,9 @@ def when_container(ctx: ModuleContext, kernel: cst.FunctionDef, stmt: cst.CSTNod
     if not isinstance(block.body, cst.IndentedBlock) or stmt not in block.body.body:
         return None
     name = block.name.value
-    if any(isinstance(n, cst.Name) and n.value == name and n is not block.name for n in _walk(kernel)):
+    if any(isinstance(n, cst.Name) and n.value == name and n is not block.name for n in walk(kernel)):
         return None
     return block
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(cur.children)
 
 
 def static_branch(ctx: ModuleContext, env, kernel: cst.FunctionDef, stmt: cst.CSTNode) -> Optional[cst.IndentedBlock]:
@@ -137,7 +129,7 @@ def check_other_branch(ctx: ModuleContext, branch: Optional[cst.IndentedBlock], 
     node = holder if isinstance(holder, cst.If) else ctx.parent(holder)
     assert isinstance(node, cst.If)
     other = node.orelse.body if node.body is branch and isinstance(node.orelse, cst.Else) else (node.body if node.body is not branch else None)
-    used = sorted({n.value for n in _walk(other) if isinstance(n, cst.Name) and n.value in lifted}) if other is not None else []
+    used = sorted({n.value for n in walk(other) if isinstance(n, cst.Name) and n.value in lifted}) if other is not None else []
     if used:
         raise Refuse(
             f"the loop runs in the branch of `if {code(node.test)}:` (line {ctx.span(node).line}) that its static test "
