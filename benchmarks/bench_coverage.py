@@ -1,11 +1,14 @@
 """Coverage: how much of the kernels people write pallas-fix fixes, and why it refuses the rest.
 
-Three corpora:
+Four corpora:
 - the blind corpus, tests/fixtures/blind/ (kernels written without reading the planners, each
   labelled `# label: fix | either | refuse` and carrying an example call; its held-out files are
   listed in its README),
 - the second blind corpus, tests/fixtures/blind2/ (written the same way by another session after
-  the first was in the tuning loop; held out as a whole: no planner work looks at it), and
+  the first was in the tuning loop; held out as a whole: no planner work looks at it; its
+  refusals were later described to the sessions that built the lifts, without its code),
+- the third blind corpus, tests/fixtures/blind3/ (written by a fresh session while those lifts
+  were built; held out as a whole: no session that builds planners opens it), and
 - JAX's own Pallas kernels, read at run time from the installed jax package
   (jax/experimental/pallas/ops/**).
 
@@ -17,6 +20,7 @@ rewrites that changed outputs, and a histogram of refusal reasons.
     .venv/bin/python benchmarks/bench_coverage.py --verify        # verify every proposal (minutes)
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind --held-out-only --verify
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind2 --verify
+    .venv/bin/python benchmarks/bench_coverage.py --corpus blind3 --verify
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pallas_fix.frontends.service import Options, analyse_file, rewrite_kernels 
 
 BLIND = ROOT / "tests" / "fixtures" / "blind"
 BLIND2 = ROOT / "tests" / "fixtures" / "blind2"
+BLIND3 = ROOT / "tests" / "fixtures" / "blind3"
 _LABEL = re.compile(r"^#\s*label:\s*(fix|either|refuse)\b", re.M)
 # Refusal texts name the place they refer to (`x_ref`, line numbers): a histogram groups by shape.
 _DETAILS = re.compile(r"`[^`]*`|\b\d+\b")
@@ -135,7 +140,7 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", choices=("blind", "blind2", "jax", "both", "all"), default="both")
+    ap.add_argument("--corpus", choices=("blind", "blind2", "blind3", "jax", "both", "all"), default="both")
     ap.add_argument("--verify", action="store_true", help="verify every proposed rewrite (slow)")
     ap.add_argument("--held-out-only", action="store_true", help="only the blind corpus's held-out files")
     ap.add_argument("--backend", default=None, help="override backend detection (e.g. tpu)")
@@ -147,6 +152,8 @@ def main() -> None:
         summarise("blind corpus", [measure(p, args.verify, opts) for p in blind_files(args.held_out_only)], args.verify)
     if args.corpus in ("blind2", "all"):
         summarise("second blind corpus (held out)", [measure(p, args.verify, opts) for p in sorted(BLIND2.glob("*.py"))], args.verify)
+    if args.corpus in ("blind3", "all"):
+        summarise("third blind corpus (held out)", [measure(p, args.verify, opts) for p in sorted(BLIND3.glob("*.py"))], args.verify)
     if args.corpus in ("jax", "both", "all"):
         summarise("JAX's Pallas ops (installed jax)", [measure(p, args.verify, opts) for p in jax_files()], args.verify)
 
