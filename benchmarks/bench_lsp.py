@@ -12,8 +12,10 @@ For each, measured side by side in one run, best of ``--repeat``:
 
 * baseline: ``libcst.parse_module`` of the text;
 * analysis: what the server does between receiving a text and publishing, in process
-  (``lsp_analysis.analyse`` + ``diagnostics``: parse, discovery, detection, rules, planners,
-  positions, conversion to protocol diagnostics);
+  (``snapshot.analyse`` + ``diagnostics``: parse, discovery, detection, rules, planners,
+  positions, conversion to protocol diagnostics): a full analysis, and the incremental analyses
+  the server makes after an edit from the last version's snapshot (an edit outside every kernel,
+  an edit inside the kernel in the middle of the file; see ``frontends/lsp/incremental.py``);
 * protocol: a real ``pallas-fix lsp`` process (debounce 0): from sending ``didChange`` to receiving
   that version's ``publishDiagnostics``, and to its last republish (the server republishes as it
   computes the fixes' edits for ``data``, for up to 3 s; the rest are computed on request).
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import pstats
 import re
@@ -105,28 +108,49 @@ def make_source(lines: int, copies: int = 0) -> str:
 
 
 def timed(fn) -> tuple[float, float]:
-    """(wall, CPU) seconds of one call: other processes on a shared machine stretch the first."""
+    """(wall, CPU) seconds of one call: other processes on a shared machine stretch the first.
+    The garbage of earlier calls is collected first: a full analysis leaves cycles (a tree and
+    its indexes) that the collector would otherwise free during whatever is timed next."""
+    gc.collect()
     t, c = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - t, time.process_time() - c
 
 
-def in_process(source: str, repeat: int) -> tuple[tuple[float, float], tuple[float, float], int]:
-    """Best (wall, CPU) of the parse and of the analysis, and the number of diagnostics."""
+def edit_one_kernel(source: str) -> str:
+    """The text with one statement added to the body of the kernel in the middle of the file."""
+    lines = source.split("\n")
+    defs = [k for k, line in enumerate(lines) if line.startswith("def ") and "kernel" in line]
+    at = defs[len(defs) // 2]
+    return "\n".join(lines[: at + 1] + ["    extra = 1"] + lines[at + 1 :])
+
+
+# What the server analyses after an edit, from the last version's snapshot (`previous=`): an edit
+# outside every kernel (a comment appended) and an edit inside one kernel.
+EDITS = {"edit outside kernels": lambda s: s + "\n# edit\n", "edit one kernel": edit_one_kernel}
+
+
+def in_process(source: str, repeat: int) -> tuple[tuple[float, float], dict[str, tuple[float, float]], int]:
+    """Best (wall, CPU) of the parse, of the full analysis and of each incremental one, and the
+    number of diagnostics."""
     config = Config()
     path = str(ROOT / "bench_lsp_generated.py")
 
-    def analysis():
-        snap = analyse("file:///bench.py", path, 1, source, config)
-        return diagnostics(snap)
+    def analysis(text=source, previous=None):
+        snap = analyse("file:///bench.py", path, 1, text, config, previous=previous)
+        diagnostics(snap)
+        return snap
 
-    analysis()  # imports, planner registration
-    parse_times, analysis_times = [], []
-    for _ in range(repeat):  # interleaved, so both see the same machine load
+    first = analysis()  # imports, planner registration
+    parse_times, times = [], {"full analysis": []}
+    for _ in range(repeat):  # interleaved, so all see the same machine load
         parse_times.append(timed(lambda: cst.parse_module(source)))
-        analysis_times.append(timed(analysis))
+        times["full analysis"].append(timed(analysis))
+        for label, change in EDITS.items():
+            edited = change(source)
+            times.setdefault(label, []).append(timed(lambda: analysis(edited, first)))
     best_of = lambda ts: (min(t[0] for t in ts), min(t[1] for t in ts))  # noqa: E731
-    return best_of(parse_times), best_of(analysis_times), len(analysis())
+    return best_of(parse_times), {k: best_of(v) for k, v in times.items()}, len(diagnostics(first))
 
 
 async def over_protocol(source: str, repeat: int) -> tuple[float, float, tuple[int, int]]:
@@ -199,16 +223,17 @@ def main() -> None:
 
     for label, source in (("kernels", make_source(args.lines)), ("typical", make_typical(args.lines))):
         print(f"== {label}: {source.count(chr(10))} lines, {len(source)} characters")
-        (t_parse, c_parse), (t_analysis, c_analysis), n_diag = in_process(source, args.repeat)
+        (t_parse, c_parse), analyses, n_diag = in_process(source, args.repeat)
         protocol = None if args.no_protocol else asyncio.run(over_protocol(source, args.repeat))
         # The parse is timed again afterwards: the best of all runs is the baseline for every ratio.
         again = [timed(lambda: cst.parse_module(source)) for _ in range(args.repeat)]
         base, c_base = min([t_parse] + [t[0] for t in again]), min([c_parse] + [t[1] for t in again])
         print(f"baseline  libcst.parse_module          {base * 1000:8.1f} ms   (CPU {c_base * 1000:.1f} ms)")
-        print(
-            f"analysis  analyse + diagnostics        {t_analysis * 1000:8.1f} ms   ratio {t_analysis / base:5.2f}x   "
-            f"(CPU {c_analysis * 1000:.1f} ms, {c_analysis / c_base:.2f}x; {n_diag} diagnostics)"
-        )
+        for label, (t_analysis, c_analysis) in analyses.items():
+            print(
+                f"analysis  {label:<28} {t_analysis * 1000:8.1f} ms   ratio {t_analysis / base:5.2f}x   "
+                f"(CPU {c_analysis * 1000:.1f} ms, {c_analysis / c_base:.2f}x; {n_diag} diagnostics)"
+            )
         if protocol is not None:
             t_first, t_full, (with_edits, fixable) = protocol
             print(f"protocol  didChange -> diagnostics     {t_first * 1000:8.1f} ms   ratio {t_first / base:5.2f}x")

@@ -19,10 +19,12 @@ _FunctionDef, _Lambda = cst.FunctionDef, cst.Lambda
 
 
 class ModuleContext:
-    def __init__(self, source: str, path: str = "<string>") -> None:
+    def __init__(self, source: str, path: str = "<string>", module: Optional[cst.Module] = None) -> None:
         self.source = source
         self.path = path
-        self.module = cst.parse_module(source)
+        # `module`: the caller's own parse of `source` (the language server parses first to learn
+        # whether anything but the parse needs redoing).
+        self.module = module if module is not None else cst.parse_module(source)
         # `node.children` re-runs LibCST's visitor machinery (rebuilding the node) on every call;
         # walks over a 2,000-line file asked for it hundreds of thousands of times. One pass
         # records, by position in the pre-order, each node's subtree (a walk is a slice of the

@@ -39,7 +39,7 @@ async def code_action(ls: PallasFixServer, params: types.CodeActionParams) -> Op
     if st is None:
         return None
     snap = await ls.fresh_snapshot(st)
-    if snap is None or snap.analysis is None:
+    if snap is None or not snap.analysed:
         return []
     only = list(params.context.only) if params.context.only else None
     actions: list[types.CodeAction] = []

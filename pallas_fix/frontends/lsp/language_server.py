@@ -123,7 +123,8 @@ class PallasFixServer(LanguageServer):
         # Runs on the worker: a job queued behind a newer edit is skipped without analysing.
         if self._stale(st, version, text):
             return None
-        return analyse(st.uri, st.path, version, text, config, encoding)
+        # The last analysed version: only the kernels the edit touched are analysed again.
+        return analyse(st.uri, st.path, version, text, config, encoding, previous=st.snapshot)
 
     async def _check(self, st: DocState, delay: float) -> None:
         try:

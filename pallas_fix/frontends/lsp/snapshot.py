@@ -19,6 +19,8 @@ from pallas_fix.engine import CheckResult, SourceError, analyze_source, applicab
 from pallas_fix.core.model import Finding, FixSafety
 from pallas_fix.output.common import finding_notes, rule_url
 from pallas_fix.rules.registry import RULES, describe
+from pallas_fix.frontends.lsp import incremental
+from pallas_fix.frontends.lsp.incremental import UnitMap
 from pallas_fix.frontends.lsp.text import Edit, content, minimal_edits, split_lines, suppression_edit, to_units, units
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,8 @@ class Snapshot:
     config: Config
     encoding: str = "utf-16"
     lines: list[str] = field(default_factory=list)
-    analysis: Optional[CheckResult] = None
+    analysis: Optional[CheckResult] = None  # the full analysis, when this version had one
+    units: Optional[UnitMap] = None  # the kernels as units of analysis, for the next version's
     findings: list[Finding] = field(default_factory=list)
     syntax_error: Optional[SourceError] = None
     internal_error: Optional[str] = None
@@ -70,6 +73,10 @@ class Snapshot:
         return self.config.unsafe_fixes
 
     @property
+    def analysed(self) -> bool:
+        return self.analysis is not None or self.units is not None
+
+    @property
     def pending_fixes(self) -> bool:
         return any(f.edits is None and f.failed is None for f in self.fixes.values())
 
@@ -78,10 +85,14 @@ def key_of(f: Finding) -> Key:
     return (f.span.line, f.span.column)
 
 
-def analyse(uri: str, path: str, version: Optional[int], text: str, config: Config, encoding: str = "utf-16") -> Snapshot:
+def analyse(
+    uri: str, path: str, version: Optional[int], text: str, config: Config, encoding: str = "utf-16", previous: Optional[Snapshot] = None
+) -> Snapshot:
+    """The snapshot of `text`; with `previous` (the last version's), only the kernels the edit
+    touched are analysed again (see `incremental`), with the same findings a full analysis gives."""
     snap = Snapshot(uri, path, version, text, config, encoding, split_lines(text))
     try:
-        snap.analysis = analyze_source(text, path, config)
+        _run_analysis(snap, previous.units if previous is not None else None)
     except SourceError as exc:
         snap.syntax_error = exc
     except RecursionError:
@@ -89,14 +100,37 @@ def analyse(uri: str, path: str, version: Optional[int], text: str, config: Conf
     except Exception as exc:  # an analysis bug must cost the user diagnostics, never the server
         log.exception("analysis failed for %s", path)
         snap.internal_error = f"{type(exc).__name__}: {exc}"
-    if snap.analysis is not None:
-        snap.findings = list(snap.analysis.findings)
-        for f in snap.findings:
-            if f.fixable and f.fix_safety is not None and f.fix_id:
-                # Offered when `fix_source(..., only={key})` would apply a plan for it.
-                if (f.fix_safety is FixSafety.SAFE or snap.allow_unsafe) and _plan_for(snap.analysis, key_of(f), snap.allow_unsafe):
-                    snap.fixes[key_of(f)] = FixInfo(f.fix_id, f.fix_safety)
     return snap
+
+
+def _incremental(snap: Snapshot, previous: UnitMap):
+    """`incremental.update`; (None, None), for a full analysis, when it fails on a bug."""
+    try:
+        return incremental.update(previous, snap.text, snap.path, snap.config, snap.allow_unsafe)
+    except SourceError:
+        raise
+    except Exception:  # the full analysis then gives the diagnostics, or reports its own failure
+        log.exception("incremental analysis failed for %s; analysing the whole file", snap.path)
+        return None, None
+
+
+def _run_analysis(snap: Snapshot, previous: Optional[UnitMap]) -> None:
+    analysis, snap.units = _incremental(snap, previous) if previous else (None, None)
+    if analysis is None and snap.units is None:
+        analysis = analyze_source(snap.text, snap.path, snap.config)
+        snap.units = incremental.map_of(analysis, snap.allow_unsafe)
+    snap.analysis = analysis
+    if snap.units is not None:
+        snap.findings = snap.units.findings()
+        offers = snap.units.offers()
+    else:
+        assert analysis is not None
+        snap.findings = list(analysis.findings)
+        offers = incremental.offers_of(analysis, snap.findings, snap.allow_unsafe)
+    for f in snap.findings:  # in the findings' order: the order their edits are computed in
+        offer = offers.get(key_of(f))
+        if offer is not None:
+            snap.fixes[key_of(f)] = FixInfo(*offer)
 
 
 # -- diagnostics -----------------------------------------------------------------------------------
@@ -182,8 +216,10 @@ def _rewrite(snap: Snapshot, key: Key) -> Optional[str]:
     rewritten once. None, with `failed` set on the fix, when the codemod fails.
     """
     fix = snap.fixes[key]
-    analysis = snap.analysis
-    assert analysis is not None and analysis.ctx is not None
+    analysis = snap.units.result_at(key[0]) if snap.units is not None else snap.analysis
+    if analysis is None or analysis.ctx is None:
+        fix.failed = "no analysis holds this finding"
+        return None
     plan = _plan_for(analysis, key, snap.allow_unsafe)
     if plan is None:
         fix.failed = "no plan covers this finding"
@@ -205,7 +241,7 @@ def _rewrite(snap: Snapshot, key: Key) -> Optional[str]:
 def fill_fix_edits(snap: Snapshot, stale: Callable[[], bool], budget_s: float = 0.5) -> bool:
     """Compute the edits of the offered fixes for the diagnostics' `data`, for at most `budget_s`
     (the caller publishes between rounds). False when stopped early: stale or out of time."""
-    if snap.analysis is None or snap.analysis.ctx is None:
+    if not snap.analysed:
         return True
     started = time.perf_counter()
     for key, fix in snap.fixes.items():
@@ -237,7 +273,7 @@ def fix_all_edits(snap: Snapshot) -> Optional[list[Edit]]:
     if snap.fix_all_done:
         return snap.fix_all
     snap.fix_all_done = True
-    if snap.analysis is None or not any(f.safe for f in snap.fixes.values()):
+    if not snap.analysed or not any(f.safe for f in snap.fixes.values()):
         return None
     result = fix_source(snap.text, snap.path, snap.config, unsafe=False)
     if result.error is not None:
