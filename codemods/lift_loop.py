@@ -28,7 +28,7 @@ import libcst as cst
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
+from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.dead_stores import confirm_dead_stores
@@ -37,6 +37,7 @@ from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_nesting import check_other_branch
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
 from pallas_fix.rewrite.statements import strip_leading_blank_lines
 from pallas_fix.rewrite.stale_comments import stale_comments_note
@@ -68,7 +69,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     new_axis_pos = len(cs.grid)
     for b in blocks:
         for sub, dims in b.subscripts:
-            edits[sub] = kernel_subscript_edit(dims)
+            edits[sub] = block_subscript_edit(b, dims)
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (new_axis_pos, trip)}, pl.text))
     edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted_element_ids(blocks)))

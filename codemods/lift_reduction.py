@@ -65,16 +65,18 @@ from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
 from pallas_fix.rewrite.before_loop import side_effect_statements
-from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock, kernel_subscript_edit
+from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.carries import Carry, carry_model
 from pallas_fix.rewrite.carry_names import deleted_results
 from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.loop_result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.reduction_kernel import Step, kernel_edits
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
+from pallas_fix.rewrite.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.stale_comments import stale_comments_note
 from pallas_fix.rewrite.statements import body_statements
@@ -97,7 +99,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     translate = grid_translator(ctx, site, cs)
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks})
+    extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     if guard is not None and access.moving_outputs:
         raise Refuse(f"the output `{access.moving_outputs[0]}` is sliced by the loop index, whose trip count depends on "
@@ -117,8 +120,9 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     edits = call_edits.build()
     for b in blocks:
         for sub, dims in b.subscripts:
-            edits[sub] = kernel_subscript_edit(dims)
+            edits[sub] = block_subscript_edit(b, dims)
     pl = imports.spelling(ctx, imports.PALLAS)
+    edits.update(extent_edits(cs, extent_reads, blocks, {"new": (len(cs.grid), trip)}, pl.text))
     step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded)
     kernel_edits(edits, step, lifted_element_ids(blocks))
     needed = [pl.add, scratch.add]

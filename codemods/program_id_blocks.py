@@ -31,13 +31,18 @@ from pallas_fix.analysis.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, dead_assignments, kernel_subscript_edit
-from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, dead_assignments
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
+from pallas_fix.rewrite.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.scalar_blocks import program_id_scalar_refusals
+from pallas_fix.rewrite.scalar_lift import (
+    block_subscript_edit, check_one_form, check_squeezable, check_squeezed_reads, scalar_block_size,
+)
 from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import Translator
@@ -58,14 +63,15 @@ def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
     """(id of the pallas_call, ref, dim) -> the program_id `pl.ds` windows on the ref along dim."""
     groups: dict[tuple[int, str, int], list[IndexUse]] = {}
     for use in analysis.uses:
-        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind != "ds" or use.kernel_site is None:
+        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind not in ("ds", "scalar") or use.kernel_site is None:
             continue
         base = use.subscript.value
         if isinstance(base, cst.Attribute) and base.attr.value == "at":
             base = base.value
         if not isinstance(base, cst.Name):
             continue
-        groups.setdefault((id(use.kernel_site.call), base.value, use.dim), []).append(use)
+        ref = use_ref(analysis, use) or base.value  # through a ref helper's parameter too (rewrite.pid_helpers)
+        groups.setdefault((id(use.kernel_site.call), ref, use.dim), []).append(use)
     return groups
 
 
@@ -87,19 +93,33 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
     window = _shared_window(analysis, cs, ref, dim, uses)
-    reads = _check_other_uses(ctx, site.kernel, ref, {id(ref_base(s)) for s in window.subscripts}, window.use.dim, kernel_env)
+    helpers = pid_helpers(analysis, site)
+    allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
+    reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
     use, squeezed = window.use, window.squeezed
-    size = Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
+    check_squeezable(cs, ref, squeezed)
+    squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.scalar_lift)
+    size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed)
-    edits = CallEdits(cs, [block], None, _lockstep_witnesses(analysis, cs, ref)).build()
+    block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
+    check_squeezed_reads(analysis, site, [block])
+    witnesses = _lockstep_witnesses(analysis, cs, ref)
+    doubt = None
+    try:
+        edits = CallEdits(cs, [block], None, witnesses).build()
+    except CallSiteError:
+        doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.ragged_blocks)
+        if doubt is None:
+            raise
+        edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
     removed = set()
     for sub, dims in block.subscripts:
-        edits[sub] = kernel_subscript_edit(dims, frozenset(squeezed))
+        edits[sub] = block_subscript_edit(block, dims)
         removed |= {id(el) for n, el in enumerate(sub.slice) if n in dims or n in squeezed}
+    removed |= drop_unread_slices(ctx, helpers, removed, edits)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
@@ -111,6 +131,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
     description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
+    if doubt is not None:
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 
@@ -152,25 +174,18 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         by_sub.setdefault(id(u.subscript), []).append(u)
     found = None
     subscripts: list[cst.Subscript] = []
-    for node in walk(site.kernel):
-        if not isinstance(node, cst.Subscript):
-            continue
-        base = ref_base(node)
-        if base is None or base.value != ref:
-            continue
-        owner = kernel_env.owner(ref)
-        if owner is None or owner.scope is not site.kernel:
-            continue
+    for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
             raise Refuse(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {ctx.span(node).line})")
         use = sub_uses[0]
         index = _block_index(use, ref, len(cs.grid))
         squeezed = _program_id_scalars(node, use, len(cs.grid))
-        entry = (use.dim, code(use.size), index.key(), tuple(sorted(squeezed.items())))
+        entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key(), tuple(sorted(squeezed.items())))
         if found is None:
             found = (entry, use, index, squeezed)
         elif found[0] != entry:
+            check_one_form(ref, found[1], use)
             raise Refuse(f"`{ref}` is accessed at different blocks in one grid step")
         subscripts.append(node)
     if found is None:

@@ -1,11 +1,20 @@
 """Scalar integer indices driven by a loop index or pl.program_id: which become "scalar" uses
-(analysis.accesses), their size-1 windows (analysis.windows.scalar_window), and the codes and
-refusals they get."""
+(analysis.accesses), their size-1 windows (analysis.windows.scalar_window), the codes and
+refusals they get, and their lift into squeezed (None) block dims (rewrite.scalar_lift): the
+static detector and the jaxpr oracle agree on them before and after each lift (a lifted ref keeps
+no dynamic index), and the backend decides whether a squeezed dim among a block's last two dims
+is allowed (TPU and unknown backends refuse it, the GPU backends lift it). The golden pairs and
+refusals themselves run in test_codemod_pairs.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+import pair_harness as H
 from pallas_fix.analysis.windows import window_of
-from pallas_fix.engine import analyze_source
+from pallas_fix.engine import analyze_source, fix_source
 
 _HEAD = """\
 import jax
@@ -37,7 +46,8 @@ def test_program_id_row_is_a_scalar_use_with_its_block_index() -> None:
     assert (blocks["o_ref"].atoms, blocks["o_ref"].offset) == ({"pid:0": 1}, 0)
     assert {f.code for f in result.findings} == {"PF103"}
     assert all("squeezed (None) block dim" in f.message and not f.fixable for f in result.findings)
-    assert all("scalar indices are not lifted" in f.refusal for f in result.findings)
+    # The backend is unknown, so TPU's rules hold: no squeezed second-to-last dim (rewrite.scalar_lift).
+    assert all("TPU lowering rejects a squeezed (None) block dim" in f.refusal for f in result.findings)
 
 
 def test_non_affine_scalar_has_no_block() -> None:
@@ -93,3 +103,98 @@ def test_scalar_beside_a_window_is_left_to_the_window() -> None:
         "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,))(x)",
     )
     assert _kinds(result) == [("o_ref", 1, "ds"), ("x_ref", 1, "ds")]
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "codemods"
+SCALAR_PAIRS = [
+    "lift_loop/scalar_batch_slabs",
+    "lift_loop/scalar_heads_tpu",
+    "lift_loop/scalar_row_and_window_mgpu",
+    "lift_loop/scalar_rows_softmax_mgpu",
+    "lift_reduction/scalar_slab_sum",
+    "program_id_blocks/pid_triton_row_rms",
+    "program_id_blocks/pid_tpu_heads",
+    "program_id_blocks/pid_row_sums_1d_mgpu",
+]
+
+
+def _static_scalar_lines(path: Path) -> set[int]:
+    result = analyze_source(path.read_text(encoding="utf-8"), str(path))
+    return {u.span.line for u in result.uses if u.kind == "scalar"}
+
+
+def _oracle_scalar_lines(path: Path) -> set[int]:
+    (report,) = H.trace_reports(path)
+    return {a.line for a in report.scalars() if a.line is not None}
+
+
+@pytest.mark.interp
+@pytest.mark.parametrize("name", SCALAR_PAIRS)
+def test_detector_and_oracle_agree_on_scalar_indices(name):
+    before = FIXTURES / f"{name}_before.py"
+    after = FIXTURES / f"{name}_after.py"
+    assert _static_scalar_lines(before), "the before-file has a scalar index the detector reports"
+    assert _static_scalar_lines(before) == _oracle_scalar_lines(before)
+    # What the lift squeezed is gone from both; what it kept (a ref left whole) is in both.
+    assert _static_scalar_lines(after) == _oracle_scalar_lines(after)
+    count = lambda path: len(H.trace_reports(path)[0].scalars())
+    assert count(after) < count(before)
+
+
+_ROWS_KERNEL = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+{imports}
+
+# pallas-fix: example double_rows(f32[{shape}])
+
+
+def double_kernel(x_ref, o_ref):
+    @pl.loop(0, x_ref.shape[0])
+    def _(r):
+        o_ref[r{rest}] = x_ref[r{rest}] * 2.0
+
+
+def double_rows(x):
+    return pl.pallas_call(
+        double_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),{params}
+    )(x)
+'''
+
+_BACKENDS = {
+    "tpu": ("from jax.experimental.pallas import tpu as pltpu", "\n        compiler_params=pltpu.CompilerParams(),"),
+    "mosaic_gpu": ("from jax.experimental.pallas import mosaic_gpu as plgpu", "\n        compiler_params=plgpu.CompilerParams(),"),
+    "triton": ("from jax.experimental.pallas import triton as pltriton", "\n        compiler_params=pltriton.CompilerParams(),"),
+    "unknown": ("", ""),
+}
+
+
+def _rows_source(backend: str, rank: int) -> str:
+    imports, params = _BACKENDS[backend]
+    shape = "16, 128" if rank == 2 else "4, 16, 128"
+    return _ROWS_KERNEL.format(imports=imports, params=params, shape=shape, rest=", :" * (rank - 1))
+
+
+@pytest.mark.parametrize(
+    "backend, rank, lifted",
+    [
+        ("tpu", 2, False),  # the second-to-last dim: TPU lowering rejects it
+        ("unknown", 2, False),  # held to TPU's rules
+        ("mosaic_gpu", 2, True),
+        ("triton", 2, True),
+        ("tpu", 3, True),  # a leading dim of a 3-D array
+        ("unknown", 3, True),
+    ],
+)
+def test_backend_decides_where_a_dim_may_squeeze(backend, rank, lifted):
+    source = _rows_source(backend, rank)
+    result = fix_source(source, "rows.py", codemods={"lift-loop"})
+    if lifted:
+        assert "None, x.shape[1]" in result.source, result.source
+        assert "o_ref[...] = x_ref[...] * 2.0" in result.source
+    else:
+        assert result.source == source
+        reasons = " ".join(f.refusal or "" for f in result.remaining)
+        assert "TPU lowering rejects a squeezed (None) block dim among a block's last two dims" in reasons

@@ -16,13 +16,14 @@ still lists them all, for the jaxpr oracle's comparison.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.helper_calls import caller_start, home_env, index_tuple, passed_through
 from pallas_fix.analysis.operand_refs import operand_ref
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.analysis.values import STATIC, Val
@@ -43,15 +44,29 @@ class _Access:
     via_at: bool
     starred: bool  # the index tuple has a *starred element: later dims are unknown
 
-    def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None) -> IndexUse:
+    def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None, through=None) -> IndexUse:
         ctx = self.env.ctx
         owner = self.fn if isinstance(self.fn, cst.FunctionDef) else ctx.enclosing_function(self.fn)
+        provenance = to_provenance(sval)
+        through = through or passed_through(self.env, self._named_index(element))
+        if through is not None:  # the slice object comes from a caller: say which call
+            provenance = replace(provenance, description=f"{provenance.description}; {through}")
         return IndexUse(
             ctx.code(self.ref_expr), self.sub, dim, element, start, size, kind,
-            to_provenance(sval), to_provenance(zval) if zval is not None else None, ctx.span(self.sub),
+            provenance, to_provenance(zval) if zval is not None else None, ctx.span(self.sub),
             function=owner,  # type: ignore[arg-type]
-            via_at=self.via_at, stride=stride, env=self.env, kernel_site=self.site, starred=self.starred,
+            via_at=self.via_at, stride=stride, env=home_env(self.env, start) if start is not None else self.env,
+            kernel_site=self.site, starred=self.starred,
         )
+
+    def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
+        """The name a slice is passed in: the element itself, or the name the whole index tuple
+        is written as (`x_ref[rows]` with `rows = (pl.ds(...), slice(None))`)."""
+        if len(self.sub.slice) == 1 and isinstance(self.sub.slice[0].slice, cst.Index):
+            whole = self.sub.slice[0].slice.value
+            if isinstance(whole, cst.Name) and whole is not element:
+                return whole
+        return element
 
 
 def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[IndexUse]:
@@ -65,7 +80,7 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     base_val = env.value(ref_expr)
     if base_val.vtype == "reflist" or _only_waited(ctx, sub):
         return []
-    elements, starred = _index_elements(sub)
+    elements, starred = _index_elements(sub, env)
     access = _Access(site, sub, fn, env, ref_expr, via_at, starred)
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
@@ -108,7 +123,7 @@ def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:
     base_val = env.value(ref_expr)
     if not (base_val.is_ref or via_at) or base_val.vtype == "reflist" or _only_waited(env.ctx, sub):
         return []
-    elements, _ = _index_elements(sub)
+    elements, _ = _index_elements(sub, env)
     return [dim for dim, sl in elements if _traced_int_scalar(env, sl)]
 
 
@@ -119,11 +134,12 @@ def _traced_int_scalar(env: Env, sl: cst.BaseSlice) -> bool:
     return val.dynamic and val.vtype == "int"
 
 
-def _index_elements(sub: cst.Subscript) -> tuple[list[tuple[int, cst.BaseSlice]], bool]:
-    """(dim, element) pairs, and whether a starred element hides the dims after it."""
+def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], bool]:
+    """(dim, element) pairs, and whether a starred element hides the dims after it. A tuple
+    written in place, bound to a name or passed to a helper's parameter gives one element per dim."""
     if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
-        packed = sub.slice[0].slice.value
-        if isinstance(packed, (cst.Tuple, cst.List)):
+        packed = index_tuple(env, sub.slice[0].slice.value)
+        if packed is not None:
             # `ref[(*batch, pl.ds(s, 16), slice(None))]`: a tuple built in place. After a starred
             # element the dims are unknown, so codemods will not touch these windows.
             starred = any(isinstance(e, cst.StarredElement) for e in packed.elements)
@@ -145,12 +161,16 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
         if parts is None:
             return None
         start, size = parts
+        written = start
+        start = caller_start(env, start, size)  # `pl.ds(start, bs)` with `start` a helper's parameter
+        env = home_env(env, start)  # a slice object or start a caller built is evaluated where it is written
         sval = env.value(start)
         if sval.origin is Origin.TRACED_CONST and _bare_constant(env, start):
             sval = STATIC  # jax folds `pl.ds(jnp.int32(3), n)` into a literal start
-        zval = env.value(size) if size is not None else None
+        zval = home_env(access.env, size).value(size) if size is not None else None
         if sval.dynamic or (zval is not None and zval.dynamic):
-            return access.use(dim, value, start, size, "ds", sval, zval, _ds_stride(ds))
+            through = passed_through(access.env, written) if start is not written else None
+            return access.use(dim, value, start, size, "ds", sval, zval, _ds_stride(ds), through)
         return None
     if not is_ref:
         return None
@@ -209,3 +229,33 @@ def to_provenance(val: Val) -> Provenance:
         detail = {"float": "float", "bool": "bool", "array1": "one_element"}[val.vtype]
         origin = Origin.NON_INT_SCALAR
     return Provenance(origin=origin, description=val.words, loop=val.loop, program_id_axis=val.pid_axis, detail=detail)
+
+
+def rewritable_in_place(use: IndexUse) -> bool:
+    """Can a planner rewrite the use's window by replacing the subscript element at its dim?
+    Yes when the element is written there (`x_ref[pl.ds(...), :]`, `x_ref[sl, :]`), or when the
+    subscript's one element is a tuple (in place, bound to a name or passed to a helper) whose
+    window is its first dim and whose other dims are whole (`(pl.ds(r * bs, bs), slice(None))`):
+    replacing that one element by the whole block is then the same rewrite. Any other tuple
+    would lose its other dims."""
+    sub = use.subscript
+    if use.dim < len(sub.slice):
+        written = sub.slice[use.dim].slice
+        if written is use.element or (isinstance(written, cst.Index) and written.value is use.element):
+            return True
+    if use.dim != 0 or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return False
+    ctx = use.env.ctx  # type: ignore[attr-defined]
+    holder = ctx.parent(use.element)
+    packed = ctx.parent(holder) if isinstance(holder, cst.Element) else None
+    if not isinstance(packed, (cst.Tuple, cst.List)) or packed.elements[0] is not holder:
+        return False
+    return all(_whole_dim(ctx, e.value) for e in packed.elements[1:])
+
+
+def _whole_dim(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
+    """`slice(None)`: the whole of a dim, in a tuple of indices."""
+    return (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "slice"
+        and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Name) and expr.args[0].value.value == "None"
+    )

@@ -16,6 +16,7 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.accesses import index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
+from pallas_fix.analysis.helper_calls import HelperEnv
 from pallas_fix.analysis.loops import find_loops
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.analysis.roles import Params, bind_args, kernel_params, role_params, unknown_params
@@ -107,9 +108,8 @@ class _Walker:
     # -- roles of nested functions ---------------------------------------------------------------
     def nested_def(self, fn: cst.FunctionDef, env: Env) -> None:
         params = self._role_params(fn, env)
-        if params is None:
-            params = self._params_from_calls(fn, env)
-        self.function(fn, Env(self.ctx, fn, env, params, self.result.loops))
+        inner = Env(self.ctx, fn, env, params, self.result.loops) if params is not None else self._helper_env(fn, env)
+        self.function(fn, inner)
 
     def nested_lambda(self, lam: cst.Lambda, env: Env) -> None:
         params = self._role_params(lam, env)
@@ -120,14 +120,15 @@ class _Walker:
     def _role_params(self, fn, env: Env) -> Params | None:
         return role_params(self.ctx, self.result.loops, fn, env)
 
-    def _params_from_calls(self, fn: cst.FunctionDef, env: Env) -> Params:
+    def _helper_env(self, fn: cst.FunctionDef, env: Env) -> Env:
+        """A nested helper's parameters, bound to the arguments of its first call."""
         name = fn.name.value
         scope = env.scope
         for node in walk(scope):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
                 caller_env = self._env_at(node, env)
-                return bind_args(fn, node, caller_env)
-        return unknown_params(fn, lambda p: f"parameter `{p}` of `{name}`")
+                return HelperEnv(self.ctx, fn, env, bind_args(fn, node, caller_env), self.result.loops, node, caller_env)
+        return Env(self.ctx, fn, env, unknown_params(fn, lambda p: f"parameter `{p}` of `{name}`"), self.result.loops)
 
     def _env_at(self, node: cst.CSTNode, default: Env) -> Env:
         for anc in self.ctx.ancestors(node):
@@ -156,7 +157,7 @@ class _Walker:
         if target is self.site.kernel:
             return
         params = bind_args(target, call, env)
-        self.function(target, Env(self.ctx, target, self.module_env, params, self.result.loops))
+        self.function(target, HelperEnv(self.ctx, target, self.module_env, params, self.result.loops, call, env))
 
     # -- the accesses themselves -------------------------------------------------------------------
     def subscript(self, sub: cst.Subscript, fn, env: Env) -> None:

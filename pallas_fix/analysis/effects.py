@@ -25,6 +25,7 @@ import libcst as cst
 from pallas_fix.analysis.effect_eval import Interp
 from pallas_fix.analysis.effect_values import NOTHING, AbsVal, Fn, Frame, Root, Write
 from pallas_fix.analysis.roles import kernel_params
+from pallas_fix.analysis.varargs import bound_names
 from pallas_fix.core.model import KernelSite, LoopInfo
 from pallas_fix.core.names import call_arg
 
@@ -51,6 +52,8 @@ def kernel_frame(interp: Interp, site: KernelSite) -> Frame:
             values[name] = AbsVal(refs=frozenset({Root(name)}))
         else:
             values[name] = NOTHING
+    for name in bound_names(ctx, kernel):
+        values[name] = AbsVal(refs=frozenset({Root(name)}))  # `x_ref, o_ref = refs`: one ref each (analysis.varargs)
     return Frame(kernel, values, interp.static_frame(outer))
 
 

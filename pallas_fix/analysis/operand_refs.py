@@ -11,11 +11,12 @@ block.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
 from pallas_fix.analysis.provenance import Env
+from pallas_fix.analysis.varargs import bound_names
 from pallas_fix.core.model import KernelSite
 
 
@@ -28,10 +29,12 @@ def operand_ref(site: KernelSite, env: Env, ref_expr: cst.BaseExpression) -> boo
         return False
     refs = _positional_refs(site)
     if ref_expr.value not in refs:
-        return False
+        # A name bound from `*refs`: its slot needs the call's counts, which the planner's
+        # CallSite reads (analysis.varargs); it refuses what it cannot block.
+        return ref_expr.value in bound_names(env.ctx, site.kernel)
     position = refs.index(ref_expr.value)
     prefetch = _count(env, site.kw("num_scalar_prefetch"), default=0)
-    scratch = _scratch_count(site)
+    scratch = scratch_count(site)
     if prefetch is None or scratch is None:
         return True
     if not prefetch <= position < len(refs) - scratch:
@@ -86,10 +89,13 @@ def _count(env: Env, expr: Optional[cst.BaseExpression], default: int) -> Option
     return default if expr is None else env.static_int(expr)
 
 
-def _scratch_count(site: KernelSite) -> Optional[int]:
+def scratch_count(site: KernelSite, resolve: Callable[[cst.BaseExpression], cst.BaseExpression] = lambda e: e) -> Optional[int]:
+    """How many scratch refs the kernel receives, when `scratch_shapes` is a literal list
+    (`resolve` may look through the name it is bound to)."""
     expr = site.kw("scratch_shapes")
     if expr is None:
         return 0
+    expr = resolve(expr)
     if isinstance(expr, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in expr.elements):
         return len(expr.elements)
     return None

@@ -92,8 +92,11 @@ def _equality(symbols: Symbols, left, right, at, facts: Facts, translate) -> Non
             return
     if isinstance(left, cst.Attribute) and left.attr.value == "shape" and isinstance(right, (cst.Tuple, cst.List)):
         for dim, el in enumerate(right.elements):  # `x.shape == (64, 128)`
-            sub = cst.Subscript(left, [cst.SubscriptElement(cst.Index(cst.Integer(str(dim))))])
-            _equality(symbols, sub, el.value, at, facts, translate)
+            _equality(symbols, _dim_of(left, dim), el.value, at, facts, translate)
+        return
+    if _is_shape(left) and _is_shape(right):  # `x.shape == y.shape`: every dim either has
+        for dim in range(_MAX_RANK):
+            _equality(symbols, _dim_of(left, dim), _dim_of(right, dim), at, facts, translate)
         return
     pa, pb = _read(symbols, left, at, translate), _read(symbols, right, at, translate)
     if pa is None or pb is None:
@@ -103,6 +106,17 @@ def _equality(symbols: Symbols, left, right, at, facts: Facts, translate) -> Non
         if single is not None and len(single[0]) == 1 and single[1] == 1 and not single[0][0].startswith("?"):
             facts.equal.setdefault(single[0][0], value)
             return
+
+
+_MAX_RANK = 8  # dims past an array's rank never occur in a proof, so their facts are inert
+
+
+def _is_shape(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "shape"
+
+
+def _dim_of(shape: cst.BaseExpression, dim: int) -> cst.Subscript:
+    return cst.Subscript(shape, [cst.SubscriptElement(cst.Index(cst.Integer(str(dim))))])
 
 
 def _divides(symbols: Symbols, parts, at, facts: Facts, translate) -> None:
@@ -147,6 +161,8 @@ class Prover:
             a, b = num.constant(), den.constant()
             if a is not None and b:
                 return Poly.const(a // b if atom.kind == "floor" else -(-a // b))
+            if (num, den) != (atom.num, atom.den):  # `m // bm` with `assert bm == BM`: `m // BM`
+                return self.symbols.quotient(atom.kind, num, den, atom.text)
         return Poly.atom(key)
 
     def divides(self, d: Poly, n: Poly, depth: int = 0) -> bool:

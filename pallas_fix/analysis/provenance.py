@@ -19,6 +19,7 @@ from pallas_fix.analysis.bindings import Bindings, Unpack, scope_bindings, singl
 from pallas_fix.analysis.call_values import call_value
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.loops import describe_loop, find_loops
+from pallas_fix.analysis.positional import PositionalReads
 from pallas_fix.analysis.values import REF, REFLIST, STATIC, STATIC_FLOAT, Val, combine, int_binop
 from pallas_fix.core.model import LoopInfo, Origin
 from pallas_fix.core.names import call_arg
@@ -26,7 +27,7 @@ from pallas_fix.core.names import call_arg
 __all__ = ["Env", "Val", "REF", "REFLIST", "STATIC", "STATIC_FLOAT", "combine", "describe_loop", "find_loops"]
 
 
-class Env:
+class Env(PositionalReads):
     """Names visible inside one function of a kernel."""
 
     def __init__(
@@ -47,6 +48,9 @@ class Env:
         self._cache: dict[str, Val] = {}
         self._busy: set[str] = set()
         self._bindings: Optional[Bindings] = None
+        self._at: dict[int, Optional[Val]] = {}  # id(name node) -> its value where it is read
+        self._augmented: dict[int, cst.BinaryOperation] = {}
+        self._params_read: dict[str, Val] = {}
 
     # -- bindings -------------------------------------------------------------------------------
     def bindings(self) -> Bindings:
@@ -75,7 +79,7 @@ class Env:
     # -- lookup ---------------------------------------------------------------------------------
     def lookup(self, name: str) -> Val:
         if name in self.params:
-            return self.params[name]
+            return self.param_value(name)
         if name in self._cache:
             return self._cache[name]
         binds = self.bindings().get(name)
@@ -101,6 +105,9 @@ class Env:
             return STATIC  # module-level names, defs and `with ... as` targets are Python values
         if how == "augassign":
             return combine([self.value(node.value)])
+        leaf = self._leaf_induction(node)
+        if leaf is not None and leaf.induction is not None:
+            return leaf
         base = self.value(node.value if isinstance(node, Unpack) else node)
         if how == "for" and isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "range":
             return base if base.dynamic else STATIC
@@ -116,7 +123,8 @@ class Env:
         if isinstance(expr, cst.Name):
             if expr.value in ("True", "False", "None"):
                 return STATIC
-            return self.lookup(expr.value)
+            reached = self._value_at(expr)
+            return reached if reached is not None else self.lookup(expr.value)
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in ("shape", "ndim", "dtype", "size", "itemsize"):
                 return STATIC

@@ -69,7 +69,8 @@ def role_params(ctx: ModuleContext, loops: dict[cst.CSTNode, LoopInfo], fn, env:
 
 def _loop_body_params(ctx: ModuleContext, loop: LoopInfo, names: list[str], env: Env) -> Params:
     idx = names.index(loop.index_name) if loop.index_name in names else 0
-    params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop") for n in names[idx + 1:]}
+    carry = loop if len(names[idx + 1:]) == 1 else None  # one whole carry: maybe an induction variable
+    params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop", carry_loop=carry) for n in names[idx + 1:]}
     # Parameters functools.partial binds before the index take the partial's arguments.
     bound = _partial_bindings(ctx, loop.call, names, env)
     for n in names[:idx]:

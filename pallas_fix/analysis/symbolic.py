@@ -155,6 +155,10 @@ class Symbols:
         return self._opaque(expr, at)
 
     def _quotient(self, kind: str, num: Poly, den: Poly, expr: cst.BaseExpression) -> Poly:
+        return self.quotient(kind, num, den, self.ctx.code(expr))
+
+    def quotient(self, kind: str, num: Poly, den: Poly, text: str) -> Poly:
+        """`num // den` ("floor") or `pl.cdiv(num, den)` ("ceil"), spelled `text`."""
         a, b = num.constant(), den.constant()
         if a is not None and b:
             return Poly.const(a // b if kind == "floor" else -(-a // b))
@@ -162,7 +166,7 @@ class Symbols:
         if exact is not None:
             return exact
         key = f"{kind}({_key(num)} / {_key(den)})"
-        self.atoms.setdefault(key, Atom(key, self.ctx.code(expr), kind, num, den))
+        self.atoms.setdefault(key, Atom(key, text, kind, num, den))
         return Poly.atom(key)
 
     def _name(self, name: cst.Name, at: cst.CSTNode, depth: int) -> Poly:

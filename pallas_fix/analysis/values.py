@@ -24,6 +24,8 @@ class Val:
     loop: Optional[LoopInfo] = None
     pid_axis: Optional[int] = None
     is_index: bool = False  # the loop's induction variable itself, not arithmetic on it
+    carry_loop: Optional[LoopInfo] = None  # a loop body's carry parameter: the loop it threads
+    induction: Optional[object] = None  # analysis.induction.Induction: a carry stepping with the loop
 
     @property
     def dynamic(self) -> bool:

@@ -9,6 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.affine import symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.accesses import rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.provenance import Env
 
@@ -26,8 +27,11 @@ def hooks_for(env: Env) -> Hooks:
             # Negative axes count from the end of a grid the window cannot see: no atom.
             return None if axis is None or axis < 0 else f"pid:{axis}"
         if isinstance(expr, cst.Name):
+            carry = env.induction_of(expr)  # a carry stepping with the loop: its index's atom
+            if carry is not None:
+                return loop_key(carry.loop)
             owner = env.owner(expr.value)
-            if owner is not None and expr.value in owner.params:
+            if owner is not None and env.param_reaches(expr):
                 val = owner.params[expr.value]
                 if val.origin is Origin.LOOP and val.loop is not None and val.is_index:
                     return loop_key(val.loop)
@@ -37,8 +41,11 @@ def hooks_for(env: Env) -> Hooks:
 
     def atom_bounds(expr: cst.BaseExpression) -> tuple:
         if isinstance(expr, cst.Name):
+            carry = env.induction_of(expr)
+            if carry is not None:  # `init + step * k` (analysis.induction)
+                return carry.induction.init, carry.induction.step
             owner = env.owner(expr.value)
-            if owner is not None and expr.value in owner.params:
+            if owner is not None and env.param_reaches(expr):
                 val = owner.params[expr.value]
                 loop = val.loop
                 if loop is not None and val.is_index:
@@ -61,7 +68,7 @@ def hooks_for(env: Env) -> Hooks:
         atom_key=atom_key,
         atom_bounds=atom_bounds,
         static_int=env.static_int,
-        inline=lambda n: env.single_assignment(n.value),
+        inline=env.reaching_assignment,
         strip=strip,
         code=ctx.code,
     )
@@ -80,6 +87,8 @@ def window_of(use: IndexUse) -> Window:
     env: Env = use.env  # type: ignore[assignment]
     if use.starred:
         return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
+    if not rewritable_in_place(use):
+        return Window(None, None, None, False, "its index tuple has other dims that are not whole (`slice(None)`); write the slices in the subscript itself")
     if use.kind == "scalar":
         return scalar_window(use)
     if use.kind != "ds" or use.start is None:

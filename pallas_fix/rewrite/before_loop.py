@@ -11,6 +11,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects import statement_writes
+from pallas_fix.analysis.varargs import binds_from_star
 from pallas_fix.core import names as N
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
@@ -220,7 +221,7 @@ def _touched_names(ctx: ModuleContext, stmt: cst.CSTNode) -> set[str]:
             continue
         seen.add(id(node))
         for n in walk(node):
-            if isinstance(n, cst.Name) and not _is_metadata_read(ctx, n):
+            if isinstance(n, cst.Name) and not _is_metadata_read(ctx, n) and not binds_from_star(ctx, n):  # `o_ref = refs[-1]` touches no data
                 found.add(n.value)
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name):
                 fn = _called_function(ctx, n.func)

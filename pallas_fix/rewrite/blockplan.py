@@ -25,6 +25,7 @@ from pallas_fix.rewrite.bounds import Bounds
 from pallas_fix.rewrite.callsite import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.edits import Edit
 from pallas_fix.rewrite.grid_params import GridParams, new_axis_semantics
+from pallas_fix.rewrite.grid_shape import extended_grid
 from pallas_fix.rewrite.kernel_edits import dead_assignments, kernel_subscript_edit
 from pallas_fix.rewrite.keywords import insert_keywords
 from pallas_fix.rewrite.spec_slots import drop_unused_spec_names, own_spec_node
@@ -39,9 +40,10 @@ __all__ = [
 class CallEdits:
     """Collects the call-site edits for one plan."""
 
-    def __init__(self, cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = ()) -> None:
+    def __init__(self, cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
+                 partial_ok: frozenset = frozenset()) -> None:
         """`witnesses`: blocks of operands the plan leaves alone, read in lockstep with `blocks`
-        (see Bounds.check_blocks)."""
+        (see Bounds.check_blocks); `partial_ok`: blocks allowed a partial last block (Bounds)."""
         self.cs = cs
         self.blocks = {b.param: b for b in blocks}
         self.witnesses = list(witnesses)
@@ -50,7 +52,7 @@ class CallEdits:
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
-        self.bounds = Bounds(cs)
+        self.bounds = Bounds(cs, partial_ok)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
@@ -143,8 +145,12 @@ class CallEdits:
         if grid_expr is None:
             self.new_keywords.insert(0, ("grid", f"({trip},)"))
             return
-        self.cs.refuse_if_shared(grid_expr, "grid", within_call=True)
         resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.site.call)
+        scalar = len(self.cs.grid) == 1 and self.cs.grid[0] is resolved  # `grid=n // bs`
+        if not isinstance(resolved, (cst.Tuple, cst.List)) and not scalar:  # built by code
+            self.edits[grid_expr] = _replace_with(extended_grid(grid_expr, self.cs.grid, trip))
+            return
+        self.cs.refuse_if_shared(grid_expr, "grid", within_call=True)
         dims = [code(d) for d in self.cs.grid] + [trip]
         text = "(" + ", ".join(dims) + ")"
         node = resolved if isinstance(resolved, (cst.Tuple, cst.List)) else grid_expr

@@ -38,6 +38,8 @@ class RefBlock:
     subscripts: list[tuple[cst.Subscript, set[int]]] = field(default_factory=list)
     # Kernel dims indexed by exactly `pl.program_id(axis)`: squeezed out of the block (None).
     squeezed: dict[int, int] = field(default_factory=dict)
+    # The block dim `dim` itself is squeezed (None, size 1): a scalar index (rewrite.scalar_lift).
+    squeeze: bool = False
 
 
 @dataclass

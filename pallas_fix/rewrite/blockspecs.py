@@ -91,6 +91,10 @@ class SpecWriter:
             if old_index is not None and not is_zero(old_index):
                 raise CallSiteError(f"dim {e} of `{param}` already has a block index")
             return "None", dims.squeezed[e]
+        if e == dims.array_dim and block.squeeze:
+            if old_index is not None and not is_zero(old_index):
+                raise CallSiteError(f"dim {e} of `{param}` already has a block index; a squeezed dim cannot nest in it")
+            return "None", dims.new_index
         if e == dims.array_dim:
             if old_index is None or is_zero(old_index):
                 return code(block.size), dims.new_index

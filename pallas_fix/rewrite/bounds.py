@@ -19,6 +19,7 @@ from pallas_fix.analysis.symbolic import Poly, Symbols
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.blocks import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.example_facts import broken_checks
 from pallas_fix.rewrite.operands import CallSiteError
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import Translator
@@ -27,9 +28,13 @@ _ONE = Poly.const(1)
 
 
 class Bounds:
-    def __init__(self, cs: CallSite) -> None:
+    def __init__(self, cs: CallSite, partial_ok: frozenset = frozenset()) -> None:
+        """`partial_ok`: (param, dim) whose last block may be partial along a `pl.cdiv` grid axis
+        (an unsafe fix that says so, rewrite.ragged_blocks)."""
         self.cs = cs
+        self.partial_ok = partial_ok
         self.symbols = Symbols(cs.ctx)
+        self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.example_facts)
         facts = Facts()
         self._read_call_facts(facts)
         self._read_kernel_facts(facts)
@@ -42,7 +47,9 @@ class Bounds:
             stmts = ctx.body_statements(scope)
             holder = next((s for s in stmts if s is call or any(a is s for a in ctx.ancestors(call))), None)
             before = stmts[: stmts.index(holder)] if holder is not None else stmts
-            read_facts(self.symbols, before, call, facts)
+            broken = broken_checks(self.symbols, before, call)
+            self.broken.extend(broken.values())
+            read_facts(self.symbols, [s for s in before if id(s) not in broken], call, facts)
 
     def _read_kernel_facts(self, facts: Facts) -> None:
         """The kernel's own top-level checks run when it is traced, before any block is read."""
@@ -126,10 +133,26 @@ class Bounds:
                 f"cannot tell the size of dim {block.dim} of `{block.param}` at the pallas_call, "
                 "so its blocks cannot be proved to stay inside the array"
             )
-        if not self._fits(block.index, block.size, size_expr, trip):
-            raise CallSiteError(_ragged(block, size_expr, [self._extent(a, trip) for a in block.index.axes]))
+        partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr) is not None
+        if not partial and not self._fits(block.index, block.size, size_expr, trip):
+            broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
+            raise CallSiteError(_ragged(block, size_expr, [self._extent(a, trip) for a in block.index.axes]) + broken)
         for dim, axis in block.squeezed.items():
             self._check_squeezed(block.param, dim, self._extent(axis, trip))
+
+    def cdiv_axis(self, block: RefBlock, extent: Optional[cst.BaseExpression]) -> Optional[int]:
+        """The existing grid axis whose steps are `pl.cdiv(extent, size)` blocks `i * size` of
+        the dim: every block starts inside the array and only the last may be partial."""
+        index = block.index
+        if extent is None or block.squeeze or index.offset != 0 or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
+            return None  # a scalar index has no partial block: it is in bounds or not
+        (axis, mult), = index.axes.items()
+        if mult != 1 or not isinstance(axis, int) or axis >= len(self.cs.grid):
+            return None
+        steps = self.prover.substitute(self.poly(self.cs.grid[axis]))
+        text = f"pl.cdiv({code(extent)}, {code(block.size)})"
+        cover = self.prover.substitute(self.symbols.quotient("ceil", self.poly(extent), self.poly(block.size), text))
+        return axis if steps == cover else None
 
     def _check_squeezed(self, param: str, dim: int, extent: cst.BaseExpression) -> None:
         """A dim indexed by `pl.program_id(k)` itself: the axis must not outrun the dim."""

@@ -15,12 +15,15 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.operand_refs import scratch_count
 from pallas_fix.analysis.provenance import Env
+from pallas_fix.analysis.varargs import VarargsError, star_ref_names
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.block_dims import block_dim
 from pallas_fix.rewrite.built_lists import built_items, mutates, starred_items
 from pallas_fix.rewrite.call_params import dimension_semantics
+from pallas_fix.rewrite.grid_shape import read_grid
 from pallas_fix.rewrite.imports import PALLAS, spelling
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
@@ -37,8 +40,6 @@ class CallSite:
             raise CallSiteError("the kernel function is not defined in this module")
         if site.invocation is None:
             raise CallSiteError("the pallas_call's result is not called in this module, so its arguments are unknown")
-        if isinstance(site.kernel.params.star_arg, cst.Param):
-            raise CallSiteError("the kernel takes `*refs`; pallas-fix cannot map varargs to BlockSpecs")
         self.num_prefetch = self._num_prefetch()
         self.args_expanded = False  # some operands come from `*operands` (see _invocation_args)
         self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.built_lists)
@@ -46,9 +47,9 @@ class CallSite:
         self.args = self._invocation_args()
         self.out_shapes, self.single_output = self._out_shapes()
         self.slots = self._slots()
-        self.grid = self._grid()
         self.in_specs_expr = self._spec_container("in_specs")
         self.out_specs_expr = self._spec_container("out_specs")
+        self.grid = self._grid()
 
     # -- reading ----------------------------------------------------------------------------------
     def _num_prefetch(self) -> int:
@@ -94,13 +95,17 @@ class CallSite:
         assert fn is not None
         params = [p.name.value for p in list(fn.params.posonly_params) + list(fn.params.params)]
         params = [p for i, p in enumerate(params) if i >= len(self.site.partial_args) and p not in self.site.partial_kwargs]
-        params = [p for p in params if self.env.params.get(p) is not None and self.env.params[p].is_ref]
+        params: list[Optional[str]] = [p for p in params if self.env.params.get(p) is not None and self.env.params[p].is_ref]
         n_in = len(self.args) - self.num_prefetch
         if n_in < 0:
             raise CallSiteError("fewer call arguments than scalar-prefetch operands")
         slots: dict[str, Slot] = {}
         n_out = len(self.out_shapes)
+        if isinstance(fn.params.star_arg, cst.Param):
+            params += self._star_names(len(params), n_out)
         for i, name in enumerate(params):
+            if name is None:
+                continue  # an item of `*refs` the kernel gives no name
             if i < self.num_prefetch:
                 slots[name] = Slot("prefetch", i, name, self.args[i])
             elif i < self.num_prefetch + n_in:
@@ -113,26 +118,27 @@ class CallSite:
                 slots[name] = Slot("scratch", i - self.num_prefetch - n_in - n_out, name)
         return slots
 
+    def _star_names(self, leading: int, n_out: int) -> list[Optional[str]]:
+        """The names bound from `*refs`, one per ref it receives (analysis.varargs)."""
+        scratch = scratch_count(self.site, lambda e: self.ctx.resolve_value(e, self.site.call))
+        try:
+            return star_ref_names(self.site, self.env, leading, None if scratch is None else len(self.args) + n_out + scratch)
+        except VarargsError as e:
+            raise CallSiteError(str(e)) from None
+
     def _grid(self) -> list[cst.BaseExpression]:
         grid = self.site.kw("grid")
         if grid is None:
             return []
         self._refuse_if_mutated(grid, "grid")
-        value = self.ctx.resolve_value(grid, self.site.call)
-        items = elements(value)
-        if items is not None:
-            return items
-        if isinstance(value, cst.Integer) or (isinstance(value, (cst.Name, cst.BinaryOperation, cst.Call)) and self._int_like(value)):
-            return [value]
-        raise CallSiteError(f"cannot read the grid `{self.ctx.code(grid)}` as a tuple")
+        return read_grid(self.ctx, grid, self.site.call, self._array_rank)
 
-    def _int_like(self, expr: cst.BaseExpression) -> bool:
-        # `grid=n // bs` or `grid=pl.cdiv(n, bs)`: integers, not tuples.
-        if isinstance(expr, cst.BinaryOperation):
-            return True
-        if isinstance(expr, cst.Call):
-            return (self.ctx.imports.qualify(expr.func) or "").endswith("cdiv")
-        return False
+    def _array_rank(self, array: cst.BaseExpression) -> Optional[int]:
+        """The rank of an operand array named in the wrapper (for `x.shape` in a built grid)."""
+        for slot in self.slots.values():
+            if slot.kind in ("in", "prefetch") and slot.arg is not None and self.ctx.code(slot.arg) == self.ctx.code(array):
+                return declared_rank(self.ctx, self.site, self.slots, slot)
+        return None
 
     def _spec_container(self, key: str) -> Optional[cst.BaseExpression]:
         """The spec list as written; for a list built by code (appends, `+`), the expression

@@ -87,7 +87,7 @@ def carry_model(analysis, region, loop: LoopInfo, translate, blocked: set[tuple[
     flat = flatten(ctx, loop.init, loop.call, lambda name: _value_at_loop(region, name))
     names = _leaf_names(region, flat)
     taken = {n.value for n in walk(region.site.kernel) if isinstance(n, cst.Name)}
-    counters = carry_counters(ctx, region, flat)
+    counters = carry_counters(ctx, region, flat, blocked)
     leaves = []
     for n, (name, item) in enumerate(zip(names, flat.inits)):
         if n in counters:

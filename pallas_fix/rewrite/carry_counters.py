@@ -46,9 +46,10 @@ class Counter:
         return value if self.int32 is None or self.step == 0 else f"{self.int32}({value})"
 
 
-def carry_counters(ctx, region, flat) -> dict[int, tuple[Counter, bool, bool]]:
+def carry_counters(ctx, region, flat, blocked=frozenset()) -> dict[int, tuple[Counter, bool, bool]]:
     """The carry's step counters by leaf number, each with whether the step must bind it and
-    whether the code after the loop reads its final value."""
+    whether the code after the loop reads its final value. `blocked`: the (ref, dim) pairs the
+    rewrite blocks along the new axis, whose window starts (reads of a counter among them) go."""
     returned = returned_value(region.body)
     by_leaf = literal_leaves(flat.tree, returned) if returned is not None else None
     if by_leaf is None:
@@ -58,10 +59,11 @@ def carry_counters(ctx, region, flat) -> dict[int, tuple[Counter, bool, bool]]:
     out: dict[int, tuple[Counter, bool, bool]] = {}
     for n, init in enumerate(flat.inits):
         start = initial_int(ctx, init)
-        step, counting = counter_step(region.body, body_names[n], by_leaf[n]) if start is not None else (None, [])
+        static = _static_int(region)
+        step, counting = counter_step(region.body, body_names[n], by_leaf[n], static) if start is not None else (None, [])
         if step is None:
             continue
-        in_body = reads_besides(region.body, body_names[n], counting)
+        in_body = reads_besides(region.body, body_names[n], counting + _lifted_windows(region, blocked))
         if (in_body or after[n]) and start[1] is None:
             refuse_weak_read(ctx.code(init).strip())
         rebinds = any(not isinstance(c, cst.BaseExpression) for c in counting)  # `n += 1` needs `n`
@@ -88,13 +90,14 @@ def _int_literal(expr: cst.BaseExpression) -> Optional[int]:
     return None
 
 
-def counter_step(body: cst.CSTNode, name: Optional[str], returned: cst.BaseExpression) -> tuple[Optional[int], list]:
+def counter_step(body: cst.CSTNode, name: Optional[str], returned: cst.BaseExpression, static=None) -> tuple[Optional[int], list]:
     """(step, the nodes that only count) when the body returns its counter `name` plus a
     constant: `n + 1`, `1 + n`, `n` after a single top-level `n += 1` / `n = n + 1`, or `n`
-    unchanged (step 0). (None, []) otherwise."""
+    unchanged (step 0). (None, []) otherwise. `static`: the int a static expression (`BS`) is."""
     if name is None:
         return None, []
-    rebinds = _rebinding_statements(body, name)
+    static = static or _int_literal
+    rebinds = _rebinding_statements(body, name, static)
     if isinstance(returned, cst.Name) and returned.value == name:
         if not rebinds:
             return 0, [returned]
@@ -102,32 +105,35 @@ def counter_step(body: cst.CSTNode, name: Optional[str], returned: cst.BaseExpre
             stmt_, step = rebinds[0]
             return step, [returned, stmt_]
         return None, []
-    step = _plus_constant(returned, name)
+    step = _plus_constant(returned, name, static)
     if step is None or rebinds:
         return None, []
     return step, [returned]
 
 
-def _plus_constant(expr: cst.BaseExpression, name: str) -> Optional[int]:
-    """c for `name + c`, `c + name`, `name - c` with c an integer literal."""
+def _plus_constant(expr: cst.BaseExpression, name: str, static=None) -> Optional[int]:
+    """c for `name + c`, `c + name`, `name - c` with c an integer literal (or what `static`
+    says a static expression is)."""
+    static = static or _int_literal
     if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, (cst.Add, cst.Subtract)):
         return None
     left, right = expr.left, expr.right
     if isinstance(left, cst.Name) and left.value == name:
-        c = _int_literal(right)
+        c = static(right)
         return None if c is None else (c if isinstance(expr.operator, cst.Add) else -c)
     if isinstance(expr.operator, cst.Add) and isinstance(right, cst.Name) and right.value == name:
-        return _int_literal(left)
+        return static(left)
     return None
 
 
-def _rebinding_statements(body: cst.CSTNode, name: str) -> list[tuple[cst.CSTNode, Optional[int]]]:
+def _rebinding_statements(body: cst.CSTNode, name: str, static) -> list[tuple[cst.CSTNode, Optional[int]]]:
     """Every node of the body's own scope that binds `name`, with the constant it adds when it is
     a top-level statement `name += c` / `name = name + c` (None for any other binding)."""
     top = set(map(id, getattr(getattr(body, "body", None), "body", ())))
     out: list[tuple[cst.CSTNode, Optional[int]]] = []
-    for node in walk_scope(body, classes=False):
-        if node is body:
+    root = body.body if isinstance(body, cst.FunctionDef) else body  # walk_scope does not enter a def
+    for node in walk_scope(root, classes=False):
+        if node is body or _unpacks_carry(body, node):
             continue
         targets = []
         if isinstance(node, cst.AugAssign):
@@ -140,21 +146,32 @@ def _rebinding_statements(body: cst.CSTNode, name: str) -> list[tuple[cst.CSTNod
             targets = [node.name]
         if not any(name in target_names(t) for t in targets):
             continue
-        out.append((node, _top_level_increment(node, name, body, top)))
+        out.append((node, _top_level_increment(node, name, body, top, static)))
     return out
 
 
-def _top_level_increment(node: cst.CSTNode, name: str, body, top: set[int]) -> Optional[int]:
+def _unpacks_carry(body, node: cst.CSTNode) -> bool:
+    """`acc, n = carry` as the body's first statement binds the leaf; it does not rebind it."""
+    stmts = list(getattr(getattr(body, "body", None), "body", ()))
+    first = stmts[0] if stmts and isinstance(stmts[0], cst.SimpleStatementLine) else None
+    params = {p.name.value for p in body.params.params} if isinstance(body, cst.FunctionDef) else set()
+    return (
+        first is not None and len(first.body) == 1 and first.body[0] is node
+        and isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in params
+    )
+
+
+def _top_level_increment(node: cst.CSTNode, name: str, body, top: set[int], static) -> Optional[int]:
     line = _statement_line(body, node)
     if line is None or id(line) not in top or len(line.body) != 1:
         return None
     if isinstance(node, cst.AugAssign) and isinstance(node.target, cst.Name):
-        c = _int_literal(node.value)
+        c = static(node.value)
         if c is None or not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
             return None
         return c if isinstance(node.operator, cst.AddAssign) else -c
     if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-        return _plus_constant(node.value, name)
+        return _plus_constant(node.value, name, static)
     return None
 
 
@@ -163,6 +180,22 @@ def _statement_line(body, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine
         if isinstance(line, cst.SimpleStatementLine) and any(small is node for small in line.body):
             return line
     return None
+
+
+def _static_int(region):
+    """The int value of a static step as the body reads it (`BS`, a module constant)."""
+    env = region.analysis.detection.envs.get(region.body) or region.env
+    return lambda expr: _int_literal(expr) if env is None else env.static_int(expr)
+
+
+def _lifted_windows(region, blocked) -> list:
+    """The `pl.ds(...)` elements of the loop's windows on blocked (ref, dim) pairs: the rewrite
+    replaces each by the whole block dim, so a counter read in their starts is read no more."""
+    return [
+        u.element for u in region.analysis.detection.uses
+        if u.kind == "ds" and u.provenance.loop is region.loop and (u.ref_name, u.dim) in blocked
+        and any(e.slice.value is u.element for e in u.subscript.slice if isinstance(e.slice, cst.Index))
+    ]
 
 
 def reads_besides(body: cst.CSTNode, name: str, counting: list) -> bool:

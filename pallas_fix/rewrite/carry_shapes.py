@@ -116,7 +116,8 @@ class _ShapeReads:
     def _value_dims(self, value: cst.BaseExpression, at) -> Optional[list[cst.BaseExpression]]:
         """The kernel-side dims of an array value, as `x_ref.shape[j]` reads."""
         if isinstance(value, cst.Name) and value.value in self.refs:
-            return self._ref_dims(value.value, range(self._rank(value.value) or 0))
+            rank = self._rank(value.value)  # unknown is not 0-d: `()` would make the carry a scalar
+            return self._ref_dims(value.value, range(rank)) if rank is not None else None
         if isinstance(value, cst.Name):
             return self._name_dims(value.value, at)
         if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) and value.value.value in self.refs:

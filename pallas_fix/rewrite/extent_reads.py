@@ -114,7 +114,8 @@ def covers_exactly(bounds: Bounds, steps: cst.BaseExpression, size: cst.BaseExpr
 def _untiled(cs: CallSite, read: ExtentRead, block: RefBlock, axes: dict) -> Refuse:
     extent = cs.kernel_shape_dim(block.param, block.dim)
     fix = (
-        f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call"
+        f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call, or pass the full size to the "
+        f"kernel as a static argument (a functools.partial keyword) and read that instead"
         if extent is not None else "pass the full size to the kernel as a static argument"
     )
     return Refuse(

@@ -152,8 +152,10 @@ class LoopRegion:
         return stmts
 
     def dead_slice_statements(self, lifted_elements: set[int]) -> list[cst.BaseStatement]:
-        """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window: it goes too."""
-        return dead_assignments(self.ctx, list(self.functions), lifted_elements)
+        """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window, or an argument a ref
+        helper stops receiving: it goes too."""
+        dropped = {id(h.index_arg) for h in self.unread_index_helpers(lifted_elements)}
+        return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
         """Does the index name survive once the lifted windows (and dead named slices) are gone,
@@ -165,12 +167,14 @@ class LoopRegion:
         """The ref helpers whose index parameter nothing reads once their windows are blocks."""
         return [
             h for h in self.ref_helpers
-            if h.index_param is not None and not self._reads(h.fn, h.index_param, lifted_elements, set())
+            if h.index_param is not None
+            and not self._reads(h.fn, h.index_param, lifted_elements, set(), dead_assignments(self.ctx, list(self.functions), lifted_elements))
         ]
 
-    def _reads(self, fn, name: str, lifted_elements: set[int], skip: set[int]) -> bool:
+    def _reads(self, fn, name: str, lifted_elements: set[int], skip: set[int], dead_stmts=None) -> bool:
         """`fn` mentions `name` outside the lifted windows, the dead named slices and `skip`."""
-        dead = {id(s) for s in self.dead_slice_statements(lifted_elements)} | skip
+        dead_stmts = self.dead_slice_statements(lifted_elements) if dead_stmts is None else dead_stmts
+        dead = {id(s) for s in dead_stmts} | skip
         for node in walk(fn.body):
             if isinstance(node, cst.Name) and node.value == name and not self._inside(node, lifted_elements):
                 if any(id(a) in dead for a in self.ctx.ancestors(node)):

@@ -33,7 +33,7 @@ def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], 
 
 
 def _rank_of_array(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], name_expr: cst.BaseExpression) -> Optional[int]:
-    found = _rank_of_name(ctx, site, slots, name_expr)
+    found = _rank_of_name(ctx, site, name_expr)
     return found if found is not None else _rank_from_examples(ctx, site, name_expr)
 
 
@@ -60,8 +60,9 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
     return None
 
 
-def _rank_of_name(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], name_expr: cst.BaseExpression) -> Optional[int]:
-    """`m, k = x.shape` in the scope of the call, or an output/out_shape built from it."""
+def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
+    """`m, k = x.shape` in the scope of the call. (An out_shape built from `x.shape[0]`, ... says
+    only that `x` has at least that many dims, so it names no rank.)"""
     text = ctx.code(name_expr)
     for node in walk(ctx.scope_of(site.call)):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
@@ -74,15 +75,6 @@ def _rank_of_name(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], 
                 and not any(isinstance(e, cst.StarredElement) for e in target.elements)
             ):
                 return len(target.elements)
-    # Another operand with a literal out_shape built from this array's shape.
-    for slot in slots.values():
-        if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
-            shape = call_arg(slot.out_shape, 0, "shape")
-            if isinstance(shape, cst.Tuple):
-                dims = [ctx.code(e.value) for e in shape.elements]
-                used = {d for d in dims if d.startswith(text + ".shape[")}
-                if used and len(used) == len(dims):
-                    return len(dims)
     return None
 
 

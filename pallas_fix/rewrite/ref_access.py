@@ -10,6 +10,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.varargs import binds_from_star
 from pallas_fix.analysis.windows import loop_key, window_of
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
@@ -17,6 +18,7 @@ from pallas_fix.rewrite.blockplan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.extent_reads import extent_read
 from pallas_fix.rewrite.ref_views import RefName, alias_bindings, resolve_ref_name, through_view_refusal
 from pallas_fix.rewrite.scalar_blocks import check_kept_scalars, windows_to_lift
+from pallas_fix.rewrite.scalar_lift import ScalarCandidate, settle_scalars
 from pallas_fix.rewrite.syntax import code
 
 
@@ -63,7 +65,8 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
         uses_by_sub.setdefault(id(use.subscript), []).append(use)
     groups: dict[str, AccessGroup] = {}
     seen: set[int] = set()
-    kept_scalars: list[IndexUse] = []  # scalar indices of the loop index, left as they are
+    kept_scalars: list = []  # scalar indices of the loop index, left as they are
+    scalar_candidates: dict[str, list[ScalarCandidate]] = {}  # ref -> accesses only at scalars of the loop index
     for fn in region.functions:
         for node in walk(fn):
             if not isinstance(node, cst.Subscript) or id(node) in seen:
@@ -84,6 +87,10 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
                 )
             group = groups.setdefault(named.root, AccessGroup(named.root))
             loop_uses = [u for u in uses_by_sub.get(id(node), []) if u.provenance.loop is loop]
+            if named.view is None and loop_uses and all(u.kind == "scalar" for u in loop_uses):
+                # Squeezed or kept once all the ref's accesses are known (rewrite.scalar_lift).
+                scalar_candidates.setdefault(named.root, []).append(ScalarCandidate(node, loop_uses, is_write(ctx, node)))
+                continue
             loop_uses = windows_to_lift(loop_uses, is_write(ctx, node) and not loop.carries, kept_scalars)
             if named.view is not None:
                 # Relative to a view: unchanged when the view is the lifted window (rewrite.ref_views).
@@ -98,6 +105,7 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
                 group.unlifted_accesses.append(node)
                 if is_write(ctx, node):
                     group.written = True
+    settle_scalars(analysis, region, loop, groups, scalar_candidates, kept_scalars)
     check_kept_scalars({ref for ref, g in groups.items() if g.lifted}, kept_scalars)
     return groups
 
@@ -144,7 +152,7 @@ def block_index_of(group: AccessGroup, loop: LoopInfo, ref: str):
         if "new" not in axes:
             raise Refuse(f"the window on `{ref}` does not move with the loop index")
         index = BlockIndexExpr(axes, window.block.offset)
-        entry = (use.dim, code(use.size), index.key())
+        entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key())
         if found is None:
             found = (entry, use, index)
         elif found[0] != entry:
@@ -160,6 +168,8 @@ def lifted_block(group, loop: LoopInfo, ref: str, translate, tidy=lambda size: s
     if group.unlifted_accesses:
         raise Refuse(f"`{ref}` is also accessed without the loop index inside the loop")
     dim, size_expr, size_env, index = block_index_of(group, loop, ref)
+    if size_expr is None:  # a scalar index: a squeezed dim, one element per step (rewrite.scalar_lift)
+        return RefBlock(ref, dim, cst.Integer("1"), index, [(s, {dim}) for s in group.subscripts], squeeze=True)
     size = translate(size_expr, size_env)
     size = tidy(size) if size is not None else None
     if size is None:
@@ -179,6 +189,8 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
     parent = ctx.parent(node)
     if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.attr is node):
         return "param", None
+    if binds_from_star(ctx, node):
+        return "param", None  # `x_ref, o_ref = refs` declares the ref (analysis.varargs)
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("dtype", "ndim"):
         return "meta", None
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":

@@ -16,6 +16,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import Origin
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.scopes import bindings
 from pallas_fix.rewrite.statements import body_statements
@@ -27,13 +28,21 @@ class RefHelper:
     call: cst.Call
     refs: dict[str, str]  # helper parameter -> the kernel ref it receives
     ref_args: list[cst.Name] = field(default_factory=list)  # the call's arguments that are refs
-    index_param: Optional[str] = None  # the parameter that receives the loop index itself
+    # The parameter whose argument moves with the loop (the index, a start, a slice object):
+    # once the windows it drives are blocks, nothing may read it, and it goes with its argument.
+    index_param: Optional[str] = None
     index_arg: Optional[cst.Arg] = None
 
 
 def ref_helpers(analysis, site, loop, functions: list) -> list[RefHelper]:
     """Every function the loop's functions (and, transitively, these helpers) call with a ref:
     a kernel ref parameter, or a helper parameter bound to one."""
+    return driven_helpers(analysis, site, functions, lambda val: val.origin is Origin.LOOP and val.loop is loop)
+
+
+def driven_helpers(analysis, site, functions: list, driven) -> list[RefHelper]:
+    """The ref helpers `functions` call, each with the parameter whose argument `driven(value)`
+    says moves with what the rewrite lifts (a loop's index, `pl.program_id`)."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     env = analysis.detection.envs.get(kernel)
@@ -47,7 +56,8 @@ def ref_helpers(analysis, site, loop, functions: list) -> list[RefHelper]:
             target = ctx.resolve_def(call.func.value, call)
             if target is None or target is kernel or any(h.fn is target for h in found):
                 continue
-            helper = _helper_call(ctx, call, target, _visible_refs(ctx, call, refs_of, kernel), loop.index_name)
+            moves = _moves_with(analysis, driven, call)
+            helper = _helper_call(ctx, call, target, _visible_refs(ctx, call, refs_of, kernel), moves)
             if helper is None:
                 continue
             _check_helper(ctx, helper)
@@ -66,10 +76,31 @@ def _visible_refs(ctx: ModuleContext, node: cst.CSTNode, refs_of: dict[int, dict
     return refs_of[id(kernel)]
 
 
-def _helper_call(ctx: ModuleContext, call: cst.Call, target: cst.FunctionDef, refs: dict[str, str], index: str) -> Optional[RefHelper]:
+def _moves_with(analysis, driven, call: cst.Call):
+    """Does an argument of `call` move with what is lifted: a loop index itself, a start built
+    from it (`r * bs`) or a slice object (`pl.ds(r * bs, bs)`, a name bound to one, a tuple)?"""
+    env = None
+    for anc in analysis.ctx.ancestors(call):
+        env = analysis.detection.envs.get(anc)
+        if env is not None:
+            break
+
+    def moves(expr: cst.BaseExpression) -> bool:
+        if env is None:
+            return False
+        val = env.value(expr)
+        return driven(val) and not val.is_ref
+
+    return moves
+
+
+def _helper_call(ctx: ModuleContext, call: cst.Call, target: cst.FunctionDef, refs: dict[str, str], moves) -> Optional[RefHelper]:
     """The call bound to the helper's parameters, when it passes a ref; None otherwise."""
     ref_args = [a for a in call.args if isinstance(a.value, cst.Name) and a.value.value in refs]
-    if not ref_args:
+    # A function nested in the kernel sees its refs without being passed them: handed what moves
+    # (`_neg(pl.ds(r * bs, bs))`), its windows are lifted too, so it is a ref helper as well.
+    closure = ctx.scope_of(target) is not ctx.module and any(moves(a.value) for a in call.args)
+    if not ref_args and not closure:
         return None
     name = target.name.value
     if any(a.star for a in call.args) or isinstance(target.params.star_arg, cst.Param) or target.params.star_kwarg is not None:
@@ -89,7 +120,7 @@ def _helper_call(ctx: ModuleContext, call: cst.Call, target: cst.FunctionDef, re
         if isinstance(arg.value, cst.Name) and arg.value.value in refs:
             helper.refs[param] = refs[arg.value.value]
             helper.ref_args.append(arg.value)
-        elif isinstance(arg.value, cst.Name) and arg.value.value == index:
+        elif helper.index_param is None and moves(arg.value):
             helper.index_param, helper.index_arg = param, arg
     return helper
 
@@ -102,8 +133,8 @@ def _check_helper(ctx: ModuleContext, helper: RefHelper) -> None:
     others = [n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == name and n is not fn.name and n is not helper.call.func]
     if others:
         raise Refuse(
-            f"`{name}` receives the kernel's refs and is also used elsewhere (line {ctx.span(others[0]).line}); "
-            "rewriting its windows would change them for every caller; give this loop its own helper"
+            f"`{name}` accesses the kernel's refs and is also used elsewhere (line {ctx.span(others[0]).line}); "
+            "rewriting its windows would change them for every caller; give each caller its own helper"
         )
     rebound = {b for s in body_statements(fn) for b in bindings(s, nested=True)} | _nested_params(fn)
     for param, ref in helper.refs.items():
@@ -157,10 +188,16 @@ def drop_index_edits(helpers: list[RefHelper]) -> dict:
 def _drop_param(name: str):
     def edit(fn: cst.FunctionDef) -> cst.FunctionDef:
         params = fn.params
+        kwonly = _without(params.kwonly_params, lambda p: p.name.value == name)
+        positional = _without(params.params, lambda p: p.name.value == name)
+        star = params.star_arg
+        if isinstance(star, cst.ParamStar) and not kwonly:  # a bare `*` needs a keyword-only parameter
+            star = cst.MaybeSentinel.DEFAULT
+            if positional:
+                positional[-1] = positional[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return fn.with_changes(params=params.with_changes(
             posonly_params=_without(params.posonly_params, lambda p: p.name.value == name),
-            params=_without(params.params, lambda p: p.name.value == name),
-            kwonly_params=_without(params.kwonly_params, lambda p: p.name.value == name),
+            params=positional, star_arg=star, kwonly_params=kwonly,
         ))
 
     return edit

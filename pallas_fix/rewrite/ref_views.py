@@ -17,6 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.varargs import bound_names
 from pallas_fix.core.plans import Refuse
 
 
@@ -34,8 +35,8 @@ def resolve_ref_name(env, name: str, kernel, depth: int = 0) -> Optional[RefName
     owner = env.owner(name)
     if owner is None or depth > 8:
         return None
-    if owner.scope is kernel and name in owner.params:
-        return RefName(name, None)
+    if owner.scope is kernel and (name in owner.params or name in bound_names(owner.ctx, kernel)):
+        return RefName(name, None)  # a ref parameter, or a name bound from `*refs` (analysis.varargs)
     if name in owner.params:
         return None  # a helper's or a loop body's parameter
     value = env.single_assignment(name)

@@ -24,6 +24,10 @@ def scratch_spelling(ctx, backend: Backend) -> tuple[imports.Spelling, str]:
 
 def add_scratch(cs: CallSite, edits: CallEdits, codes: list[str]) -> None:
     """Append `codes` to the call's scratch_shapes (a new keyword when it has none)."""
+    star = cs.site.kernel.params.star_arg if cs.site.kernel is not None else None
+    if isinstance(star, cst.Param):
+        # add_params puts a new ref after the named parameters, where it would take an operand.
+        raise Refuse(f"the kernel takes `*{star.name.value}`, so the new scratch ref cannot be added as a parameter; name the refs as parameters")
     existing = cs.site.kw("scratch_shapes")
     if existing is None:
         edits.new_keywords.append(("scratch_shapes", "[" + ", ".join(codes) + "]"))
