@@ -198,3 +198,15 @@ def test_backend_decides_where_a_dim_may_squeeze(backend, rank, lifted):
         assert result.source == source
         reasons = " ".join(f.refusal or "" for f in result.remaining)
         assert "TPU lowering rejects a squeezed (None) block dim among a block's last two dims" in reasons
+
+
+@pytest.mark.interp
+def test_a_verified_scalar_lift_is_not_reported_as_leaving_the_kernel_untouched() -> None:
+    # The oracle counts a scalar index apart from dynamic slices; a lift that removes only
+    # scalars must not read as "the rewrite left this entry's dynamic slices as they were".
+    (pair,) = [p for p in H.codemod_pairs() if p.name == "scalar_rows_softmax_mgpu"]
+    (verdict,) = H.verify_codemod_pair(pair)
+    before, after = verdict.details["dynamic_scalars"]
+    assert verdict.ok and before > after == 0
+    assert verdict.dynamic_slices_before == verdict.dynamic_slices_after
+    assert not verdict.untouched and "as they were" not in verdict.message

@@ -60,7 +60,7 @@ def _print_kernel(report: FileReport, kernel: KernelRewrite, err, verdict_json: 
 
 def _print_verdicts(report: FileReport, verdicts: list, err, verdict_json: list[dict]) -> None:
     verdict_json.extend({"path": report.path, **v.to_json()} for v in verdicts)
-    untouched = [v for v in verdicts if _untouched(v)]
+    untouched = [v for v in verdicts if v.untouched]
     for v in verdicts:
         if not any(v is u for u in untouched):
             err.print(format_verdict(v))
@@ -111,7 +111,3 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
     return None
 
 
-def _untouched(v) -> bool:
-    """A verified example whose dynamic slices the rewrite left as they were (its kernels are
-    usually not the ones rewritten): a line of its own would only repeat the count."""
-    return v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after

@@ -114,6 +114,17 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == "verified"
 
+    @property
+    def untouched(self) -> bool:
+        """Verified, with the oracle counting as many dynamic slices and dynamic scalar indices
+        after the rewrite as before (its kernels are usually not the ones rewritten)."""
+        scalars = self.details.get("dynamic_scalars")
+        return (
+            self.ok and self.dynamic_slices_before is not None
+            and self.dynamic_slices_before == self.dynamic_slices_after
+            and (not scalars or scalars[0] == scalars[1])
+        )
+
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in JSON_KEYS}
 
@@ -365,7 +376,7 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             if not v.example and not isinstance(ex, ExampleCandidates):
                 v.example = ex.text
             v.origin = v.details.get("origin", ex.origin)  # the kept candidate's, for candidates
-            if v.status == "verified" and v.dynamic_slices_before is not None and v.dynamic_slices_before == v.dynamic_slices_after:
+            if v.untouched:
                 v.message += "; the rewrite left this entry's dynamic slices as they were"
             out.append(v)
             continue
