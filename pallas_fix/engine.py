@@ -25,6 +25,7 @@ from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
 from pallas_fix.rules.kernel import kernel_findings
+from pallas_fix.rules.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.dead_params import drop_dead_params
 from pallas_fix.rewrite.line_width import fit_width
 from pallas_fix.rules.registry import classify
@@ -40,6 +41,11 @@ _NO_PLANNER = {
     "PF108": "integer-array indices have no BlockSpec form",
     "PF109": "pallas-fix cannot tell where this traced start comes from",
 }
+
+
+def _no_planner_reason(code: str, use: IndexUse, window_reason: Optional[str]) -> str:
+    reason = _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason)
+    return reason + contiguous_window_hint(use) if code == "PF108" else reason
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ def check(analysis: Analysis) -> CheckResult:
             provenance=use.provenance.description,
             origin=use.provenance.origin.value,
             fixable=False,
-            refusal=_NO_PLANNER.get(rule.code, "no automatic fix applies here").format(reason=window.reason),
+            refusal=_no_planner_reason(rule.code, use, window.reason),
             severity=rule.severity,
             kernel=use.kernel_site.kernel_name if use.kernel_site else None,
             anchor=use_key(use),
