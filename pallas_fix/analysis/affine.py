@@ -50,9 +50,12 @@ class Affine:
     terms: dict[str, Coeff] = field(default_factory=dict)  # atom key -> coefficient
     const: list[Coeff] = field(default_factory=list)  # sum of static terms
     atoms: dict[str, cst.BaseExpression] = field(default_factory=dict)  # key -> expression
+    # static factor text -> one expression spelling it (what a symbolic block offset is written from)
+    factor_exprs: dict[str, cst.BaseExpression] = field(default_factory=dict)
 
     def add(self, other: "Affine", sign: int = 1) -> "Affine":
-        out = Affine(dict(self.terms), list(self.const), {**self.atoms, **other.atoms})
+        out = Affine(dict(self.terms), list(self.const), {**self.atoms, **other.atoms},
+                     {**self.factor_exprs, **other.factor_exprs})
         for key, c in other.terms.items():
             c = Coeff(c.mult * sign, c.factors)
             if key in out.terms:
@@ -70,6 +73,7 @@ class Affine:
             {k: v.times(c) for k, v in self.terms.items()},
             [v.times(c) for v in self.const],
             dict(self.atoms),
+            dict(self.factor_exprs),
         )
 
     def is_static(self) -> bool:
@@ -158,9 +162,9 @@ def _dec(expr: cst.BaseExpression, h: Hooks, depth: int) -> Affine:
         if isinstance(expr.operator, cst.Multiply):
             lc, rc = left.as_coeff(), right.as_coeff()
             if rc is not None:
-                return left.scale(rc)
+                return _with_factors(left.scale(rc), right)
             if lc is not None:
-                return right.scale(lc)
+                return _with_factors(right.scale(lc), left)
             raise _NotAffine
         if not h.is_dynamic(expr):
             return _static_leaf(expr, h)
@@ -174,11 +178,17 @@ def _dec(expr: cst.BaseExpression, h: Hooks, depth: int) -> Affine:
     raise _NotAffine
 
 
+def _with_factors(product: Affine, factor: Affine) -> Affine:
+    product.factor_exprs.update(factor.factor_exprs)
+    return product
+
+
 def _static_leaf(expr: cst.BaseExpression, h: Hooks) -> Affine:
     value = h.static_int(expr)
     if value is not None:
         return Affine(const=[Coeff(value)])
-    return Affine(const=[Coeff(1, (h.code(expr),))])
+    text = h.code(expr)
+    return Affine(const=[Coeff(1, (text,))], factor_exprs={text: expr})
 
 
 @dataclass
@@ -188,6 +198,8 @@ class BlockIndex:
     atoms: dict[str, int]  # atom key -> integer multiplier
     offset: int
     atom_exprs: dict[str, cst.BaseExpression]
+    # `+ mult * expr` terms of a symbolic block offset (`nb - 1 - i`: (1, nb)), kernel-side exprs.
+    symbolic: tuple[tuple[int, cst.BaseExpression], ...] = ()
 
 
 def block_index(start: Affine, size: Coeff) -> Optional[BlockIndex]:
@@ -206,6 +218,28 @@ def block_index(start: Affine, size: Coeff) -> Optional[BlockIndex]:
             return None
         offset += q
     return BlockIndex(atoms, offset, start.atoms)
+
+
+def symbolic_block_index(start: Affine, size: Coeff) -> Optional[BlockIndex]:
+    """The block index of a start whose constant part is, besides integer blocks, a sum of
+    integer multiples of one static factor times `size` (`(nb - 1 - i) * bs`: block `nb - 1 - i`),
+    the factor kept as the kernel expression that spells it; None for anything else."""
+    if any(c.mult and c.divide(size) is None for c in start.terms.values()):
+        return None
+    plain, symbolic = [], []
+    for c in _merge_const(start.const):
+        if c.divide(size) is not None:
+            plain.append(c)
+            continue
+        mine, theirs = Counter(c.factors), Counter(size.factors)
+        rest = list((mine - theirs).elements())
+        if theirs - mine or not size.mult or c.mult % size.mult or len(rest) != 1 or rest[0] not in start.factor_exprs:
+            return None
+        symbolic.append((c.mult // size.mult, start.factor_exprs[rest[0]]))
+    base = block_index(Affine(start.terms, plain, start.atoms), size)
+    if base is None or not symbolic:
+        return None
+    return BlockIndex(base.atoms, base.offset, base.atom_exprs, tuple(symbolic))
 
 
 def symbolic_offset(start: Affine, size: Coeff) -> Optional[str]:

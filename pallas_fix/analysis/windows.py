@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.affine import symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.affine import symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
 from pallas_fix.analysis.accesses import rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.provenance import Env
@@ -81,6 +81,9 @@ class Window:
     block: Optional[BlockIndex]  # set when the window provably is a block
     not_block: bool  # set when it provably is not one
     reason: str = ""
+    # A block whose index has a symbolic offset (`nb - 1 - i`), for planners that can write the
+    # offset at the call site and prove it in bounds; `block` stays None so others refuse.
+    symbolic_block: Optional[BlockIndex] = None
 
 
 def window_of(use: IndexUse) -> Window:
@@ -135,7 +138,8 @@ def window_of(use: IndexUse) -> Window:
     if symbolic is not None:
         return Window(start, size, None, False,
                       f"the window starts {symbolic} blocks in, an offset pallas-fix cannot compute from the code "
-                      "(a loop's lower bound, say); it numbers blocks from constant offsets only")
+                      "(a loop's lower bound, say); it numbers blocks from constant offsets only",
+                      symbolic_block_index(start, size))
     return Window(start, size, None, False, f"cannot prove `{env.ctx.code(use.start)}` is a multiple of `{env.ctx.code(use.size)}`")
 
 

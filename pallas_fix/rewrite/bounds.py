@@ -117,6 +117,8 @@ class Bounds:
     def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip) -> bool:
         """Blocks of `size` at `index`, over every grid step, lie within [0, full)."""
         low = high = Poly.const(index.offset)
+        for mult, expr in index.symbolic:  # call-site exprs (BlockIndexExpr.translated)
+            low = high = high + self.poly(expr).scale(mult)
         for axis, mult in index.axes.items():
             span = (self.poly(self._extent(axis, trip)) - _ONE).scale(mult)
             if mult > 0:
@@ -144,7 +146,7 @@ class Bounds:
         """The existing grid axis whose steps are `pl.cdiv(extent, size)` blocks `i * size` of
         the dim: every block starts inside the array and only the last may be partial."""
         index = block.index
-        if extent is None or block.squeeze or index.offset != 0 or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
+        if extent is None or block.squeeze or index.offset != 0 or index.symbolic or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
             return None  # a scalar index has no partial block: it is in bounds or not
         (axis, mult), = index.axes.items()
         if mult != 1 or not isinstance(axis, int) or axis >= len(self.cs.grid):
@@ -219,7 +221,7 @@ def _ragged(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> st
             f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
             "block is partial")
     strides = sorted({abs(m) for m in block.index.axes.values()} | ({abs(block.index.offset)} - {0}))
-    if strides != [1]:
+    if strides != [1] or block.index.symbolic:
         # A stepped loop (every other block) or an offset: a plain count would not make it provable.
         names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
         return (f"{what}; block `{block.index.render(names)}` (k counts the steps of the new grid axis) is not one "

@@ -23,7 +23,27 @@ import libcst as cst
 
 from pallas_fix.rewrite.syntax import code
 
-_PURE = (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)
+_LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString)
+
+
+def _pure(expr: cst.BaseExpression) -> bool:
+    """An argument whose removal drops no effect: names, literals, attributes, arithmetic and
+    subscripts of them (`nb=x.shape[0] // BM`), tuples of them."""
+    if isinstance(expr, _LEAVES):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _pure(expr.value)
+    if isinstance(expr, cst.BinaryOperation):
+        return _pure(expr.left) and _pure(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return _pure(expr.expression)
+    if isinstance(expr, cst.Subscript):
+        return _pure(expr.value) and all(
+            isinstance(e.slice, cst.Index) and _pure(e.slice.value) for e in expr.slice
+        )
+    if isinstance(expr, cst.Tuple):
+        return all(not isinstance(e, cst.StarredElement) and _pure(e.value) for e in expr.elements)
+    return False
 
 
 def drop_dead_params(before: cst.Module, after: cst.Module, kernel: str) -> cst.Module:
@@ -41,7 +61,7 @@ def drop_dead_params(before: cst.Module, after: cst.Module, kernel: str) -> cst.
     dead = {
         p.name.value for p in _named_params(new_def)
         if p.name.value in was_read and p.name.value not in is_read and p.name.value in bound
-        and isinstance(bound[p.name.value].value, _PURE)
+        and _pure(bound[p.name.value].value)
     }
     if not dead:
         return after

@@ -87,7 +87,7 @@ def confirm_dead_stores(ctx, stores: list[DeadStore], blocks, cs, trip: cst.Base
 def _tiles(cs, block, trip: cst.BaseExpression, full: cst.BaseExpression) -> bool:
     """`trip` blocks of `block.size`, block `i` at step `i`, make exactly `full`: `full // size` or
     `pl.cdiv(full, size)` where `size` provably divides `full`, or a product the prover equates."""
-    if block.index.axes != {"new": 1} or block.index.offset != 0 or block.squeezed:
+    if block.index.axes != {"new": 1} or block.index.offset != 0 or block.index.symbolic or block.squeezed:
         return False
     bounds = Bounds(cs)
     size, whole = bounds.poly(block.size), bounds.poly(full)

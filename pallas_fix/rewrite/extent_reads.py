@@ -81,7 +81,7 @@ def extent_edits(cs: CallSite, reads: list[ExtentRead], blocks: list[RefBlock], 
 
 def _tiling_axis(cs: CallSite, bounds: Bounds, block: RefBlock, axes: dict) -> Optional[int]:
     """The grid axis whose steps tile `block`'s dim exactly, or None."""
-    if len(block.index.axes) != 1 or block.index.offset != 0 or block.squeezed.get(block.dim) is not None:
+    if len(block.index.axes) != 1 or block.index.offset != 0 or block.index.symbolic or block.squeezed.get(block.dim) is not None:
         return None
     (key, mult), = block.index.axes.items()
     if mult != 1 or key not in axes:

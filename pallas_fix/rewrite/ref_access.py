@@ -139,19 +139,20 @@ def block_index_of(group: AccessGroup, loop: LoopInfo, ref: str):
             raise Refuse(f"`{ref}` is sliced by the loop index in more than one dimension")
         use = uses[0]
         window = window_of(use)
-        if window.block is None:
+        block = window.block or window.symbolic_block  # lifted_block writes a symbolic offset
+        if block is None:
             raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
         axes: dict[object, int] = {}
-        for key, mult in window.block.atoms.items():
+        for key, mult in block.atoms.items():
             if key == loop_key(loop):
                 axes["new"] = mult
             elif key.startswith("pid:"):
                 axes[int(key.split(":")[1])] = mult
             else:
-                raise Refuse(f"the start of `{ref}` depends on `{code(window.block.atom_exprs[key])}`, which no grid axis provides")
+                raise Refuse(f"the start of `{ref}` depends on `{code(block.atom_exprs[key])}`, which no grid axis provides")
         if "new" not in axes:
             raise Refuse(f"the window on `{ref}` does not move with the loop index")
-        index = BlockIndexExpr(axes, window.block.offset)
+        index = BlockIndexExpr(axes, block.offset, block.symbolic)
         entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key())
         if found is None:
             found = (entry, use, index)
@@ -168,6 +169,12 @@ def lifted_block(group, loop: LoopInfo, ref: str, translate, tidy=lambda size: s
     if group.unlifted_accesses:
         raise Refuse(f"`{ref}` is also accessed without the loop index inside the loop")
     dim, size_expr, size_env, index = block_index_of(group, loop, ref)
+    written = index.translated(lambda e: translate(e, size_env))
+    if written is None:
+        offset = ", ".join(f"`{code(e)}`" for _, e in index.symbolic)
+        raise Refuse(f"the block offset {offset} of `{ref}` cannot be written at the pallas_call (it depends on a "
+                     "traced value or a name only the kernel has); compute it from the operands' shapes or static values")
+    index = written
     if size_expr is None:  # a scalar index: a squeezed dim, one element per step (rewrite.scalar_lift)
         return RefBlock(ref, dim, cst.Integer("1"), index, [(s, {dim}) for s in group.subscripts], squeeze=True)
     size = translate(size_expr, size_env)
