@@ -44,6 +44,7 @@ from pallas_fix.rewrite.scalar_lift import (
     block_subscript_edit, check_one_form, check_squeezable, check_squeezed_reads, scalar_block_size,
 )
 from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.view_windows import check_output_views
 from pallas_fix.rewrite.syntax import code
 from pallas_fix.rewrite.translate import Translator
 
@@ -96,6 +97,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     helpers = pid_helpers(analysis, site)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
     reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
+    check_output_views(analysis, cs, ref, window.subscripts)
     use, squeezed = window.use, window.squeezed
     check_squeezable(cs, ref, squeezed)
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.scalar_lift)
