@@ -16,17 +16,28 @@ from pallas_fix.rewrite.ref_views import resolve_ref_name
 
 
 def check_output_views(analysis, cs, ref: str, moved_subscripts: list) -> None:
-    slot = cs.slots.get(ref)
-    if slot is None or slot.kind != "out":
-        return
+    """Refuses moving `ref`'s window while an output of the call keeps a program_id window
+    through a view. For the output itself the block would be shared by the other axis' steps;
+    for an input, the rewrite would leave that output whole and written by every step (the
+    interpreters write the whole block back after each step, measured on TPU interpret mode with
+    parallel axes: NaN columns and a race), so the kernel's program_id plans all wait."""
     site, moved = cs.site, {id(s) for s in moved_subscripts}
+    outputs = {name for name, slot in cs.slots.items() if slot.kind == "out"}
     for use in analysis.uses:
-        if use.kernel_site is not site or use.ref_name == ref or use.provenance.origin is not Origin.PROGRAM_ID:
+        if use.kernel_site is not site or use.ref_name in outputs or use.provenance.origin is not Origin.PROGRAM_ID:
             continue
         found = resolve_ref_name(use.env, use.ref_name, site.kernel)
-        if found is not None and found.root == ref and id(use.subscript) not in moved:
+        if found is None or found.root not in outputs or id(use.subscript) in moved:
+            continue
+        out = found.root
+        if out == ref:
             raise Refuse(
                 f"`{ref}` is also indexed through its view `{use.ref_name}` (line {use.span.line}) at a window that "
                 f"moves with a program id; with only this window in its BlockSpec, every step along that other axis "
                 f"would write the same block of `{ref}`: index `{ref}` itself in both dims (`{ref}[pl.ds(...), pl.ds(...)]`)"
             )
+        raise Refuse(
+            f"the output `{out}` is written through its view `{use.ref_name}` (line {use.span.line}) at a program_id "
+            f"window pallas-fix cannot move, so it would stay one whole block written by every step: index `{out}` "
+            "itself (`o_ref[pl.ds(...), pl.ds(...)]`) and every operand lifts"
+        )
