@@ -28,11 +28,11 @@ def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], 
             return found
     if slot.kind in ("in", "prefetch") and is_plain_name(slot.arg):
         assert slot.arg is not None
-        return _rank_of_array(ctx, site, slots, slot.arg)
+        return _rank_of_array(ctx, site, slot.arg)
     return None
 
 
-def _rank_of_array(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], name_expr: cst.BaseExpression) -> Optional[int]:
+def _rank_of_array(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
     found = _rank_of_name(ctx, site, name_expr)
     return found if found is not None else _rank_from_examples(ctx, site, name_expr)
 
@@ -47,7 +47,7 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
         return len(items)
     if not (isinstance(shape, cst.Attribute) and shape.attr.value == "shape" and is_plain_name(shape.value)):
         return None
-    found = _rank_of_array(ctx, site, slots, shape.value)
+    found = _rank_of_array(ctx, site, shape.value)
     if found is not None:
         return found
     # `ShapeDtypeStruct(x.shape, ...)`: the same rank as the input `x`.

@@ -58,17 +58,14 @@ def verdict_record(entry: str, seeds: list, *, message: str = "", details: dict)
     }
 
 
-def _dynamic_slices(fn: Callable, structs: list, jaxpr=None, scalars: Optional[list] = None) -> tuple[Optional[int], Optional[str]]:
-    """Dynamic slices per the oracle, or a note saying why they were not counted; traces ``fn``
-    unless its ``jaxpr`` is given. Dynamic scalar indices (which a squeezed block dim lifts) are
-    appended to ``scalars``."""
+def _dynamic_counts(fn: Callable, structs: list, jaxpr=None) -> tuple[Optional[tuple[int, int]], Optional[str]]:
+    """(dynamic slices, dynamic scalar indices) per the oracle, or a note saying why they were
+    not counted; traces ``fn`` unless its ``jaxpr`` is given. A squeezed block dim lifts scalars."""
     try:
         if jaxpr is None:
             jaxpr = trace(fn, structs)
         report = oracle.report_from_jaxpr(jaxpr)
-        if scalars is not None:
-            scalars.append(len(report.scalars()))
-        return len(report.dynamic_slices()), None
+        return (len(report.dynamic_slices()), len(report.scalars())), None
     except Exception as e:
         return None, f"dynamic slices not counted ({summarize_exc(e)})"
 
@@ -86,8 +83,8 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
     traced: list = []
     original_error = _trace_error(call.bind(f_orig), structs, traced)
     jaxpr_orig = traced[0] if traced else None
-    scalars: list[int] = []  # before and after, in details: "dynamic_scalars"
-    v["dynamic_slices_before"], note = _dynamic_slices(call.bind(f_orig), structs, jaxpr_orig, scalars)
+    before, note = _dynamic_counts(call.bind(f_orig), structs, jaxpr_orig)
+    v["dynamic_slices_before"] = before[0] if before else None
     if note:
         notes.append(note)
     if infos is None:
@@ -95,9 +92,10 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
             raise _Abort(f"{_the_example(call)} does not trace the original either; check the example: "
                          f"{summarize_exc(original_error)}{user_frame(original_error)}")
         raise _Abort(f"tracing the rewrite failed: {summarize_exc(trace_error)}{user_frame(trace_error)}")
-    v["dynamic_slices_after"], note = _dynamic_slices(call.bind(f_rew), structs, jaxpr_rew, scalars)
-    if len(scalars) == 2:
-        v["details"]["dynamic_scalars"] = scalars
+    after, note = _dynamic_counts(call.bind(f_rew), structs, jaxpr_rew)
+    v["dynamic_slices_after"] = after[0] if after else None
+    if before and after:
+        v["details"]["dynamic_scalars"] = [before[1], after[1]]
     if note and note not in notes:
         notes.append(note)
     v["details"]["pallas_calls"] = infos
