@@ -67,5 +67,11 @@ def analyze(source: str, path: str = "<string>", config: Optional[Config] = None
         ctx = ModuleContext(source, path)
     except cst.ParserSyntaxError as exc:
         raise parse_error(path, exc) from exc
-    sites = tuple(discover(ctx, config.backend))
-    return Analysis(path, source, config, ctx, sites, detect(ctx, list(sites)))
+    return analyze_sites(ctx, config, discover(ctx, config.backend))
+
+
+def analyze_sites(ctx: ModuleContext, config: Config, sites) -> Analysis:
+    """The analysis of some of an indexed module's sites (all of them for `analyze`; the language
+    server re-analyses only the kernels an edit touched)."""
+    sites = tuple(sites)
+    return Analysis(ctx.path, ctx.source, config, ctx, sites, detect(ctx, list(sites)))

@@ -22,9 +22,8 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.detection import detect
 from pallas_fix.analysis.discovery import discover
-from pallas_fix.analysis.result import Analysis, parse_error
+from pallas_fix.analysis.result import analyze_sites, parse_error
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding, KernelSite, Span
 from pallas_fix.engine import CheckResult, check
@@ -89,9 +88,8 @@ def eligible(text: str, config: Config) -> bool:
 
 
 def check_sites(m: UnitMap, sites: list[KernelSite]) -> CheckResult:
-    """The engine's analysis (`analysis.result.analyze` + `engine.check`) restricted to `sites`."""
-    ctx = m.context()
-    return check(Analysis(m.path, m.text, m.config, ctx, tuple(sites), detect(ctx, list(sites))))
+    """The engine's check of the analysis restricted to `sites` (`analysis.result.analyze_sites`)."""
+    return check(analyze_sites(m.context(), m.config, sites))
 
 
 def full(text: str, path: str, config: Config, module: cst.Module, allow_unsafe: bool) -> tuple[CheckResult, Optional[UnitMap]]:
