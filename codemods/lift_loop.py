@@ -36,6 +36,7 @@ from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_nesting import check_other_branch
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
+from pallas_fix.rewrite.output_reads import check_written_before_read
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
@@ -66,6 +67,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
     edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics="parallel")).build()
+    _check_output_reads(analysis, region, cs)
     new_axis_pos = len(cs.grid)
     for b in blocks:
         for sub, dims in b.subscripts:
@@ -113,6 +115,15 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
     if not blocks:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
     return blocks
+
+
+def _check_output_reads(analysis, region: LoopRegion, cs: CallSite) -> None:
+    """Each blocked output is written before it is read in a step (rewrite.output_reads); after
+    the call's own checks, whose reasons (a resident accumulator) say more where both apply."""
+    for ref, group, slot in accessed_slots(analysis, region, cs):
+        if slot.kind == "out" and group.lifted:
+            check_written_before_read(analysis.ctx, region.body, ref, [*group.subscripts, *group.unlifted_accesses],
+                                      lambda s, g=group: {u.dim for u in g.uses.get(id(s), [])}, cs.aliased)
 
 
 # R6 (scalar_prefetch) lifts the loop whose index reads its table before it moves the table.

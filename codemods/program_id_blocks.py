@@ -36,6 +36,7 @@ from pallas_fix.rewrite.callsite import CallSite, CallSiteError
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.output_reads import check_written_before_read
 from pallas_fix.rewrite.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
@@ -98,6 +99,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
     reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
     check_output_views(analysis, cs, ref, window.subscripts)
+    if cs.slots[ref].kind == "out":
+        check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
     use, squeezed = window.use, window.squeezed
     check_squeezable(cs, ref, squeezed)
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.scalar_lift)

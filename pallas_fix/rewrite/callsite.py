@@ -51,6 +51,11 @@ class CallSite:
         self.out_specs_expr = self._spec_container("out_specs")
         self.grid = self._grid()
 
+    @property
+    def aliased(self) -> bool:
+        """The call sets input_output_aliases: an output starts as the input it aliases."""
+        return self.site.kw("input_output_aliases") is not None
+
     # -- reading ----------------------------------------------------------------------------------
     def _num_prefetch(self) -> int:
         arg = self.site.grid_spec_keywords.get("num_scalar_prefetch")
