@@ -29,7 +29,7 @@ from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite import imports
 from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock
-from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.callsite import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.dead_stores import confirm_dead_stores
 from pallas_fix.rewrite.edits import apply_edits
@@ -37,6 +37,7 @@ from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_nesting import check_other_branch
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.output_reads import check_written_before_read
+from pallas_fix.rewrite.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
@@ -59,14 +60,26 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     blocks = _blocks(analysis, region, cs)
     extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
     check_other_branch(ctx, region.branch, {b.param for b in blocks})
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
+    dead = frozenset(id(s) for s in region.dead_slice_statements(lifted_element_ids(blocks), loop_gone=True))
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, dead)
     trip = region.trip_count(grid_translator(ctx, site, cs))
     if trip is None:
         raise Refuse(
             f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
-    edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics="parallel")).build()
+    axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
+    doubt = None
+    try:
+        edits = CallEdits(cs, blocks, axis).build()
+    except CallSiteError:
+        # A stepped or `pl.cdiv` trip count whose last window runs past the end (rewrite.ragged_blocks).
+        position = ctx.span(region.statement).line if region.index_needed(lifted_element_ids(blocks)) else None
+        doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
+        doubt = next((d for d in doubts.values() if d is not None), None)
+        if doubt is None:
+            raise
+        edits = CallEdits(cs, blocks, axis, partial_ok=frozenset((b.param, b.dim) for b in blocks if doubts[b.param])).build()
     _check_output_reads(analysis, region, cs)
     new_axis_pos = len(cs.grid)
     for b in blocks:
@@ -86,6 +99,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f" ({', '.join(b.param for b in blocks)} in blocks){region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
+    if doubt is not None:
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 

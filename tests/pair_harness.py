@@ -418,7 +418,8 @@ FAMILIES: dict[str, Family] = {
     f.folder: f
     for f in (
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
-               min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",)),
+               min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
+               unsafe_pairs=frozenset({"stepped_loop_unsafe"})),
         Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",),
                unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16"})),

@@ -60,3 +60,17 @@ def test_a_line_with_a_comment_or_no_brackets_is_left_alone():
     assert fit_width(BEFORE, _after(commented)) == _after(commented)
     plain = "        interpret=" + " or ".join(["flag"] * 30) + ",\n"
     assert fit_width(BEFORE, _after(plain)) == _after(plain)
+
+
+def test_arguments_aligned_with_an_open_bracket_indent_the_list_by_the_files_block_indent():
+    # A 2-space file whose call arguments line up with `pallas_call(`: the list's elements go one
+    # block indent (2) past the keyword, not as far again as the alignment.
+    before = ("def call(x):\n"
+              "  return pl.pallas_call(kernel,\n"
+              "                        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n")
+    long = ("                        in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)), "
+            "pl.BlockSpec((BM, gate.shape[1]), lambda i: (i, 0))],\n")
+    after = before.replace("x.dtype))(x)\n", "x.dtype),\n" + long + "                        )(x)\n")
+    fitted = fit_width(before, after)
+    assert "                        in_specs=[\n                          pl.BlockSpec((BM, x.shape[1])" in fitted, fitted
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))

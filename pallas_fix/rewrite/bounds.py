@@ -135,23 +135,25 @@ class Bounds:
                 f"cannot tell the size of dim {block.dim} of `{block.param}` at the pallas_call, "
                 "so its blocks cannot be proved to stay inside the array"
             )
-        partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr) is not None
+        partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr, trip) is not None
         if not partial and not self._fits(block.index, block.size, size_expr, trip):
             broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
             raise CallSiteError(_ragged(block, size_expr, [self._extent(a, trip) for a in block.index.axes]) + broken)
         for dim, axis in block.squeezed.items():
             self._check_squeezed(block.param, dim, self._extent(axis, trip))
 
-    def cdiv_axis(self, block: RefBlock, extent: Optional[cst.BaseExpression]) -> Optional[int]:
-        """The existing grid axis whose steps are `pl.cdiv(extent, size)` blocks `i * size` of
-        the dim: every block starts inside the array and only the last may be partial."""
+    def cdiv_axis(self, block: RefBlock, extent: Optional[cst.BaseExpression],
+                  trip: Optional[cst.BaseExpression] = None) -> Optional[int | str]:
+        """The grid axis (an existing one, or "new" with `trip` steps) whose steps are
+        `pl.cdiv(extent, size)` blocks `i * size` of the dim: every block starts inside the array
+        and only the last may be partial."""
         index = block.index
         if extent is None or block.squeeze or index.offset != 0 or index.symbolic or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
             return None  # a scalar index has no partial block: it is in bounds or not
         (axis, mult), = index.axes.items()
-        if mult != 1 or not isinstance(axis, int) or axis >= len(self.cs.grid):
+        if mult != 1 or (axis == "new" and trip is None) or (axis != "new" and not (isinstance(axis, int) and axis < len(self.cs.grid))):
             return None
-        steps = self.prover.substitute(self.poly(self.cs.grid[axis]))
+        steps = self.prover.substitute(self.poly(self._extent(axis, trip)))
         text = f"pl.cdiv({code(extent)}, {code(block.size)})"
         cover = self.prover.substitute(self.symbols.quotient("ceil", self.poly(extent), self.poly(block.size), text))
         return axis if steps == cover else None

@@ -65,15 +65,29 @@ def _strip_eol(line: str) -> str:
 def _hanging_indent(lines: list[str], n: int, default: str) -> str:
     """How far this file indents inside brackets: line `n`'s indentation past the line that opened
     its bracket (the nearest line above indented less), so a 2-space file with 4-space
-    continuation lines keeps its style."""
+    continuation lines keeps its style. Under a bracket opened mid-line (arguments aligned with
+    it), that distance is the alignment, not a unit: the file's block indent is used instead."""
     text = lines[n]
     indent = text[: len(text) - len(text.lstrip(" \t"))]
     for above in reversed(lines[:n]):
         stripped = above.lstrip(" \t")
         lead = above[: len(above) - len(stripped)]
         if stripped.strip() and len(lead) < len(indent) and indent.startswith(lead):
-            return indent[len(lead):]
-    return default
+            if stripped.rstrip().endswith(("(", "[", "{")):
+                return indent[len(lead):]
+            break
+    return _block_indent(lines) or default
+
+
+def _block_indent(lines: list[str]) -> Optional[str]:
+    """The indent of the first block in the file (the line after the first `...:` line)."""
+    for above, below in zip(lines, lines[1:]):
+        if above.rstrip().endswith(":") and not above.lstrip().startswith("#") and below.strip():
+            lead = above[: len(above) - len(above.lstrip(" \t"))]
+            inner = below[: len(below) - len(below.lstrip(" \t"))]
+            if len(inner) > len(lead) and inner.startswith(lead):
+                return inner[len(lead):]
+    return None
 
 
 def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:

@@ -151,11 +151,15 @@ class LoopRegion:
                 stmts[-1] = last.with_changes(body=last.body[:-1])
         return stmts
 
-    def dead_slice_statements(self, lifted_elements: set[int]) -> list[cst.BaseStatement]:
+    def dead_slice_statements(self, lifted_elements: set[int], *, loop_gone: bool = False) -> list[cst.BaseStatement]:
         """`sl = pl.ds(i * bs, bs)` whose every use was a lifted window, or an argument a ref
-        helper stops receiving: it goes too."""
+        helper stops receiving: it goes too. `loop_gone`: the loop's bounds go with it (R1), so
+        `nb = x_ref.shape[0] // bs` read by the bound and by dead starts (`src = (nb - 1 - i) * bs`)
+        goes as well; R2 may keep the bound in a guard."""
         dropped = {id(h.index_arg) for h in self.unread_index_helpers(lifted_elements)}
-        return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
+        loop = self.loop
+        bounds = {id(b) for b in (loop.lower, loop.upper, loop.step) if b is not None} if loop_gone else set()
+        return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped | bounds)
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
         """Does the index name survive once the lifted windows (and dead named slices) are gone,
@@ -257,7 +261,7 @@ class LoopRegion:
         if self.branch is not None:
             edits[self.branch] = strip_block_blank_lines
         edits.update(drop_index_edits(self.unread_index_helpers(lifted_elements)))
-        for stmt in self.dead_slice_statements(lifted_elements) + list(self.bound_stmts):
+        for stmt in dict.fromkeys(self.dead_slice_statements(lifted_elements, loop_gone=True) + list(self.bound_stmts)):
             remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
         return edits
 

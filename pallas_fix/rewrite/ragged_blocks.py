@@ -29,25 +29,29 @@ from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.syntax import code
 
 
-def ragged_doubt(cs: CallSite, block: RefBlock) -> Optional[str]:
+def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression] = None,
+                 position_line: Optional[int] = None) -> Optional[str]:
     """The condition under which lifting `block` is exact, when its only doubt is a partial last
-    block along a `pl.cdiv` grid axis; None when that is not the doubt. Raises Refuse when the
-    kernel reads its position."""
+    block along a `pl.cdiv` grid axis (an existing one, or a new one of `trip` steps: a loop
+    `pl.loop(0, n, step=BLOCK)` or `fori_loop(0, pl.cdiv(n, BLOCK), ...)`); None when that is not
+    the doubt. Raises Refuse when the kernel reads its position: a program id, or for a new axis
+    the loop index outside its windows (`position_line`, the caller's to find)."""
     extent = cs.kernel_shape_dim(block.param, block.dim)
-    axis = Bounds(cs).cdiv_axis(block, extent)
+    axis = Bounds(cs).cdiv_axis(block, extent, trip)
     if axis is None or extent is None:
         return None
     kernel = cs.site.kernel
     assert kernel is not None
-    line = position_read(cs.ctx, kernel, set(cs.slots))
+    grid = trip if axis == "new" else cs.grid[axis]
+    line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
     if line is not None:
         raise Refuse(
-            f"with the grid `{code(cs.grid[axis])}` the last block may run past the end of `{block.param}`'s dim "
+            f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
             f"{block.dim}, and the kernel reads its position (line {line}): where the original's last window is clamped back inside the array, its rows are "
             "not the rows the position names, while a BlockSpec hands the last step a partial block; "
             f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call"
         )
-    return (f"the grid `{code(cs.grid[axis])}` ends in a partial block of `{block.param}` unless `{code(block.size)}` "
+    return (f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{code(block.size)}` "
             f"divides `{code(extent)}`: the original slices past the end there (out of bounds on hardware, clamped in "
             "interpret mode), the rewrite reads a padded block and masks its write; the two agree when it divides, "
             "or when the kernel's result for a row depends on that row alone")

@@ -214,10 +214,11 @@ def shape_refusal(ref: str) -> Refuse:
     return Refuse(f"`{ref}.shape` is read in the kernel; it would mean the block's shape after the rewrite")
 
 
-def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], extents: Optional[list] = None) -> None:
+def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], extents: Optional[list] = None,
+                          dead: frozenset = frozenset()) -> None:
     """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims).
     A read of a lifted dim's size is refused, or, given `extents`, collected there for the
-    planner to rewrite (rewrite.extent_reads)."""
+    planner to rewrite (rewrite.extent_reads). `dead`: ids of statements the rewrite removes."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
@@ -241,8 +242,8 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
         kind, dim = mention_kind(ctx, node, kernel_env)
         if kind in ("param", "meta"):
             continue
-        if any(any(a is b for b in bounds) for a in ctx.ancestors(node)):
-            continue  # the loop bounds disappear with the loop
+        if any(any(a is b for b in bounds) or id(a) in dead for a in ctx.ancestors(node)):
+            continue  # the loop bounds disappear with the loop, the dead statements with the windows
         if kind == "shape":
             lifted_dims = _lifted_dims(analysis, region, {n for n, root in roots.items() if root == roots[node.value]})
             shape_attr = ctx.parent(node)
