@@ -179,3 +179,18 @@ def test_a_new_use_of_a_kernel_elsewhere_reanalyses_its_unit():
         assert_same(inc, analyse("file:///t.py", "t.py", 1, edited, config))
         changed += inc.findings != prev.findings
     assert changed >= 3
+
+
+def test_a_use_of_a_kernel_through_a_module_level_alias_reanalyses_its_unit():
+    """`_probe = kernel` first, then a line reading `_probe`: the second edit names only the
+    alias, and the unit must still be analysed again (found by test_many_edits_of_one_fixture)."""
+    config = Config()
+    text = (ROOT / "tests" / "fixtures" / "codemods" / "grid_to_loop" / "grid_loop_before.py").read_text()
+    prev = analyse("file:///t.py", "t.py", 0, text, config)
+    for version, line in enumerate(["_probe = kernel", "_probe = _probe"], start=1):
+        text = f"{line}\n{text}"
+        inc = analyse("file:///t.py", "t.py", version, text, config, previous=prev)
+        full = analyse("file:///t.py", "t.py", version, text, config)
+        assert_same(inc, full)
+        prev = inc
+    assert any(f.refusal and "also called or passed outside" in f.refusal for f in full.findings)

@@ -148,7 +148,7 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
     changed = set(range(p, len(old) - s))
     kept = []
     for u in prev.units:
-        if u.closure & changed or u.names & bound or u.sensitive & used:
+        if u.closure & changed or u.names & bound or u.sensitive & _through_bindings(used, blocks):
             continue
         moved = _moved(u, old, blocks, lambda i: i if i < p else i + shift)
         if moved is not None:
@@ -158,6 +158,16 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
         if not _analyse_rest(m, allow_unsafe):
             return full(text, path, config, module, allow_unsafe)
     return None, m
+
+
+def _through_bindings(used: frozenset[str], blocks: list[Block]) -> frozenset[str]:
+    """`used`, and the names the module-level bindings of those names read, transitively: an
+    edit reading `_probe` where `_probe = kernel` uses the kernel too."""
+    reach, frontier = set(used), set(used)
+    while frontier:
+        frontier = {n for b in blocks if b.bound & frontier for n in b.mentioned} - reach
+        reach |= frontier
+    return frozenset(reach)
 
 
 def _common_ends(old: list[Block], new: list[Block]) -> tuple[int, int]:
