@@ -28,6 +28,7 @@ from pallas_fix.rewrite.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.grid_shape import extended_grid
 from pallas_fix.rewrite.kernel_edits import dead_assignments, kernel_subscript_edit
 from pallas_fix.rewrite.keywords import insert_keywords
+from pallas_fix.rewrite.repeated_specs import repeated_items
 from pallas_fix.rewrite.spec_slots import drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.syntax import code, names_in, paren_text
 
@@ -130,6 +131,12 @@ class CallEdits:
                 self.edits[own_spec_node(self.cs, self.cs.site.kw(f"{kind}_specs"))] = _replace_with(c)
                 continue
             self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
+            if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None:
+                # `[spec] * k`: written out, one entry per operand (rewrite.repeated_specs)
+                texts = [new_codes[s.index] or code(exprs[s.index]) for s in slots]
+                target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), self.cs.site.call)
+                self.edits[target] = _replace_with("[" + ", ".join(texts) + "]")
+                continue
             for s in slots:
                 c = new_codes[s.index]
                 if c is None:

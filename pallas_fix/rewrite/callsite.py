@@ -27,6 +27,7 @@ from pallas_fix.rewrite.grid_shape import read_grid
 from pallas_fix.rewrite.imports import PALLAS, spelling
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
+from pallas_fix.rewrite.repeated_specs import repeated_items
 from pallas_fix.rewrite.syntax import elements, is_none, is_plain_name, is_zero, shape_index
 
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
@@ -167,7 +168,9 @@ class CallSite:
         """The items of `kind`'s spec list (literal or built), None for a single spec."""
         container = self.in_specs_expr if kind == "in" else self.out_specs_expr
         built = self.built.get(f"{kind}_specs")
-        return built if built is not None else (elements(container) if container is not None else None)
+        if built is not None:
+            return built
+        return repeated_items(self.ctx, container, self.site.call) or (elements(container) if container is not None else None)
 
     def _refuse_if_mutated(self, expr: cst.BaseExpression, what: str) -> None:
         """`in_specs = [...]; in_specs.insert(3, ...)`: the literal is not what pallas_call gets."""
