@@ -213,7 +213,10 @@ def _unverified(path: str, seeds: Sequence[int]) -> Verdict:
 
 
 def _worker_env() -> dict:
-    env = dict(os.environ)
+    # Read key by key: verification runs in threads while another thread may change the
+    # environment (pytest sets and deletes PYTEST_CURRENT_TEST), and `dict(os.environ)` raises
+    # KeyError for a key deleted while it copies.
+    env = {k: v for k in list(os.environ) if (v := os.environ.get(k)) is not None}
     pp = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + pp if pp else "")
     env.setdefault("JAX_PLATFORMS", "cpu")
