@@ -67,7 +67,7 @@ def _agree(source: str) -> int:
     for stmt in ctx.module.body:
         if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             continue
-        reduced = C._resolve(C._module_around(ctx, stmt))
+        reduced = C._resolve(C._module_around(ctx, frozenset({id(stmt)})))
         for node in ctx.nodes_of(cst.Name):
             if ctx._within(node, stmt):
                 assert _answer(ctx, reduced, node) == _answer(ctx, full, node), ctx.code(node)
@@ -84,10 +84,25 @@ def test_fixture_scopes_agree(path):
     assert _agree(path.read_text(encoding="utf-8")) > 0
 
 
-def test_a_second_statement_switches_to_the_whole_module():
+def test_a_second_statement_is_kept_too_and_many_switch_to_the_whole_module():
     ctx = ModuleContext(GLOBALS)
-    kernel, helper = (s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value in ("kernel", "helper"))
+    defs = [s for s in ctx.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    kernel, helper = (s for s in defs if s.name.value in ("kernel", "helper"))
     first = C.scopes_for(ctx, kernel.body)
     assert C.scopes_for(ctx, kernel.body) is first
-    whole = C.scopes_for(ctx, helper.body)
-    assert whole is not first and C.scopes_for(ctx, kernel.body) is whole
+    both = C.scopes_for(ctx, helper.body)
+    assert both is not first and C.scopes_for(ctx, kernel.body) is both  # one analysis answers for both
+    full = C._resolve(ctx.module)
+    for node in ctx.nodes_of(cst.Name):
+        if ctx._within(node, kernel) or ctx._within(node, helper):
+            assert _answer(ctx, both, node) == _answer(ctx, full, node), ctx.code(node)
+    for stmt in defs:
+        C.scopes_for(ctx, stmt.body)
+    assert C._SCOPES[ctx].full  # past PARTIAL_ROUNDS statements, the whole module once
+
+
+def test_simple_statements_elsewhere_keep_only_the_names_the_statement_reads():
+    ctx = ModuleContext(GLOBALS + "\nUNUSED = OFFSET * 2\nprint(UNUSED)\n")
+    kernel = next(s for s in ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == "kernel")
+    code = ctx.module.with_changes(body=C._module_around(ctx, frozenset({id(kernel)})).body).code
+    assert "UNUSED" not in code and "print" not in code and "OFFSET = None" in code, code

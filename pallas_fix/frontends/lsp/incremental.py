@@ -28,7 +28,9 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding, KernelSite, Span
 from pallas_fix.engine import CheckResult, check
 from pallas_fix.frontends.lsp.blocks import Block, block_at, split_blocks
-from pallas_fix.frontends.lsp.units import Key, Offer, Unit, assign_findings, group_sites, offers_of, shared, site_blocks
+from pallas_fix.frontends.lsp.units import (
+    Key, Offer, Unit, assign_findings, block_of, group_sites, offers_of, shared, site_blocks,
+)
 from pallas_fix.rules.gpu_hazards import TARGET as GPU_TARGET
 
 # GPU interpret mode's rules (PF2xx) and the plans screened for it look at the whole module.
@@ -247,7 +249,11 @@ def _analyse_rest(m: UnitMap, allow_unsafe: bool) -> bool:
     kept_own = frozenset().union(*(u.own for u in m.units))
     kept_shared = frozenset().union(*(shared(u.closure, blocks) for u in m.units))
     rest = []
-    for site in m.all_sites():
+    # A site whose call sits in a kept unit's block is that unit's: its text is unchanged, and a
+    # change of what its names mean would have dropped the unit.
+    sites = m.sites if m.sites is not None else discover(
+        ctx, m.config.backend, lambda call: block_of(ctx, call, blocks) not in kept_own)
+    for site in sites:
         own = site_blocks(ctx, site, blocks)
         if own is None or (own & kept_own and not own <= kept_own):
             return False

@@ -65,6 +65,12 @@ def site_blocks(ctx: ModuleContext, site: KernelSite, blocks: list[Block]) -> Op
     return frozenset(out)
 
 
+def block_of(ctx: ModuleContext, node: cst.CSTNode, blocks: list[Block]) -> Optional[int]:
+    """The block holding `node`; None when the map is unclear."""
+    index = _top_index(ctx, blocks)
+    return index.get(id(_top_statement(ctx, node))) if index is not None else None
+
+
 def _top_index(ctx: ModuleContext, blocks: list[Block]) -> Optional[dict[int, int]]:
     """id(top-level statement) -> its block. LibCST's top-level statements are the blocks one for
     one (statements sharing a line are one LibCST line and one block); None when the counts
