@@ -5,7 +5,8 @@ After the rewrite the kernel's ref is the block, so `x_ref.shape[0]` would be th
 When the blocks along that dim are numbered by one grid axis and tile the dim exactly (grid count
 times block size is the array's size, proved from the code), the full size is
 `pl.num_programs(axis) * x_ref.shape[0]`: it means the array's size in the rewritten kernel,
-wherever the read sits. Otherwise the read is refused, saying what would prove the tiling.
+wherever the read sits, and needs nothing at the call site. Otherwise the size the kernel saw is
+passed in as a static keyword argument (rewrite.extent_params).
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import walk
+from pallas_fix.core import names as N
+from pallas_fix.core.names import call_arg
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks import RefBlock
 from pallas_fix.rewrite.bounds import Bounds
 from pallas_fix.rewrite.callsite import CallSite
 from pallas_fix.rewrite.edits import Edit
-from pallas_fix.rewrite.syntax import code
+from pallas_fix.rewrite.extent_params import ExtentParams
+from pallas_fix.rewrite.squeezed_reads import new_dim, squeezed_read_edits, unpack_edits
 
 
 @dataclass(frozen=True)
@@ -56,32 +61,97 @@ def extent_read(ctx, name: cst.Name, ref: str, dim: Optional[int]) -> Optional[E
 
 def extent_edits(cs: CallSite, reads: list[ExtentRead], blocks: list[RefBlock], axes: dict, pl: str) -> dict[cst.CSTNode, Edit]:
     """Edits that keep each read meaning the full size. `axes`: grid axis key of a block index
-    ("new" or an existing axis number) -> (its position in the new grid, its step count)."""
-    if not reads:
-        return {}
-    bounds = Bounds(cs)
+    ("new" or an existing axis number) -> (its position in the new grid, its step count). A size
+    no grid expression says is passed in as a keyword (rewrite.extent_params); a ref whose block
+    squeezes dims has its other reads renumbered (rewrite.squeezed_reads)."""
     by_ref = {b.param: b for b in blocks}
+    params = ExtentParams(cs)
+    sizes = _FullSizes(cs, axes, pl, params)
     edits: dict[cst.CSTNode, Edit] = {}
+    handled: set[int] = set()
     for read in reads:
         block = by_ref.get(read.ref)
-        dims = [read.dim] if read.dim is not None else [block.dim] if block is not None else []
-        if block is None or block.dim not in dims:
-            continue  # a dim the plan does not block: its size stays what it was
-        axis = _tiling_axis(cs, bounds, block, axes)
-        if axis is None:
-            raise _untiled(cs, read, block, axes)
-        full = f"{pl}.num_programs({axis}) * {read.name}.shape[{block.dim}]"
-        if read.dim is not None:
-            edits[read.node] = _replace(full if read.bare else f"({full})")
+        if block is None or (read.dim is not None and read.dim != block.dim):
+            continue  # a dim the plan does not block: its size stays what it was (renumbered below)
+        handled.add(id(read.node))
+        assign = cs.ctx.parent(read.node)
+        if read.dim is None:
+            size_of = lambda _d, target, r=read, b=block: sizes.text(r, b, target)
+            edits.update(unpack_edits(assign, read.name, block, size_of, params))
+            continue
+        single = isinstance(assign, cst.Assign) and assign.value is read.node and len(assign.targets) == 1
+        full = sizes.text(read, block, assign.targets[0].target if single else None)
+        if full is None:
+            params.remove_assignment(assign)  # `n = x_ref.shape[0]`: `n` is the parameter now
         else:
-            parts = [full if d == block.dim else f"{read.name}.shape[{d}]" for d in range(read.rank)]
-            edits[read.node] = _replace(", ".join(parts))
+            edits[read.node] = _replace(full if read.bare or " " not in full else f"({full})")
+    edits.update(squeezed_read_edits(cs, reads, blocks, handled, params))
+    _check_outside_copied_inits(cs.ctx, cs.site.kernel, [*edits, *params.edits])
+    edits.update(params.build())
     return edits
+
+
+def _check_outside_copied_inits(ctx, kernel, edited: list) -> None:
+    """A loop's initial carry is written again into `_init` from its source text (lift-reduction's
+    carries), through a leaf name bound just before the loop (`zeros = jnp.full(...)`): an edit
+    inside that text would not reach the copy, which would read the block's shape."""
+    texts = _copied_init_texts(ctx, kernel)
+    for node in edited:
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            continue  # a removed line's comments move to the next one; its Assign is checked itself
+        for text in texts:
+            if any(a is text for a in [node, *ctx.ancestors(node)]) or any(a is node for a in ctx.ancestors(text)):
+                raise Refuse(
+                    f"a shape read at line {ctx.span(node).line} feeds a loop's initial carry, which the rewrite writes "
+                    "again on the first grid step from its source text; read the size into a name first "
+                    "(`n = x_ref.shape[0]`) and build the carry from the name"
+                )
+
+
+def _copied_init_texts(ctx, kernel) -> list[cst.BaseExpression]:
+    """The init expressions of the kernel's loops, and the values of the `name = value`
+    statements that bind names read there."""
+    inits = []
+    for node in walk(kernel):
+        if isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.FORI_LOOP):
+            inits.append(call_arg(node, 3, "init_val"))
+        elif isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.PL_LOOP):
+            inits.append(call_arg(node, 99, "init_carry"))
+    inits = [i for i in inits if i is not None]
+    names = {n.value for i in inits for n in walk(i) if isinstance(n, cst.Name)}
+    for node in walk(kernel):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and node.targets[0].target.value in names:
+            inits.append(node.value)
+    return inits
+
+
+class _FullSizes:
+    """The text meaning a blocked dim's full size in the rewritten kernel: `pl.num_programs(axis)
+    * x_ref.shape[d]` where the blocks provably tile it (`pl.num_programs(axis)` for a squeezed
+    dim, one element per step), else the parameter that carries it (rewrite.extent_params)."""
+
+    def __init__(self, cs: CallSite, axes: dict, pl: str, params: ExtentParams) -> None:
+        self.cs, self.axes, self.pl, self.params = cs, axes, pl, params
+        self._bounds: Optional[Bounds] = None
+
+    def text(self, read: ExtentRead, block: RefBlock, target: Optional[cst.BaseExpression] = None) -> Optional[str]:
+        """None: the name `target` the read is bound to became the parameter."""
+        if self._bounds is None:
+            self._bounds = Bounds(self.cs)
+        axis = _tiling_axis(self.cs, self._bounds, block, self.axes)
+        if axis is None:
+            if target is not None and self.params.adopt(read.ref, block.dim, target):
+                return None
+            return self.params.name_for(read.ref, block.dim)
+        if block.squeeze:
+            return f"{self.pl}.num_programs({axis})"
+        return f"{self.pl}.num_programs({axis}) * {read.name}.shape[{new_dim(block, block.dim)}]"
 
 
 def _tiling_axis(cs: CallSite, bounds: Bounds, block: RefBlock, axes: dict) -> Optional[int]:
     """The grid axis whose steps tile `block`'s dim exactly, or None."""
-    if len(block.index.axes) != 1 or block.index.offset != 0 or block.index.symbolic or block.squeezed.get(block.dim) is not None:
+    if len(block.index.axes) != 1 or block.index.offset != 0 or block.index.symbolic or block.dim in block.squeezed:
         return None
     (key, mult), = block.index.axes.items()
     if mult != 1 or key not in axes:
@@ -108,20 +178,6 @@ def covers_exactly(bounds: Bounds, steps: cst.BaseExpression, size: cst.BaseExpr
         atom is not None and atom.kind == "floor" and atom.num is not None and atom.den is not None
         and not prover.substitute(atom.num - whole).terms and not prover.substitute(atom.den - width).terms
         and prover.divides(width, whole)
-    )
-
-
-def _untiled(cs: CallSite, read: ExtentRead, block: RefBlock, axes: dict) -> Refuse:
-    extent = cs.kernel_shape_dim(block.param, block.dim)
-    fix = (
-        f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call, or pass the full size to the "
-        f"kernel as a static argument (a functools.partial keyword) and read that instead"
-        if extent is not None else "pass the full size to the kernel as a static argument"
-    )
-    return Refuse(
-        f"`{read.name}.shape` is read in the kernel (line {read.line}); after the rewrite it would be the block's size. "
-        f"pallas-fix writes the full size as `pl.num_programs(axis) * {read.name}.shape[{block.dim}]` when the blocks "
-        f"tile dim {block.dim} exactly: {fix}"
     )
 
 

@@ -29,6 +29,7 @@ from pallas_fix.rewrite.kernel_edits import kernel_subscript_edit
 from pallas_fix.rewrite.operands import CallSiteError
 from pallas_fix.rewrite.ranks import rank_from_kernel
 from pallas_fix.rewrite.scalar_blocks import scalar_lift_refusal, windows_to_lift
+from pallas_fix.rewrite.squeezed_reads import renumberable
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) 
 
 def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Optional[str]:
     """A mention of `ref` in the kernel that a squeezed block would change or break: anything
-    but the scalar accesses themselves, `.dtype`, and the loop's bounds (gone with the loop).
-    `.shape`, `.ndim` lose the squeezed dim; accesses outside the loop would see one element."""
+    but the scalar accesses themselves, `.dtype`, the loop's bounds (gone with the loop) and the
+    shape reads rewrite.squeezed_reads renumbers. Other uses of `.shape` (`.size`, the whole
+    shape) lose the squeezed dim; accesses outside the loop would see one element."""
     loop = region.loop
     bounds = [loop.lower, loop.upper, *([loop.step] if loop.step is not None else []), *region.bound_stmts]
     bases = {id(s.value.value if isinstance(s.value, cst.Attribute) else s.value) for s in subscripts}
@@ -104,6 +106,9 @@ def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Op
             continue
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "dtype":
             continue
+        in_init = loop.init is not None and any(a is loop.init for a in ctx.ancestors(node))
+        if renumberable(ctx, node) and not in_init:
+            continue  # rewritten for the squeezed view (rewrite.squeezed_reads); R2 rewrites a carry's init from its source
         if any(a is b for a in ctx.ancestors(node) for b in bounds):
             continue
         what = f"`{ref}.{parent.attr.value}`" if isinstance(parent, cst.Attribute) and parent.value is node else f"`{ref}`"
@@ -196,9 +201,10 @@ def block_subscript_edit(block, dims: set[int]):
 
 
 def check_squeezed_reads(analysis, site, blocks, bounds=()) -> None:
-    """A squeezed ref's view has one dim fewer: `.shape`, `.ndim` and `.size` would change meaning
-    (`.shape[1]` becomes `.shape[0]`, unpackings break). Reads inside `bounds` (the loop's bounds,
-    which disappear with the loop) are fine; any other is refused."""
+    """A squeezed ref's view has one dim fewer: `.shape[1]` becomes `.shape[0]`, unpackings lose a
+    name. The plan's extent edits renumber those (rewrite.squeezed_reads); `.size` and the whole
+    shape used as a value would change meaning and are refused. Reads inside `bounds` (the loop's
+    bounds, which disappear with the loop) are fine."""
     squeezed = {b.param: b for b in blocks if b.squeeze}
     if not squeezed or site.kernel is None:
         return
@@ -209,11 +215,13 @@ def check_squeezed_reads(analysis, site, blocks, bounds=()) -> None:
         parent = ctx.parent(node)
         if not (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("shape", "ndim", "size")):
             continue
+        if renumberable(ctx, node):
+            continue
         if any(a is b for a in ctx.ancestors(node) for b in bounds):
             continue
         dim = squeezed[node.value].dim
         raise Refuse(
             f"`{node.value}.{parent.attr.value}` is read in the kernel (line {ctx.span(node).line}); once dim {dim} is "
             f"squeezed out of `{node.value}`'s block its view has one dim fewer: read the size from another ref, "
-            "or pass it in as a static argument"
+            "read single dims (`x_ref.shape[1]`), or pass it in as a static argument"
         )
