@@ -166,6 +166,8 @@ def _grid_arg(site: KernelSite) -> tuple[Optional[cst.Arg], Optional[cst.Call]]:
         arg = site.keywords["grid"]
         if arg.keyword is None:
             raise Refuse("the grid is passed positionally")
+        if not _inside(arg, site.call):
+            raise Refuse("the grid comes through `**dict(...)`; write it as a keyword of the pallas_call")
         return arg, site.call
     if "grid" in site.grid_spec_keywords:
         arg = site.grid_spec_keywords["grid"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
@@ -14,9 +14,14 @@ from pallas_fix.core.model import Backend, KernelSite
 _PALLAS_CALL_POSITIONAL = ("kernel", "out_shape")
 
 
-def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None) -> list[KernelSite]:
+def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
+             where: Optional[Callable[[cst.Call], bool]] = None) -> list[KernelSite]:
+    """Every site of the module; with `where`, only those whose pallas_call it accepts (the
+    language server skips the calls of units it carries over, and the positions they would cost)."""
     sites: list[KernelSite] = []
     for node in ctx.nodes_of(cst.Call):
+        if where is not None and not where(node):  # type: ignore[arg-type]
+            continue
         if ctx.imports.is_(node.func, N.PALLAS_CALL):  # type: ignore[attr-defined]
             site = _direct_site(ctx, node)
         elif _is_partial_of_pallas_call(ctx, node):
@@ -56,8 +61,30 @@ def _split_args(args, positional_names) -> tuple[dict[str, cst.Arg], list[cst.Ar
     return keywords, extra
 
 
+def splatted_settings(ctx: ModuleContext, arg: cst.Arg, call: cst.Call) -> Optional[list[cst.Arg]]:
+    """The keyword arguments of `**grid_spec` in `call`, where `grid_spec = dict(grid=..., ...)`
+    is bound once in the call's scope and read nowhere else (so an edit of one of them changes
+    only this call); None for any other `**`."""
+    name = arg.value
+    if arg.star != "**" or not isinstance(name, cst.Name):
+        return None
+    value = ctx.resolve_value(name, call)
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"):
+        return None
+    scope = ctx.scope_of(call)
+    mentions = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name.value]
+    if len(ctx.assignments(name.value, scope)) != 1 or len(mentions) != 2 or ctx.scope_of(value) is not scope:
+        return None  # rebound, changed or read elsewhere (`grid_spec["grid"] = ...`)
+    if not all(a.keyword is not None and not a.star for a in value.args):
+        return None
+    return list(value.args)
+
+
 def _direct_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
-    keywords, _ = _split_args(call.args, _PALLAS_CALL_POSITIONAL)
+    keywords, extra = _split_args(call.args, _PALLAS_CALL_POSITIONAL)
+    for arg in extra:
+        for setting in splatted_settings(ctx, arg, call) or []:
+            keywords.setdefault(setting.keyword.value, setting)  # `**dict(grid=...)`: read as written there
     kernel_arg = keywords.pop("kernel", None)
     site = KernelSite(
         call=call,

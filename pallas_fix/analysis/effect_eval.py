@@ -307,6 +307,8 @@ class Interp:
         """`obj.name(...)` on a value that is no library name or function."""
         if obj.pending and name in C.DESCRIPTOR_METHODS:
             self.record(obj.pending, "copy", call)
+        if name == "pop" and not any(v.every_ref for v in all_values(args)):
+            return AbsVal(refs=obj.refs | obj.lists)  # `rest.pop(0)` of refs unpacked from `*refs`: one of them, nothing written
         if obj.refs:
             if name in C.REF_VIEW_METHODS:
                 return AbsVal(refs=obj.refs)

@@ -21,6 +21,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.bindings import scope_bindings
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import KernelSite
 
@@ -60,9 +61,14 @@ class StarFacts:
     binds: list[tuple[Arm, str, _Run, int]] = field(default_factory=list)  # (arm, name, run, index)
     unpacks: list[tuple[Arm, _Run, int, bool, cst.CSTNode]] = field(default_factory=list)  # (arm, run, n targets, starred, stmt)
     targets: set[int] = field(default_factory=set)  # ids of the Name nodes the bindings bind
+    # `scale_ref = rest.pop(0) if has_scale else None`: (name, run popped, static test or None, stmt),
+    # in the order the kernel-level statements run; rewrite.operand_groups maps them.
+    pops: list[tuple[str, _Run, Optional[cst.BaseExpression], cst.CSTNode]] = field(default_factory=list)
+    # `for h_ref in h_refs:` over a starred run: (loop name, run); the name stands for every ref of the run.
+    loops: list[tuple[str, _Run, cst.For]] = field(default_factory=list)
 
     def names(self) -> set[str]:
-        return {name for _, name, _, _ in self.binds}
+        return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops}
 
 
 def star_facts(ctx: ModuleContext, kernel: cst.FunctionDef, static_test) -> Optional[StarFacts]:
@@ -100,6 +106,12 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         arm = _arm(ctx, kernel, parent, static_test, facts)
         _unpack(facts, arm, parent.targets[0].target, run, parent, lists, pending)
         return
+    if _pop_fact(ctx, kernel, facts, read, run):
+        return
+    if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name) and run != _Run():
+        facts.loops.append((parent.target.value, run, parent))  # a Python loop: unrolled when traced, one ref per pass
+        facts.targets.add(id(parent.target))
+        return
     if isinstance(parent, cst.Subscript) and parent.value is read:
         index = _constant_index(parent)
         bound = _bound_to(ctx, parent)
@@ -111,8 +123,36 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
     raise VarargsError(
         f"`{ctx.code(ctx.statement_of(read) or read).strip()}` reads `{read.value}` (line {ctx.span(read).line}); "
         "pallas-fix maps `*refs` to operands only through kernel-level unpacking (`x_ref, o_ref = refs`, "
-        "`x_ref, *rest = refs`) and constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value"
+        "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
+        "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
     )
+
+
+def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run) -> bool:
+    """`name = rest.pop(0)` or `name = rest.pop(0) if flag else None`, a kernel-level statement:
+    recorded as a pop (its position depends on which earlier pops run)."""
+    attr = ctx.parent(read)
+    call = ctx.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is read and attr.attr.value == "pop" else None
+    if not (isinstance(call, cst.Call) and call.func is attr and len(call.args) == 1 and _is_zero_arg(call.args[0])):
+        return False
+    holder, test = ctx.parent(call), None
+    if isinstance(holder, cst.IfExp) and holder.body is call:
+        holder, test = ctx.parent(holder), holder.test
+        value = holder.value if isinstance(holder, cst.Assign) else None
+        if not isinstance(value, cst.IfExp) or value.body is not call:
+            return False
+    elif not (isinstance(holder, cst.Assign) and holder.value is call):
+        return False
+    target = holder.targets[0].target if len(holder.targets) == 1 else None
+    if not isinstance(target, cst.Name) or _arm(ctx, kernel, holder, lambda _t: True, facts) is not None:
+        return False
+    facts.pops.append((target.value, run, test, holder))
+    facts.targets.add(id(target))
+    return True
+
+
+def _is_zero_arg(arg: cst.Arg) -> bool:
+    return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Integer) and arg.value.evaluated_value == 0
 
 
 def _identity_test(node) -> bool:
@@ -214,6 +254,11 @@ def star_ref_names(site: KernelSite, env, leading: int, total: Optional[int]) ->
     """The names the kernel binds from its `*refs` for each item of the list, when the kernel
     receives `total` refs (None: the call site does not say) of which `leading` are named
     parameters before the varargs. `env` is the kernel's provenance environment."""
+    return star_names(checked_star_facts(site, env), None if total is None else total - leading)
+
+
+def checked_star_facts(site: KernelSite, env) -> StarFacts:
+    """The facts of the kernel's `*refs`, each name bound only from it."""
     kernel = site.kernel
     assert kernel is not None
     facts = star_facts(env.ctx, kernel, lambda test: not env.value(test).dynamic)
@@ -221,7 +266,7 @@ def star_ref_names(site: KernelSite, env, leading: int, total: Optional[int]) ->
     if len(site.partial_args) > len(kernel.params.posonly_params) + len(kernel.params.params):
         raise VarargsError(f"functools.partial binds positional arguments into `*{facts.star}`; bind them by keyword")
     _refuse_rebound(facts, env)
-    return star_names(facts, None if total is None else total - leading)
+    return facts
 
 
 def bound_names(ctx: ModuleContext, kernel: cst.FunctionDef) -> set[str]:
@@ -233,13 +278,31 @@ def bound_names(ctx: ModuleContext, kernel: cst.FunctionDef) -> set[str]:
     return facts.names() if facts is not None else set()
 
 
+def star_bound_in(ctx: ModuleContext, kernel: cst.FunctionDef, name: str, scope) -> bool:
+    """Is `name`, read in `scope`, a name `kernel` binds from its `*refs` there: at the kernel's
+    level, or as the target of a loop over them in that scope (a fori_loop body)?"""
+    try:
+        facts = star_facts(ctx, kernel, lambda _test: True)
+    except VarargsError:
+        return False
+    if facts is None:
+        return False
+    in_loops = [loop for n, _, loop in facts.loops if n == name]
+    if in_loops:
+        return all(ctx.scope_of(loop) is scope for loop in in_loops)
+    return scope is kernel and name in facts.names()
+
+
 def binds_from_star(ctx: ModuleContext, name: cst.Name) -> bool:
     """Is `name` the target of a binding from its kernel's `*refs` (`x_ref` in `x_ref, o_ref = refs`)?
     Such a mention declares the ref, as a parameter does."""
-    if not _in_target(ctx, name):
+    loop = ctx.parent(name)
+    if not (_in_target(ctx, name) or (isinstance(loop, cst.For) and loop.target is name)):  # `for h_ref in h_refs:`
         return False
     fn = ctx.enclosing_function(name)
-    if fn is None or not isinstance(fn.params.star_arg, cst.Param):
+    while fn is not None and not isinstance(fn.params.star_arg, cst.Param):
+        fn = ctx.enclosing_function(fn) if isinstance(loop, cst.For) else None  # a loop in a fori_loop body
+    if fn is None:
         return False
     try:
         facts = star_facts(ctx, fn, lambda _test: True)
@@ -250,8 +313,14 @@ def binds_from_star(ctx: ModuleContext, name: cst.Name) -> bool:
 
 def _refuse_rebound(facts: StarFacts, env) -> None:
     """A name bound from `*refs` and also assigned elsewhere in the kernel is not one ref."""
-    for name in facts.names():
-        own = sum(1 for _, n, _, _ in facts.binds if n == name)
+    nested = {name: loop for name, _, loop in facts.loops if env.ctx.scope_of(loop) is not env.scope}
+    for name, loop in nested.items():  # a loop in a helper of the kernel (a fori_loop body): bound only there
+        facts_binding = [n for _, n, _, _ in facts.binds] + [n for n, *_ in facts.pops + facts.loops]
+        rebound = len(scope_bindings(env.ctx, env.ctx.scope_of(loop)).get(name, [])) != 1  # the loop's own binding only
+        if name in env.params or rebound or facts_binding.count(name) != 1:
+            raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
+    for name in facts.names() - set(nested):
+        own = sum(1 for _, n, _, _ in facts.binds if n == name) + sum(1 for n, *_ in facts.pops + facts.loops if n == name)
         if name in env.params or len(env.bindings().get(name, [])) != own:
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
 
@@ -266,6 +335,11 @@ def star_names(facts: StarFacts, total: Optional[int]) -> list[Optional[str]]:
         )
     if total < 0:
         raise VarargsError(f"the call passes fewer refs than the parameters before `*{facts.star}`")
+    if facts.pops or facts.loops:
+        raise VarargsError(
+            f"the kernel pops refs from `*{facts.star}` or loops over them, which pallas-fix maps only for operands built "
+            "with a literal and `.append` under the same static tests, or passed on as the wrapper's own `*args`"
+        )
     arms = _running_arms(facts, total)
     out: list[Optional[str]] = [None] * total
     where: dict[str, int] = {}

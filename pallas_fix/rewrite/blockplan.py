@@ -29,6 +29,7 @@ from pallas_fix.rewrite.grid_shape import extended_grid
 from pallas_fix.rewrite.kernel_edits import dead_assignments, kernel_subscript_edit
 from pallas_fix.rewrite.keywords import insert_keywords
 from pallas_fix.rewrite.repeated_specs import repeated_items
+from pallas_fix.rewrite.operand_groups import refuse_shared_tail, whole_tail_specs
 from pallas_fix.rewrite.spec_slots import drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.syntax import code, names_in, paren_text
 
@@ -122,6 +123,9 @@ class CallEdits:
                         c = self._whole(s)
                     texts.append(c)
                 value = texts[0] if single else "[" + ", ".join(texts) + "]"
+                if kind == "in" and self.cs.default_tail is not None:  # operands appended under `if`s or `*args`
+                    blocked = {s.index for s in slots if s.param in self.blocks}
+                    value = whole_tail_specs(self.cs, {s.index: t for s, t in zip(slots, texts)}, blocked, self.specs.plain_whole())
                 self.new_keywords.append((f"{kind}_specs", value))
                 continue
             items = self.cs.spec_items(kind)
@@ -141,6 +145,7 @@ class CallEdits:
                 c = new_codes[s.index]
                 if c is None:
                     continue
+                refuse_shared_tail(self.cs, kind, s.index)  # `[pl.BlockSpec()] * (len(operands) - 1)`: one node, many slots
                 self.edits[own_spec_node(self.cs, exprs[s.index])] = _replace_with(c)
         drop_unused_spec_names(self.cs, self.edits)
 

@@ -76,7 +76,7 @@ def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.
     items: list = []
     reads: set[int] = set()
     for stmt in block[block.index(binding) + 1 : block.index(user)]:
-        change = _list_change(stmt, name)
+        change = list_change(stmt, name)
         if change is not None:
             items += change[0]
             reads.add(change[1])
@@ -87,7 +87,7 @@ def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.
     return items, reads
 
 
-def _list_change(stmt: cst.CSTNode, name: str) -> Optional[tuple[list, int]]:
+def list_change(stmt: cst.CSTNode, name: str) -> Optional[tuple[list, int]]:
     """`name.append(x)`, `name.extend([..])`, `name += [..]` as a whole statement: (added items,
     id of the `name` it reads)."""
     if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):

@@ -15,16 +15,19 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery import splatted_settings
 from pallas_fix.analysis.operand_refs import scratch_count
 from pallas_fix.analysis.provenance import Env
 from pallas_fix.analysis.varargs import VarargsError, star_ref_names
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.block_dims import block_dim
-from pallas_fix.rewrite.built_lists import built_items, mutates, starred_items
+from pallas_fix.rewrite.built_lists import built_items, mutates
 from pallas_fix.rewrite.call_params import dimension_semantics
 from pallas_fix.rewrite.grid_shape import read_grid
 from pallas_fix.rewrite.imports import PALLAS, spelling
+from pallas_fix.rewrite.operand_group_refs import all_present_ref_names
+from pallas_fix.rewrite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.ranks import declared_rank, rank_from_kernel
 from pallas_fix.rewrite.repeated_specs import repeated_items
@@ -41,6 +44,8 @@ class CallSite:
             raise CallSiteError("the kernel function is not defined in this module")
         if site.invocation is None:
             raise CallSiteError("the pallas_call's result is not called in this module, so its arguments are unknown")
+        if any(a.star == "**" and splatted_settings(ctx, a, site.call) is None for a in site.call.args):
+            raise CallSiteError("pallas_call gets settings through `**` that pallas-fix cannot read; pass them as keywords, or `**` a `dict(...)` bound once just for this call")
         self.num_prefetch = self._num_prefetch()
         self.args_expanded = False  # some operands come from `*operands` (see _invocation_args)
         self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.built_lists)
@@ -68,23 +73,13 @@ class CallSite:
         return n
 
     def _invocation_args(self) -> list[cst.BaseExpression]:
-        """The call's operands; `*operands` of a local tuple literal are its items (rewrite.built_lists)."""
-        inv = self.site.invocation
-        assert inv is not None
-        out: list[cst.BaseExpression] = []
-        for a in inv.args:
-            items = starred_items(self.ctx, a.value, inv) if a.star == "*" and a.keyword is None else None
-            if items is not None:
-                self.args_expanded = True
-                out += items
-            elif a.star or a.keyword is not None:
-                raise CallSiteError(
-                    "the kernel is called with *args or keywords; inputs cannot be matched to refs "
-                    "(pass the operands by position, or unpack a tuple literal bound just before the call)"
-                )
-            else:
-                out.append(a.value)
-        return out
+        """The call's operands; `*operands` of a local tuple literal or list built under `if`s: its items."""
+        assert self.site.invocation is not None
+        self.operand_entries = call_entries(self.ctx, self.site.invocation)
+        self.args_expanded = any(a.star for a in self.site.invocation.args)
+        self.conditional = any(e.variable for e in self.operand_entries)  # lists in all-present numbering
+        self.default_tail = None  # no in_specs for such operands: see operand_groups.whole_tail_specs
+        return [e.value for e in self.operand_entries]
 
     def _out_shapes(self) -> tuple[list[cst.BaseExpression], bool]:
         out = self.site.kw("out_shape")
@@ -128,6 +123,8 @@ class CallSite:
         """The names bound from `*refs`, one per ref it receives (analysis.varargs)."""
         scratch = scratch_count(self.site, lambda e: self.ctx.resolve_value(e, self.site.call))
         try:
+            if self.conditional:
+                return all_present_ref_names(self.ctx, self.site, self.env, leading, self.operand_entries, n_out, scratch)
             return star_ref_names(self.site, self.env, leading, None if scratch is None else len(self.args) + n_out + scratch)
         except VarargsError as e:
             raise CallSiteError(str(e)) from None
@@ -150,6 +147,8 @@ class CallSite:
         """The spec list as written; for a list built by code (appends, `+`), the expression
         itself, which no literal reader takes for a list, and its items in `self.built`."""
         spec = self.site.kw(key)
+        if key == "in_specs" and self.conditional:
+            return conditional_in_specs(self, spec)  # fills self.built and self.builder_reads
         if spec is None:
             return None
         value = self.ctx.resolve_value(spec, self.site.call)

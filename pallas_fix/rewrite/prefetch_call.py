@@ -239,6 +239,8 @@ class PrefetchEdits:
             if self.new_in_specs is not None:
                 self._add_keyword(spec, "in_specs", self.new_in_specs)
             return
+        if any(a.star == "**" for a in self.site.call.args):
+            raise CallSiteError("the grid and specs come through `**dict(...)`; write them as keywords of the pallas_call to move them into a grid spec")
         self.edits[self.site.call] = self._call_with_grid_spec
 
     def _add_keyword(self, node: cst.Call, kw: str, value: str) -> None:

@@ -17,7 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.varargs import bound_names
+from pallas_fix.analysis.varargs import star_bound_in
 from pallas_fix.core.plans import Refuse
 
 
@@ -35,7 +35,7 @@ def resolve_ref_name(env, name: str, kernel, depth: int = 0) -> Optional[RefName
     owner = env.owner(name)
     if owner is None or depth > 8:
         return None
-    if owner.scope is kernel and (name in owner.params or name in bound_names(owner.ctx, kernel)):
+    if (owner.scope is kernel and name in owner.params) or (name not in owner.params and star_bound_in(owner.ctx, kernel, name, owner.scope)):
         return RefName(name, None)  # a ref parameter, or a name bound from `*refs` (analysis.varargs)
     if name in owner.params:
         return None  # a helper's or a loop body's parameter
