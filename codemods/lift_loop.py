@@ -36,9 +36,9 @@ from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_nesting import check_other_branch
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
-from pallas_fix.rewrite.output_reads import check_written_before_read
+from pallas_fix.rewrite.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.ragged_blocks import ragged_doubt
-from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.ref_access import AccessGroup, accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
 from pallas_fix.rewrite.statements import strip_leading_blank_lines
@@ -57,10 +57,11 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     check_single_call(analysis, site)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
-    blocks = _blocks(analysis, region, cs)
+    blocks, outputs = _blocks(analysis, region, cs)
     extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
     check_other_branch(ctx, region.branch, {b.param for b in blocks})
-    dead = frozenset(id(s) for s in region.dead_slice_statements(lifted_element_ids(blocks), loop_gone=True))
+    lifted = lifted_element_ids(blocks)
+    dead = frozenset(id(s) for s in region.dead_slice_statements(lifted, loop_gone=True))
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, dead)
     trip = region.trip_count(grid_translator(ctx, site, cs))
     if trip is None:
@@ -74,20 +75,22 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         edits = CallEdits(cs, blocks, axis).build()
     except CallSiteError:
         # A stepped or `pl.cdiv` trip count whose last window runs past the end (rewrite.ragged_blocks).
-        position = ctx.span(region.statement).line if region.index_needed(lifted_element_ids(blocks)) else None
+        position = ctx.span(region.statement).line if region.index_needed(lifted) else None
         doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
         doubt = next((d for d in doubts.values() if d is not None), None)
         if doubt is None:
             raise
         edits = CallEdits(cs, blocks, axis, partial_ok=frozenset((b.param, b.dim) for b in blocks if doubts[b.param])).build()
-    _check_output_reads(analysis, region, cs)
+    # After the call's own checks, whose reasons (a resident accumulator) say more where both apply.
+    for group in outputs:
+        check_group_written_before_read(ctx, region.body, group, cs.aliased)
     new_axis_pos = len(cs.grid)
     for b in blocks:
         for sub, dims in b.subscripts:
             edits[sub] = block_subscript_edit(b, dims)
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (new_axis_pos, trip)}, pl.text))
-    edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted_element_ids(blocks)))
+    edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted))
     edits[site.kernel] = strip_leading_blank_lines
     needed = pl.add
 
@@ -104,13 +107,15 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 
-def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
-    """Each ref the loop index slices, as blocks along the new axis (inputs and outputs alike);
-    a ref written at a place that does not follow the index would make iterations collide,
-    unless it is a scratch temporary each iteration writes whole before reading it."""
+def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock], list[AccessGroup]]:
+    """Each ref the loop index slices, as blocks along the new axis (inputs and outputs alike),
+    and the blocked outputs' accesses; a ref written at a place that does not follow the index
+    would make iterations collide, unless it is a scratch temporary each iteration writes whole
+    before reading it."""
     translate = grid_translator(analysis.ctx, region.site, cs)
     dyn_subs = {id(u.subscript) for u in analysis.uses}
     blocks: list[RefBlock] = []
+    outputs: list[AccessGroup] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
             if slot.kind == "scratch" and is_iteration_temporary(analysis.ctx, region, ref):
@@ -127,18 +132,11 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> list[RefBlock]:
         if slot.kind not in ("in", "out"):
             raise Refuse(f"`{ref}` is a {slot.kind} buffer; only inputs and outputs can get BlockSpecs")
         blocks.append(lifted_block(group, region.loop, ref, translate, tidy=simplify))
+        if slot.kind == "out":
+            outputs.append(group)
     if not blocks:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
-    return blocks
-
-
-def _check_output_reads(analysis, region: LoopRegion, cs: CallSite) -> None:
-    """Each blocked output is written before it is read in a step (rewrite.output_reads); after
-    the call's own checks, whose reasons (a resident accumulator) say more where both apply."""
-    for ref, group, slot in accessed_slots(analysis, region, cs):
-        if slot.kind == "out" and group.lifted:
-            check_written_before_read(analysis.ctx, region.body, ref, [*group.subscripts, *group.unlifted_accesses],
-                                      lambda s, g=group: {u.dim for u in g.uses.get(id(s), [])}, cs.aliased)
+    return blocks, outputs
 
 
 # R6 (scalar_prefetch) lifts the loop whose index reads its table before it moves the table.

@@ -74,7 +74,7 @@ from pallas_fix.rewrite.edits import apply_edits
 from pallas_fix.rewrite.extent_reads import extent_edits
 from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.loop_result_use import EmbeddedResult, embedded_result
-from pallas_fix.rewrite.output_reads import check_written_before_read
+from pallas_fix.rewrite.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.reduction_kernel import Step, kernel_edits
 from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.scalar_lift import block_subscript_edit
@@ -208,8 +208,7 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: boo
             raise Refuse(f"the loop body writes `{ref}`")
         blocks.append(lifted_block(group, region.loop, ref, translate))
         if slot.kind == "out":
-            check_written_before_read(analysis.ctx, region.body, ref, [*group.subscripts, *group.unlifted_accesses],
-                                      lambda s, g=group: {u.dim for u in g.uses.get(id(s), [])}, cs.aliased)
+            check_group_written_before_read(analysis.ctx, region.body, group, cs.aliased)
             outputs.append(ref)
     if not blocks and required:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")

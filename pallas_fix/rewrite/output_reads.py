@@ -17,6 +17,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.ref_access import AccessGroup, is_write
 from pallas_fix.rewrite.scratch_temps import whole_dim
 from pallas_fix.rewrite.statements import body_statements
 from pallas_fix.rewrite.syntax import code
@@ -49,15 +50,18 @@ def check_written_before_read(
     )
 
 
+def check_group_written_before_read(ctx: ModuleContext, fn: cst.CSTNode, group: AccessGroup, aliased: bool) -> None:
+    """check_written_before_read for a loop's accesses of one output (R1, R2): every access,
+    its lifted ones moving along the dims of their loop uses."""
+    check_written_before_read(ctx, fn, group.ref, [*group.subscripts, *group.unlifted_accesses],
+                              lambda s: {u.dim for u in group.uses.get(id(s), [])}, aliased)
+
+
 def _reads(ctx: ModuleContext, sub: cst.Subscript) -> bool:
-    """A load: a subscript that is no assignment target, or the target of `+=` (a view handed
-    to a call is taken for a write, as copies are)."""
+    """A load: a subscript that is not written (ref_access.is_write: a view handed to a call is
+    taken for a write, as copies are), or the target of `+=`, which reads before it writes."""
     parent = ctx.parent(sub)
-    if isinstance(parent, cst.AugAssign) and parent.target is sub:
-        return True
-    if isinstance(parent, cst.AssignTarget):
-        return False
-    return not (isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "at" and not isinstance(parent, cst.Subscript))
+    return (isinstance(parent, cst.AugAssign) and parent.target is sub) or not is_write(ctx, sub)
 
 
 def _first_write(fn, subs: list[cst.Subscript], block_dims) -> tuple[cst.Subscript | None, bool]:
