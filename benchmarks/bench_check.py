@@ -218,10 +218,12 @@ def parse_baseline(kernel_paths: list[Path]) -> None:
         libcst.parse_module(p.read_text(encoding="utf-8"))
 
 
-def analyse_only(texts: list[tuple[str, str]]) -> int:
+def analyse_only(texts: list[tuple[str, str]], reach: bool = True) -> int:
+    """The findings of every text: with `reach`, as the check analyses (`analysis.reachable`),
+    without it, the whole tree of each file, as a fix needs."""
     from pallas_fix.engine import analyze_source
 
-    return sum(len(analyze_source(text, path).findings) for path, text in texts)
+    return sum(len(analyze_source(text, path, reach=reach).findings) for path, text in texts)
 
 
 def check_in_process(root: Path, workers: int) -> int:
@@ -275,7 +277,8 @@ def main() -> None:
         findings = analyse_only(texts)
         labels = {
             "parse": "libcst.parse_module, kernel files only (baseline)",
-            "analyse": "analyze_source, kernel texts",
+            "analyse": "analyze_source, kernel texts, reached part",
+            "whole": "analyze_source, kernel texts, whole trees",
             "in1": "run_check in process, whole tree, 1 worker",
             "in2": "run_check in process, whole tree, 2 workers",
             "cli1": "pallas-fix console script, whole tree, -j 1",
@@ -286,6 +289,7 @@ def main() -> None:
             {
                 "parse": lambda: parse_baseline(kernel_paths),
                 "analyse": lambda: analyse_only(texts),
+                "whole": lambda: analyse_only(texts, reach=False),
                 "in1": lambda: check_in_process(tmp, 1),
                 "in2": lambda: check_in_process(tmp, 2),
                 "cli1": lambda: check_console(tmp, 1),

@@ -82,11 +82,17 @@ class CheckResult:
         return self.analysis.uses
 
 
-def analyze_source(source: str, path: str = "<string>", config: Optional[Config] = None) -> CheckResult:
-    analysis = analyze(source, path, config)
+def analyze_source(source: str, path: str = "<string>", config: Optional[Config] = None, *, reach: bool = False) -> CheckResult:
+    """The findings of `source`. With `reach`, for a report: a large module is parsed only where
+    its kernels reach (`analysis.reachable`), and analysed whole again when that finds a fix, so
+    a result with plans always holds the whole tree the plans rewrite."""
+    analysis = analyze(source, path, config, reach=reach)
     if analysis.ctx is None:
         return CheckResult(analysis)
-    return check(analysis)
+    result = check(analysis)
+    if not analysis.ctx.reduced or not any(f.plan is not None for f in result.findings):
+        return result
+    return check(analyze(source, path, config))
 
 
 def check(analysis: Analysis) -> CheckResult:
@@ -159,7 +165,7 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
 # -- --target gpu-interpret -------------------------------------------------------------------------
 def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
     """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
-    return _counts(kernel_findings(analyze(source, path, config)))
+    return _counts(kernel_findings(analyze(source, path, config, reach=True)))
 
 
 def _counts(findings: list[Finding]) -> dict[str, int]:
@@ -281,7 +287,7 @@ def fix_source(
             break
         current = new_source
     else:
-        result.remaining = analyze_source(current, path, config).findings
+        result.remaining = analyze_source(current, path, config, reach=True).findings
     result.source = current
     return result
 

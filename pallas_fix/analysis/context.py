@@ -19,12 +19,15 @@ _FunctionDef, _Lambda = cst.FunctionDef, cst.Lambda
 
 
 class ModuleContext:
-    def __init__(self, source: str, path: str = "<string>", module: Optional[cst.Module] = None) -> None:
+    def __init__(self, source: str, path: str = "<string>", module: Optional[cst.Module] = None, *, reduced: bool = False) -> None:
         self.source = source
         self.path = path
         # `module`: the caller's own parse of `source` (the language server parses first to learn
-        # whether anything but the parse needs redoing).
+        # whether anything but the parse needs redoing), or with `reduced`, of the statements of
+        # `source` an analysis reaches (`analysis.reachable`: same lines, the rest emptied), which
+        # can be reported on but not rewritten.
         self.module = module if module is not None else cst.parse_module(source)
+        self.reduced = reduced
         # `node.children` re-runs LibCST's visitor machinery (rebuilding the node) on every call;
         # walks over a 2,000-line file asked for it hundreds of thousands of times. One pass
         # records, by position in the pre-order, each node's subtree (a walk is a slice of the

@@ -15,6 +15,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.detection import Detection, detect
 from pallas_fix.analysis.discovery import discover
+from pallas_fix.analysis.reachable import reachable_source
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import IndexUse, KernelSite
 
@@ -59,12 +60,15 @@ def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
     return SourceError(path, f"syntax error: {reason}", exc.raw_line, exc.raw_column)
 
 
-def analyze(source: str, path: str = "<string>", config: Optional[Config] = None) -> Analysis:
+def analyze(source: str, path: str = "<string>", config: Optional[Config] = None, *, reach: bool = False) -> Analysis:
+    """`reach`: parse only the statements the analysis can reach (`analysis.reachable`); the
+    result then cannot be rewritten (its tree is not the file's), only reported."""
     config = config or Config()
     if not mentions_pallas(source):
         return Analysis(path, source, config)
+    reached = reachable_source(source) if reach else None
     try:
-        ctx = ModuleContext(source, path)
+        ctx = ModuleContext(source, path, cst.parse_module(reached) if reached is not None else None, reduced=reached is not None)
     except cst.ParserSyntaxError as exc:
         raise parse_error(path, exc) from exc
     return analyze_sites(ctx, config, discover(ctx, config.backend))

@@ -74,7 +74,7 @@ def rewrite_by_kernel(
     """Accept each kernel's rewrite on its own (see the module docstring). `verifier` is None
     when there is nothing to verify with, for the reason `unverified_why`."""
     try:
-        order = planned_kernels(analyze_source(source, path, config))
+        order = planned_kernels(analyze_source(source, path, config, reach=True))
     except Exception as exc:  # the caller analysed this text already; a failure here is a bug
         return FileRewrite(source, error=f"internal error ({type(exc).__name__}: {exc})")
     if only_kernels is not None:
@@ -92,7 +92,7 @@ def rewrite_by_kernel(
             if again is not None and again.status == "verified":
                 out.kernels.append(again)
                 out.source = text
-    out.remaining = analyze_source(out.source, path, config).findings
+    out.remaining = analyze_source(out.source, path, config, reach=True).findings
     return out
 
 

@@ -50,7 +50,7 @@ def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
     if "pallas_call" not in vm.text:
         return report
     try:
-        analysis = analyze_source(vm.text, path, config)
+        analysis = analyze_source(vm.text, path, config, reach=True)
     except SourceError as exc:
         cell, line = locate(line_map(vm.text), exc.line)
         return replace(report, error=f"cell[{cell}]: {exc.reason} (line {line}, column {exc.column + 1})")

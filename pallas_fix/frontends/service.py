@@ -91,7 +91,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
         return replace(report, error=f"configuration: {exc}")
     report = replace(report, config=config)
     try:
-        analysis = analyze_source(src.text, path, config)
+        analysis = analyze_source(src.text, path, config, reach=True)
     except SourceError as exc:
         return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
     report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis),
@@ -126,7 +126,7 @@ def runs_in_gpu_interpret(path: str, source: str, opts: Options) -> bool:
     if opts.target == "gpu-interpret":
         return True
     try:
-        return trigger(analyze_source(source, path, config_for(path, opts)).analysis) is not None
+        return trigger(analyze_source(source, path, config_for(path, opts), reach=True).analysis) is not None
     except (ConfigError, SourceError):
         return False
 

@@ -105,7 +105,8 @@ def full(text: str, path: str, config: Config, module: cst.Module, allow_unsafe:
 def map_of(result: CheckResult, allow_unsafe: bool) -> Optional[UnitMap]:
     """The unit map of a full analysis; None when incremental analysis cannot follow the file."""
     ctx = result.ctx
-    if ctx is None or not eligible(result.source, result.config):
+    # A reduced tree (`analysis.reachable`) is not the file's: units planned on it could not be rewritten.
+    if ctx is None or ctx.reduced or not eligible(result.source, result.config):
         return None
     blocks = split_blocks(result.source)
     if blocks is None:
