@@ -344,10 +344,10 @@ def test_internal_error_on_one_file_does_not_stop_the_run(tmp_path, capsys, monk
     good = _good(tmp_path)
     real = service.analyze_source
 
-    def flaky(source, path, config=None):
+    def flaky(source, path, config=None, **kw):
         if path.endswith("boom.py"):
             raise RuntimeError("simulated analysis bug")
-        return real(source, path, config)
+        return real(source, path, config, **kw)
 
     monkeypatch.setattr(service, "analyze_source", flaky)
     code, out, err = _check(capsys, boom, good)

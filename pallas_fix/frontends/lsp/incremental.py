@@ -9,7 +9,8 @@ their blocks' line delta. The whole module is re-analysed instead when the map c
 GPU interpret mode (its rules look at the whole module), a star import, units the edit merged,
 and every case the map does not cover. A kept unit whose messages name a line outside it
 ("line N" of another block) is analysed again too.
-The text is always parsed again; what is saved is everything after the parse.
+Only the blocks the edit touched are parsed again (`splice.py`); the rest of the tree is the last
+version's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding, KernelSite, Span
 from pallas_fix.engine import CheckResult, check
 from pallas_fix.frontends.lsp.blocks import Block, block_at, split_blocks
+from pallas_fix.frontends.lsp.splice import spliced_parse
 from pallas_fix.frontends.lsp.units import (
     Key, Offer, Unit, assign_findings, block_of, group_sites, offers_of, shared, site_blocks,
 )
@@ -142,10 +144,12 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
     touched = [old[i] for i in range(p, len(old) - s)] + [blocks[j] for j in range(p, len(blocks) - s)]
     bound = frozenset().union(*(b.bound for b in touched))
     used = frozenset().union(*(b.mentioned for b in touched))
-    try:
-        module = cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        raise parse_error(path, exc) from exc
+    module = spliced_parse(prev.module, old, blocks, p, s)
+    if module is None:
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            raise parse_error(path, exc) from exc
     if "*" in bound or bound & _orphan_names(prev):
         return full(text, path, config, module, allow_unsafe)
     changed = set(range(p, len(old) - s))
