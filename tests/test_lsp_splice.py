@@ -9,6 +9,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.frontends.lsp.blocks import split_blocks
 from pallas_fix.frontends.lsp.incremental import _common_ends
 from pallas_fix.frontends.lsp.splice import spliced_parse
@@ -92,3 +93,19 @@ def test_edits_at_the_ends_of_the_file():
     assert _check(text, text + "\n# appended\n")
     assert _check(text, text + "\ndef later():\n    return 1\n")
     assert not _check(text, "# a new first line\n" + text)  # the header: parsed whole
+
+
+def test_the_index_of_a_spliced_tree_copies_the_kept_statements_and_equals_a_fresh_one():
+    text = (FIXTURES / "lsp" / "two_kernels.py").read_text(encoding="utf-8")
+    lines = text.split("\n")
+    at = next(k for k, line in enumerate(lines) if line.startswith("def ") and "kernel" in line)
+    edited = "\n".join(lines[: at + 1] + ["    extra = lambda v: v + 1"] + lines[at + 1 :])
+    old_ctx = ModuleContext(text, "k.py")
+    old_blocks, new_blocks = split_blocks(text), split_blocks(edited)
+    spliced = spliced_parse(old_ctx.module, old_blocks, new_blocks, *_common_ends(old_blocks, new_blocks))
+    assert spliced is not None
+    copied, fresh = ModuleContext(edited, "k.py", spliced, reuse=old_ctx), ModuleContext(edited, "k.py", spliced)
+    assert all(a is b for a, b in zip(copied._order, fresh._order)) and len(copied._order) == len(fresh._order)
+    assert (copied._parent, copied._scope, copied._end) == (fresh._parent, fresh._scope, fresh._end)
+    assert copied._by_type == fresh._by_type
+    assert [copied.span(n) for n in copied.nodes_of(cst.Subscript)] == [fresh.span(n) for n in fresh.nodes_of(cst.Subscript)]

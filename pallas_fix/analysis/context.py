@@ -9,7 +9,7 @@ import libcst as cst
 
 from pallas_fix.core.model import Span
 from pallas_fix.core.names import ImportTable
-from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, child_nodes, index_tree, positions
+from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, Reuse, child_nodes, index_tree, positions
 from pallas_fix.analysis.tree_index import is_statement as _is_statement
 
 __all__ = ["CONDITIONAL_FIELDS", "ModuleContext", "Scope", "child_nodes", "own_nodes", "positions", "walk"]
@@ -19,7 +19,10 @@ _FunctionDef, _Lambda = cst.FunctionDef, cst.Lambda
 
 
 class ModuleContext:
-    def __init__(self, source: str, path: str = "<string>", module: Optional[cst.Module] = None, *, reduced: bool = False) -> None:
+    def __init__(
+        self, source: str, path: str = "<string>", module: Optional[cst.Module] = None, *, reduced: bool = False,
+        reuse: Optional["ModuleContext"] = None,
+    ) -> None:
         self.source = source
         self.path = path
         # `module`: the caller's own parse of `source` (the language server parses first to learn
@@ -34,7 +37,10 @@ class ModuleContext:
         # order, children are its direct sub-slices), its parent and its innermost enclosing
         # function or lambda. Lookups go by id(): LibCST nodes hash in Python, ints in C, and
         # the context keeps every node alive.
-        self._order, self._parent, self._scope, self._end, self._by_type = index_tree(self.module)
+        # `reuse`: the context of an earlier tree sharing top-level statements with this one (the
+        # language server's spliced trees): their part of the index is copied, not walked.
+        self._order, self._parent, self._scope, self._end, self._by_type = index_tree(
+            self.module, Reuse(reuse._order, reuse._parent, reuse._scope, reuse._end) if reuse is not None else None)
         self._parents: Optional[dict[cst.CSTNode, cst.CSTNode]] = None
         self._pos: dict[int, int] = {id(node): i for i, node in enumerate(self._order)}
         # The same import statements, in the same order, as ImportTable's own visitor pass finds.

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.names import call_arg
 
@@ -20,7 +20,7 @@ from pallas_fix.core.names import call_arg
 def find_loops(ctx: ModuleContext) -> dict[cst.CSTNode, LoopInfo]:
     """Every fori_loop / pl.loop body (def or lambda) in the module, mapped to its loop."""
     loops: dict[cst.CSTNode, LoopInfo] = {}
-    for node in walk(ctx.module):
+    for node in ctx.nodes_of(cst.Call, cst.FunctionDef):  # from the index: no walk over every node
         if isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.FORI_LOOP):
             info = _fori_loop(ctx, node)
             if info is not None:

@@ -106,10 +106,13 @@ def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
     return kids
 
 
-def index_tree(root: cst.CSTNode):
+def index_tree(root: cst.CSTNode, reuse: Optional["Reuse"] = None):
     """One pre-order pass: per position in that order, the node, its parent's position, its
     innermost enclosing function or lambda's position (-1: none) and the end of its subtree; and
-    the positions of each node class. No dict keyed by node: LibCST nodes hash in Python."""
+    the positions of each node class. No dict keyed by node: LibCST nodes hash in Python.
+
+    `reuse`: an earlier index whose top-level statements may be children of `root` again (the
+    language server's spliced trees): theirs are copied, shifted, instead of walked."""
     order: list[cst.CSTNode] = []
     parent: list[int] = []
     scope: list[int] = []
@@ -119,9 +122,12 @@ def index_tree(root: cst.CSTNode):
     while stack:
         node = stack.pop()
         i = len(order)
+        p, s = parents.pop(), scopes.pop()
+        if reuse is not None and p == 0 and id(node) in reuse.statements:
+            reuse.copy(reuse.statements[id(node)], order, parent, scope, by_type)
+            continue
         order.append(node)
-        parent.append(parents.pop())
-        s = scopes.pop()
+        parent.append(p)
         scope.append(s)
         kind = type(node)
         n = (push_of.get(kind) or _push_function(node))(node, stack)  # type: ignore[operator]
@@ -139,6 +145,31 @@ def index_tree(root: cst.CSTNode):
         if end[i] > end[p]:
             end[p] = end[i]
     return order, parent, scope, end, by_type
+
+
+class Reuse:
+    """An index's top-level statements, for `index_tree` of a tree that holds some of them."""
+
+    def __init__(self, order: list, parent: list[int], scope: list[int], end: list[int]) -> None:
+        self.order, self.parent, self.scope, self.end = order, parent, scope, end
+        self.statements = {id(order[i]): i for i, p in enumerate(parent) if p == 0}
+
+    def copy(self, at: int, order: list, parent: list[int], scope: list[int], by_type: dict) -> None:
+        """Append statement `at`'s subtree: a top-level statement's parent is the module and its
+        scope the module's (-1); inside, positions move by the same amount."""
+        stop, d = self.end[at], len(order) - at
+        order.extend(self.order[at:stop])
+        parent.append(0)
+        parent.extend([q + d for q in self.parent[at + 1 : stop]])
+        scope.append(-1)
+        scope.extend([q + d if q >= 0 else -1 for q in self.scope[at + 1 : stop]])
+        for k in range(at + d, stop + d):
+            kind = type(order[k])
+            seen = by_type.get(kind)
+            if seen is None:
+                by_type[kind] = [k]
+            else:
+                seen.append(k)
 
 
 # -- positions -------------------------------------------------------------------------------------

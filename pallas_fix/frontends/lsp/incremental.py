@@ -51,6 +51,9 @@ class UnitMap:
     units: list[Unit]
     ctx: Optional[ModuleContext] = None
     sites: Optional[list[KernelSite]] = None
+    # The last indexed version's context: `module` holds some of its statements (see splice.py),
+    # whose part of the index the next context copies.
+    base: Optional[ModuleContext] = None
 
     def findings(self) -> list[Finding]:
         out = [f for u in self.units for f in u.findings]
@@ -62,7 +65,8 @@ class UnitMap:
 
     def context(self) -> ModuleContext:
         if self.ctx is None:
-            self.ctx = ModuleContext(self.text, self.path, self.module)
+            self.ctx = ModuleContext(self.text, self.path, self.module, reuse=self.base)
+            self.base = None
         return self.ctx
 
     def all_sites(self) -> list[KernelSite]:
@@ -96,9 +100,11 @@ def check_sites(m: UnitMap, sites: list[KernelSite]) -> CheckResult:
     return check(analyze_sites(m.context(), m.config, sites))
 
 
-def full(text: str, path: str, config: Config, module: cst.Module, allow_unsafe: bool) -> tuple[CheckResult, Optional[UnitMap]]:
-    """The full analysis of an already parsed text, and its unit map when one can be made."""
-    ctx = ModuleContext(text, path, module)
+def full(text: str, path: str, config: Config, module: cst.Module, allow_unsafe: bool,
+         reuse: Optional[ModuleContext] = None) -> tuple[CheckResult, Optional[UnitMap]]:
+    """The full analysis of an already parsed text, and its unit map when one can be made
+    (`reuse`: see `ModuleContext`)."""
+    ctx = ModuleContext(text, path, module, reuse=reuse)
     m = UnitMap(text, path, config, module, [], [], ctx, list(discover(ctx, config.backend)))
     result = check_sites(m, m.sites or [])
     return result, map_of(result, allow_unsafe)
@@ -145,13 +151,14 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
     bound = frozenset().union(*(b.bound for b in touched))
     used = frozenset().union(*(b.mentioned for b in touched))
     module = spliced_parse(prev.module, old, blocks, p, s)
+    base = (prev.ctx or prev.base) if module is not None else None
     if module is None:
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
             raise parse_error(path, exc) from exc
     if "*" in bound or bound & _orphan_names(prev):
-        return full(text, path, config, module, allow_unsafe)
+        return full(text, path, config, module, allow_unsafe, base)
     changed = set(range(p, len(old) - s))
     kept = []
     for u in prev.units:
@@ -160,10 +167,10 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
         moved = _moved(u, old, blocks, lambda i: i if i < p else i + shift)
         if moved is not None:
             kept.append(moved)
-    m = UnitMap(text, path, config, module, blocks, kept)
+    m = UnitMap(text, path, config, module, blocks, kept, base=base)
     if len(kept) < len(prev.units) or any("pallas_call" in blocks[j].text for j in range(p, len(blocks) - s)):
         if not _analyse_rest(m, allow_unsafe):
-            return full(text, path, config, module, allow_unsafe)
+            return full(text, path, config, module, allow_unsafe, m.ctx or base)
     return None, m
 
 
