@@ -173,16 +173,52 @@ def test_callers_aliases_and_import_aliases_of_pallas_call_are_kept():
         def run(x):
             return pc(kernel, out_shape=x)(x)
 
-        other = kernel
-
         def main():
             return run(1)
         ''') + "".join("\n\n" + FILLER[0].format(k=k) for k in range(8))
     reduced = reachable_source(source)
     assert reduced is not None
-    for kept in ("return pc(kernel", "other = kernel", "def main():"):
+    for kept in ("return pc(kernel", "def main():"):
         assert kept in reduced
     assert "_filler_" not in reduced
+
+
+RAMP = '''\
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+# pallas-fix: example ramp(f32[64, 128])
+
+ROWS = 16
+
+
+def ramp_kernel(x_ref, o_ref):
+    def body(i, carry):
+        o_ref[pl.ds(i * ROWS, ROWS), :] = x_ref[pl.ds(i * ROWS, ROWS), :] + 1.0
+        return carry
+
+    lax.fori_loop(0, x_ref.shape[0] // ROWS, body, None)
+
+
+def ramp(x):
+    return pl.pallas_call(ramp_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+'''
+
+
+def test_a_use_of_the_kernel_the_reduced_tree_leaves_out_still_refuses_its_lift():
+    # The other use names no pallas_call, so the reduced tree drops it and a lift is planned
+    # there; the plan sends the analysis back to the whole file, where the use refuses it.
+    source = RAMP + "\n\ndef _reference(x_ref, o_ref):\n    ramp_kernel(x_ref, o_ref)\n" + "".join(
+        "\n\n" + FILLER[0].format(k=k) for k in range(10))
+    reduced = reachable_source(source)
+    assert reduced is not None and "def _reference" not in reduced
+    whole, reached = analyze_source(source), analyze_source(source, reach=True)
+    assert whole.findings and all(not f.fixable for f in whole.findings)
+    assert any("outside its pallas_call" in (f.refusal or "") for f in whole.findings)
+    assert reached.findings == whole.findings and not reached.ctx.reduced
+    assert any(f.fixable for f in analyze_source(RAMP).findings)  # without the other use it lifts
 
 
 def test_a_binding_of_a_name_the_kernel_reads_is_kept_wherever_it_is():

@@ -12,6 +12,7 @@ import re
 
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # the tokenizer's newlines, not str.splitlines'
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def statement_groups(tree: ast.Module) -> list[list[ast.stmt]]:
@@ -37,8 +38,9 @@ def last_line(group: list[ast.stmt]) -> int:
 
 
 def module_bindings(stmt: ast.stmt, has_global: bool) -> set[str]:
-    """Names `stmt` binds at module level: targets, defs, imports, outside nested scopes, plus
-    names any nested function declares `global` (looked for only when `has_global`)."""
+    """Names `stmt` binds at module level: targets, defs, imports, outside nested scopes and
+    comprehensions, plus names any nested function declares `global` (looked for only when
+    `has_global`)."""
     names: set[str] = set()
     stack: list[ast.AST] = [stmt]
     while stack:
@@ -50,6 +52,10 @@ def module_bindings(stmt: ast.stmt, has_global: bool) -> set[str]:
             stack.extend(node.decorator_list)  # decorators run at module level
             continue
         if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, _COMPREHENSIONS):
+            # Its own targets are its own; only `:=` inside it binds in the module.
+            names.update(n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name))
             continue
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             names.add(node.id)
