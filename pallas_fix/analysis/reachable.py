@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from pallas_fix.core.names import GPU_INTERPRET_WORDS
 from pallas_fix.analysis.top_level import LINE, first_line, last_line, module_bindings, statement_groups
 
 # Every identifier in the text, strings and comments included: a superset of what the statement
@@ -49,6 +50,8 @@ def reachable_source(source: str, keep_at_most: float = 0.7) -> Optional[str]:
     less than `1 - keep_at_most` of its text (parsing the whole then costs about the same) or
     `ast` cannot parse it (LibCST's parse then reports the error). A class whose methods are
     tests (hundreds, a few with a pallas_call) keeps only the members the analysis reaches."""
+    if any(w in source for w in GPU_INTERPRET_WORDS):
+        return None  # GPU interpret mode's rules and the plans screened for it read the whole module
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

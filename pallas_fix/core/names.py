@@ -66,6 +66,9 @@ COPIES = frozenset(
 VMEM = _alts(TPU + ".VMEM")
 SMEM_TPU = _alts(TPU + ".SMEM")
 SMEM_GPU = _alts(MOSAIC_GPU + ".SMEM")
+# Words a module holds wherever it may run its kernels in GPU interpret mode (the names below
+# and their private spellings): the rules for that mode look at the whole module.
+GPU_INTERPRET_WORDS = ("InterpretGPUParams", "gpu_interpret_mode")
 INTERPRET_GPU = _alts(MOSAIC_GPU + ".InterpretGPUParams")
 FORCE_GPU_INTERPRET = _alts(MOSAIC_GPU + ".force_gpu_interpret_mode", PALLAS + ".force_gpu_interpret_mode")
 VMAP = _alts("jax.vmap")

@@ -118,7 +118,7 @@ def trigger(analysis: Analysis) -> Optional[str]:
     if analysis.config.target == "compiled":
         return None
     ctx = analysis.ctx
-    if ctx is None or not any(s in analysis.source for s in ("InterpretGPUParams", "gpu_interpret_mode")):
+    if ctx is None or not any(s in analysis.source for s in N.GPU_INTERPRET_WORDS):
         return None
     for node in walk(ctx.module):
         if isinstance(node, (cst.Attribute, cst.Name)) and ctx.imports.is_(node, INTERPRET_GPU_NAMES):

@@ -26,6 +26,7 @@ from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.discovery import discover
 from pallas_fix.analysis.result import analyze_sites, parse_error
 from pallas_fix.core.config import Config
+from pallas_fix.core.names import GPU_INTERPRET_WORDS
 from pallas_fix.core.model import Finding, KernelSite, Span
 from pallas_fix.engine import CheckResult, check
 from pallas_fix.frontends.lsp.blocks import Block, block_at, split_blocks
@@ -35,8 +36,6 @@ from pallas_fix.frontends.lsp.units import (
 )
 from pallas_fix.rules.gpu_hazards import TARGET as GPU_TARGET
 
-# GPU interpret mode's rules (PF2xx) and the plans screened for it look at the whole module.
-_GPU_WORDS = ("InterpretGPUParams", "gpu_interpret_mode")
 _LINE_REF = re.compile(r"\b(lines?\s+)(\d+)")
 _FILE_PLACE = re.compile(r":\d+:\d+")
 
@@ -92,7 +91,7 @@ def _within(own: Optional[frozenset[int]], blocks: frozenset[int]) -> bool:
 
 
 def eligible(text: str, config: Config) -> bool:
-    return "pallas_call" in text and config.target != GPU_TARGET and not any(w in text for w in _GPU_WORDS)
+    return "pallas_call" in text and config.target != GPU_TARGET and not any(w in text for w in GPU_INTERPRET_WORDS)
 
 
 def check_sites(m: UnitMap, sites: list[KernelSite]) -> CheckResult:
