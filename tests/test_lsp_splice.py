@@ -109,3 +109,12 @@ def test_the_index_of_a_spliced_tree_copies_the_kept_statements_and_equals_a_fre
     assert (copied._parent, copied._scope, copied._end) == (fresh._parent, fresh._scope, fresh._end)
     assert copied._by_type == fresh._by_type
     assert [copied.span(n) for n in copied.nodes_of(cst.Subscript)] == [fresh.span(n) for n in fresh.nodes_of(cst.Subscript)]
+
+
+@pytest.mark.parametrize("path", SOURCES[:4], ids=lambda p: p.name)
+def test_random_edits_of_a_crlf_file_give_the_full_parse(path: Path):
+    # The edits insert "\n"-ended lines: the file ends up with both newlines, as pasted text does.
+    text = path.read_text(encoding="utf-8").replace("\n", "\r\n")
+    rng = random.Random("crlf" + path.name)
+    made = sum(_check(text, _edit(text, rng)) for _ in range(40))
+    assert made >= 5

@@ -30,10 +30,16 @@ def spliced_parse(old: cst.Module, old_blocks: list[Block], new_blocks: list[Blo
     a = min(same_start, tail)
     b = len(new_blocks) - same_end  # the first new block after the edit
     shift = len(new_blocks) - len(old_blocks)
-    while a > 0 and not (_clean(new_blocks[a]) and (a >= len(old_blocks) or _clean(old_blocks[a]))):
-        a -= 1
     while b <= tail and not _clean(new_blocks[b]):
         b += 1
+    # How the file ends (`has_trailing_newline`) is LibCST's reading of the last statement and
+    # the lines after it: an edit of either parses both.
+    if b == tail:
+        b += 1
+    if b > tail and a == tail:
+        a -= 1
+    while a > 0 and not (_clean(new_blocks[a]) and (a >= len(old_blocks) or _clean(old_blocks[a]))):
+        a -= 1
     if a == 0:
         return None  # the module's header would come from the edited text
     # LibCST's default indent is the file's first indent: the old tree's, the region's, or
@@ -64,7 +70,7 @@ def spliced_parse(old: cst.Module, old_blocks: list[Block], new_blocks: list[Blo
     return old.with_changes(
         body=[*old.body[:a], *body, *kept_after],
         footer=footer if with_tail else old.footer,
-        has_trailing_newline=next((blk.text for blk in reversed(new_blocks) if blk.text), "").endswith(("\n", "\r")),
+        has_trailing_newline=part.has_trailing_newline if with_tail else old.has_trailing_newline,
         default_indent=old.default_indent if indent_before else part.default_indent,
     )
 
