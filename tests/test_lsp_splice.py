@@ -18,9 +18,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SOURCES = sorted([*(FIXTURES / "lsp").glob("*.py"), *(FIXTURES / "detect").glob("*.py")])[:12]
 
 # Lines an edit inserts: the forms LibCST attaches in different ways (blank, whitespace-only,
-# indented and column-0 comments, a statement, a block opener and its body, a decorator).
+# indented and column-0 comments, a statement, a block opener and its body, a decorator, form
+# feeds, which str.splitlines takes for line breaks and the tokenizer does not).
 INSERTS = ["", "    ", "# note", "    # indented note", "\t# tab note", "x_new = 1", "    y_new = 2",
-           "def _f():", "    return 3", "@staticmethod", "if True:", "    pass", "class _C:", "'''doc'''"]
+           "def _f():", "    return 3", "@staticmethod", "if True:", "    pass", "class _C:", "'''doc'''",
+           "\x0c", "\x0c# form feed note"]
 
 
 def _edit(text: str, rng: random.Random) -> str:

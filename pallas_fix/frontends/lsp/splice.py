@@ -17,6 +17,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.top_level import LINE, first_line
 from pallas_fix.frontends.lsp.blocks import Block
 
 
@@ -78,12 +79,8 @@ def spliced_parse(old: cst.Module, old_blocks: list[Block], new_blocks: list[Blo
 def _clean(block: Block) -> bool:
     """No line above the block's statement starts with whitespace: none can belong to the
     indented block of the statement above."""
-    first = block.statements[0].lineno if block.statements else block.end + 1
-    decorators = getattr(block.statements[0], "decorator_list", None) if block.statements else None
-    if decorators:
-        first = min(first, *(d.lineno for d in decorators))
-    lines = block.text.splitlines(keepends=True)[: first - block.start]
-    return not any(line[:1] in (" ", "\t", "\f") for line in lines)
+    first = first_line(block.statements[0]) if block.statements else block.end + 1
+    return not any(line[:1] in (" ", "\t", "\f") for line in LINE.findall(block.text)[: first - block.start])
 
 
 def _indents(blocks: list[Block]) -> bool:
