@@ -165,7 +165,7 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
 # -- --target gpu-interpret -------------------------------------------------------------------------
 def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
     """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
-    return _counts(kernel_findings(analyze(source, path, config, reach=True)))
+    return _counts(kernel_findings(analyze(source, path, config)))
 
 
 def _counts(findings: list[Finding]) -> dict[str, int]:

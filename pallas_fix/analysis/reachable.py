@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pallas_fix.core.names import GPU_INTERPRET_WORDS
-from pallas_fix.analysis.top_level import LINE, first_line, last_line, module_bindings, statement_groups
+from pallas_fix.analysis.top_level import LINE, bound_names, first_line, last_line, statement_groups
 
 # Every identifier in the text, strings and comments included: a superset of what the statement
 # mentions, found at C speed.
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
-_GLOBAL = re.compile(r"\bglobal\b")
 _SEED = "pallas_call"
 
 
@@ -102,8 +101,7 @@ def _reached(units: list[_Unit]) -> list[bool]:
     more.
     """
     imports = [all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in u.statements) for u in units]
-    # A function's `global x` binds x for the module: looked for only where the word appears.
-    bound = [set().union(*(module_bindings(s, bool(_GLOBAL.search(u.text))) for s in u.statements)) for u in units]
+    bound = [bound_names(u.statements, u.text) for u in units]
     binders: dict[str, list[int]] = {}
     for k, names in enumerate(bound):
         for n in names:

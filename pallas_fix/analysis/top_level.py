@@ -13,6 +13,7 @@ import re
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # the tokenizer's newlines, not str.splitlines'
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_GLOBAL = re.compile(r"\bglobal\b")
 
 
 def statement_groups(tree: ast.Module) -> list[list[ast.stmt]]:
@@ -35,6 +36,13 @@ def first_line(stmt: ast.stmt) -> int:
 
 def last_line(group: list[ast.stmt]) -> int:
     return max(s.end_lineno or s.lineno for s in group)
+
+
+def bound_names(statements: list[ast.stmt], text: str) -> set[str]:
+    """What these statements (whose source is `text`) bind at module level; nested functions are
+    searched for `global` only where the word appears."""
+    has_global = _GLOBAL.search(text) is not None  # a word: `global_scale` asks for no walk
+    return set().union(*(module_bindings(s, has_global) for s in statements))
 
 
 def module_bindings(stmt: ast.stmt, has_global: bool) -> set[str]:

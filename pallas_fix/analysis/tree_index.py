@@ -152,7 +152,12 @@ class Reuse:
 
     def __init__(self, order: list, parent: list[int], scope: list[int], end: list[int]) -> None:
         self.order, self.parent, self.scope, self.end = order, parent, scope, end
-        self.statements = {id(order[i]): i for i, p in enumerate(parent) if p == 0}
+        # The module's children, from one to the next by subtree ends: no pass over every node.
+        self.statements: dict[int, int] = {}
+        i = 1
+        while i < len(order):
+            self.statements[id(order[i])] = i
+            i = end[i]
 
     def copy(self, at: int, order: list, parent: list[int], scope: list[int], by_type: dict) -> None:
         """Append statement `at`'s subtree: a top-level statement's parent is the module and its

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pallas_fix.analysis.top_level import LINE, identifiers, last_line, module_bindings, statement_groups
+from pallas_fix.analysis.top_level import LINE, bound_names, identifiers, last_line, statement_groups
 
 
 @dataclass
@@ -29,8 +29,7 @@ class Block:
     def bound(self) -> frozenset[str]:
         """Names this block binds in the module's namespace ("*" for a star import)."""
         if self._bound is None:
-            has_global = "global" in self.text  # else no nested function needs walking for one
-            self._bound = frozenset(n for s in self.statements for n in module_bindings(s, has_global))
+            self._bound = frozenset(bound_names(self.statements, self.text))
         return self._bound
 
     @property
