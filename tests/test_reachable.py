@@ -21,10 +21,10 @@ import pytest
 from pallas_fix.analysis import result as result_module
 from pallas_fix.analysis.reachable import reachable_source
 from pallas_fix.analysis.result import analyze
-from pallas_fix.core.names import GPU_INTERPRET_WORDS
 from pallas_fix.analysis.top_level import first_line, last_line, statement_groups
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
+from pallas_fix.rules.gpu_hazards import trigger
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _FAMILIES = ["detect", "traps", "verify", "lsp", "gpu_interpret", "synthesis", "kernel_rewrites", "blind"]
@@ -146,6 +146,7 @@ def _same_findings(source: str, path: str, monkeypatch) -> None:
     whole = analyze_source(source, path)
     monkeypatch.setattr(result_module, "reachable_source", functools.partial(reachable_source, keep_at_most=1.0))
     reached = analyze_source(source, path, reach=True)
+    assert trigger(reached.analysis) == trigger(whole.analysis)  # which interpreters verify
     assert reached.findings == whole.findings
     assert [f.fixable for f in reached.findings] == [f.fixable for f in whole.findings]
 
@@ -252,11 +253,19 @@ def test_nothing_is_emptied_when_almost_everything_is_reached():
     assert reachable_source(KERNEL) is None
 
 
-def test_a_module_naming_gpu_interpret_mode_is_analysed_whole():
-    source = KERNEL + "\n\nINTERPRET = plgpu.InterpretGPUParams()\n" + "".join("\n\n" + FILLER[0].format(k=k) for k in range(8))
-    assert reachable_source(source) is None
-    source = KERNEL + "".join("\n\n" + FILLER[0].format(k=k) for k in range(8))
-    assert analyze(source, reach=True).ctx.reduced
+def test_statements_naming_gpu_interpret_mode_are_kept_with_their_uses():
+    # What turns the mode on is looked for in the whole module, through import aliases too.
+    source = KERNEL.replace("import functools\n", "import functools\n\nfrom jax.experimental.pallas import mosaic_gpu as plgpu\n"
+                            "from jax.experimental.pallas.mosaic_gpu import InterpretGPUParams as IGP\n") + (
+        "\n\nINTERPRET = IGP()\n\n\ndef _setup():\n    jax.config.update('jax_pallas_gpu_interpret_mode', True)\n"
+        + "".join("\n\n" + FILLER[0].format(k=k) for k in range(8)))
+    reduced = reachable_source(source)
+    assert reduced is not None and "INTERPRET = IGP()" in reduced and "def _setup():" in reduced
+    assert "_filler_" not in reduced
+    whole = analyze(source)
+    part = analyze(source, reach=True)
+    assert part.ctx.reduced
+    assert trigger(part) == trigger(whole) is not None
     assert not analyze(source, config=Config(target="gpu-interpret"), reach=True).ctx.reduced
 
 
@@ -284,7 +293,7 @@ def _cases(every: int):
 @pytest.mark.parametrize("path", _cases(9))
 def test_same_findings_with_filler_sample(path: Path, monkeypatch):
     source = _with_filler(path.read_text(encoding="utf-8"), seed=len(path.name))
-    assert reachable_source(source, keep_at_most=1.0) is not None or any(w in source for w in GPU_INTERPRET_WORDS)
+    assert reachable_source(source, keep_at_most=1.0) is not None
     _same_findings(source, str(path), monkeypatch)
 
 
@@ -292,7 +301,7 @@ def test_same_findings_with_filler_sample(path: Path, monkeypatch):
 @pytest.mark.parametrize("path", _cases(1))
 def test_same_findings_with_filler(path: Path, monkeypatch):
     source = _with_filler(path.read_text(encoding="utf-8"), seed=len(path.name))
-    assert reachable_source(source, keep_at_most=1.0) is not None or any(w in source for w in GPU_INTERPRET_WORDS)
+    assert reachable_source(source, keep_at_most=1.0) is not None
     _same_findings(source, str(path), monkeypatch)
 
 

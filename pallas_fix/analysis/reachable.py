@@ -2,9 +2,10 @@
 
 Checking a large library module that holds a pallas_call or two (a lowering, a test file of
 hundreds of cases) cost mostly its LibCST parse and the index over it. What the analysis reads
-starts at the statements that name pallas_call and goes through module-level names: the
-statements mentioning a name they bind (a caller, an alias, an example call), the statements
-binding a name any of these mention (the kernel, its helpers, constants, specs), transitively;
+starts at the statements that name pallas_call (or GPU interpret mode, which the rules for that
+mode look for anywhere) and goes through module-level names: the statements mentioning a name
+they bind (a caller, an alias, an example call), the statements binding a name any of these
+mention (the kernel, its helpers, constants, specs), transitively;
 plus every import. A top-level class is cut into its members the same way (a test class keeps
 the tests that call pallas_call). `reachable_source` keeps those statements and replaces every
 other line with an empty line, so lines and columns stay those of the file and the findings on
@@ -49,8 +50,6 @@ def reachable_source(source: str, keep_at_most: float = 0.7) -> Optional[str]:
     less than `1 - keep_at_most` of its text (parsing the whole then costs about the same) or
     `ast` cannot parse it (LibCST's parse then reports the error). A class whose methods are
     tests (hundreds, a few with a pallas_call) keeps only the members the analysis reaches."""
-    if any(w in source for w in GPU_INTERPRET_WORDS):
-        return None  # GPU interpret mode's rules and the plans screened for it read the whole module
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -125,6 +124,11 @@ def _reached(units: list[_Unit]) -> list[bool]:
 
     def seed(k: int) -> bool:
         u = units[k]
+        text = u.header if u.header is not None else u.text
+        # What turns GPU interpret mode on is looked for in the whole module (rules.gpu_hazards
+        # .trigger): every statement naming it is kept, an import of it followed to its uses.
+        if any(w in text for w in GPU_INTERPRET_WORDS):
+            return True
         if u.header is not None:
             return _SEED in u.header
         return _SEED in u.text and _names_in_code(u.statements, _SEED)

@@ -66,8 +66,8 @@ def analyze(source: str, path: str = "<string>", config: Optional[Config] = None
     config = config or Config()
     if not mentions_pallas(source):
         return Analysis(path, source, config)
-    # GPU interpret mode's rules read the whole module (so `reachable_source` declines modules
-    # that name that mode; here the option names it).
+    # Under --target gpu-interpret every kernel is held to that mode's rules: analysed whole, as
+    # before the reduction (a module naming the mode keeps the statements that do).
     reached = reachable_source(source) if reach and config.target != "gpu-interpret" else None
     try:
         ctx = ModuleContext(source, path, cst.parse_module(reached) if reached is not None else None, reduced=reached is not None)
