@@ -219,7 +219,7 @@ def parse_baseline(kernel_paths: list[Path]) -> None:
 
 
 def analyse_only(texts: list[tuple[str, str]], reach: bool = True) -> int:
-    """The findings of every text: with `reach`, as the check analyses (`analysis.reachable`),
+    """The findings of every text: with `reach`, as the check analyses (`analysis.discovery.reachable`),
     without it, the whole tree of each file, as a fix needs."""
     from pallas_fix.engine import analyze_source
 
@@ -227,7 +227,7 @@ def analyse_only(texts: list[tuple[str, str]], reach: bool = True) -> int:
 
 
 def check_in_process(root: Path, workers: int) -> int:
-    from pallas_fix.frontends.cli import Format, Options, run_check
+    from pallas_fix.frontends.cli.app import Format, Options, run_check
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return run_check([str(root)], Options(), Format.json, workers, False, False)

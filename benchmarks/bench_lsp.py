@@ -15,7 +15,7 @@ For each, measured side by side in one run, best of ``--repeat``:
   (``snapshot.analyse`` + ``diagnostics``: parse, discovery, detection, rules, planners,
   positions, conversion to protocol diagnostics): a full analysis, and the incremental analyses
   the server makes after an edit from the last version's snapshot (an edit outside every kernel,
-  an edit inside the kernel in the middle of the file; see ``frontends/lsp/incremental.py``);
+  an edit inside the kernel in the middle of the file; see ``frontends/lsp/incremental/reanalysis.py``);
 * protocol: a real ``pallas-fix lsp`` process (debounce 0): from sending ``didChange`` to receiving
   that version's ``publishDiagnostics``, and to its last republish (the server republishes as it
   computes the fixes' edits for ``data``, for up to 3 s; the rest are computed on request).

@@ -51,10 +51,10 @@ def _baseline_child(pair: str) -> None:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.verify.example_sources import collect_examples
-    from pallas_fix.verify.example_calls import Call
-    from pallas_fix.verify.interpret_mode import forced_interpreter, install_patches
-    from pallas_fix.verify.user_modules import resolve_entry
+    from pallas_fix.verify.examples.sources import collect_examples
+    from pallas_fix.verify.worker.calls import Call
+    from pallas_fix.verify.worker.interpret_mode import forced_interpreter, install_patches
+    from pallas_fix.verify.worker.user_modules import resolve_entry
 
     install_patches()
     before, after = PAIRS[pair]
@@ -94,7 +94,7 @@ def _unannotated(text: str) -> str:
 
 def _full(pair: str, synthesise: bool):
     sys.path.insert(0, str(ROOT))
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     before, after = PAIRS[pair]

@@ -41,15 +41,15 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, KernelSite, Origin
 from pallas_fix.core.names import call_arg as _arg
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse, site_key, use_key
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt
-from pallas_fix.rewrite.edits import apply_edits
-from pallas_fix.rewrite.kernel_side import KernelSide
-from pallas_fix.rewrite.scopes import bindings, fresh_namer, walk_scope
-from pallas_fix.rewrite.statements import is_docstring
-from pallas_fix.rewrite.syntax import is_zero
-from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.callsite.kernel_side import KernelSide
+from pallas_fix.rewrite.text.scopes import bindings, fresh_namer, walk_scope
+from pallas_fix.rewrite.text.statements import is_docstring
+from pallas_fix.rewrite.text.syntax import is_zero
+from pallas_fix.rules.gpu_interpret.hazards import TARGET, targeted
 
 NAME = "grid-to-loop"
 

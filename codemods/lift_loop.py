@@ -27,24 +27,24 @@ import libcst as cst
 
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock
-from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock
+from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
-from pallas_fix.rewrite.dead_stores import confirm_dead_stores
-from pallas_fix.rewrite.edits import apply_edits
-from pallas_fix.rewrite.extent_reads import extent_edits
-from pallas_fix.rewrite.loop_nesting import check_other_branch
-from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_planner, loop_region
-from pallas_fix.rewrite.output_reads import check_group_written_before_read
-from pallas_fix.rewrite.ragged_blocks import ragged_doubt
-from pallas_fix.rewrite.ref_access import AccessGroup, accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
-from pallas_fix.rewrite.scalar_lift import block_subscript_edit
-from pallas_fix.rewrite.scratch_temps import is_iteration_temporary
-from pallas_fix.rewrite.statements import strip_leading_blank_lines
-from pallas_fix.rewrite.stale_comments import stale_comments_note
-from pallas_fix.rewrite.syntax import code
-from pallas_fix.rewrite.translate import simplify
+from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
+from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.kernel.extent_reads import extent_edits
+from pallas_fix.rewrite.loops.nesting import check_other_branch
+from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_planner, loop_region
+from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
+from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
+from pallas_fix.rewrite.kernel.ref_access import AccessGroup, accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
+from pallas_fix.rewrite.kernel.scratch_temps import is_iteration_temporary
+from pallas_fix.rewrite.text.statements import strip_leading_blank_lines
+from pallas_fix.rewrite.text.stale_comments import stale_comments_note
+from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.translate import simplify
 
 NAME = "lift-loop"
 
@@ -58,7 +58,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
     blocks, outputs = _blocks(analysis, region, cs)
-    extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
+    extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.kernel.extent_reads)
     check_other_branch(ctx, region.branch, {b.param for b in blocks})
     lifted = lifted_element_ids(blocks)
     dead = frozenset(id(s) for s in region.dead_slice_statements(lifted, loop_gone=True))
@@ -74,7 +74,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     try:
         edits = CallEdits(cs, blocks, axis).build()
     except CallSiteError:
-        # A stepped or `pl.cdiv` trip count whose last window runs past the end (rewrite.ragged_blocks).
+        # A stepped or `pl.cdiv` trip count whose last window runs past the end (rewrite.proofs.ragged_blocks).
         position = ctx.span(region.statement).line if region.index_needed(lifted) else None
         doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
         doubt = next((d for d in doubts.values() if d is not None), None)

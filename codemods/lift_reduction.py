@@ -47,7 +47,7 @@ the accumulator, resident across the new innermost sequential axis, and what zer
 the loop runs in `_init`. Inputs stay read-only blocks; a body that writes an input is refused.
 
 What moves keeps its meaning: the statements before the loop that write a ref (through any call,
-analysis.effects) move into `_init` only when nothing that stays depends on their order
+analysis.effects.model) move into `_init` only when nothing that stays depends on their order
 (before_loop.side_effect_statements); the carry is bound as the body binds it (carry_io); and
 no name changes meaning where the body now runs at kernel level or where the code after the
 loop now runs inside `_finalize` (reduction_scopes).
@@ -63,25 +63,25 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.before_loop import side_effect_statements
-from pallas_fix.rewrite.blockplan import CallEdits, NewAxis, RefBlock
-from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.loops.before_loop import side_effect_statements
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock
+from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
-from pallas_fix.rewrite.carries import Carry, carry_model
-from pallas_fix.rewrite.carry_names import deleted_results
-from pallas_fix.rewrite.edits import apply_edits
-from pallas_fix.rewrite.extent_reads import extent_edits
-from pallas_fix.rewrite.loop_regions import LoopRegion, grid_translator, loop_region, uses_by_loop
-from pallas_fix.rewrite.loop_result_use import EmbeddedResult, embedded_result
-from pallas_fix.rewrite.output_reads import check_group_written_before_read
-from pallas_fix.rewrite.reduction_kernel import Step, kernel_edits
-from pallas_fix.rewrite.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
-from pallas_fix.rewrite.scalar_lift import block_subscript_edit
-from pallas_fix.rewrite.scratch import add_scratch, scratch_spelling
-from pallas_fix.rewrite.stale_comments import stale_comments_note
-from pallas_fix.rewrite.statements import body_statements
-from pallas_fix.rewrite.syntax import code, paren_text
+from pallas_fix.rewrite.reduction.carries import Carry, carry_model
+from pallas_fix.rewrite.reduction.carry_names import deleted_results
+from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.kernel.extent_reads import extent_edits
+from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_region, uses_by_loop
+from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
+from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
+from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
+from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
+from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
+from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
+from pallas_fix.rewrite.text.stale_comments import stale_comments_note
+from pallas_fix.rewrite.text.statements import body_statements
+from pallas_fix.rewrite.text.syntax import code, paren_text
 
 NAME = "lift-reduction"
 
@@ -100,7 +100,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     translate = grid_translator(ctx, site, cs)
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
-    extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extent_reads)
+    extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.kernel.extent_reads)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     if guard is not None and access.moving_outputs:

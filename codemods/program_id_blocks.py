@@ -25,29 +25,29 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from pallas_fix.analysis.affine import decompose
+from pallas_fix.analysis.loops.affine import decompose
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.windows import hooks_for, window_of
+from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.blockplan import BlockIndexExpr, CallEdits, RefBlock, dead_assignments
-from pallas_fix.rewrite.callsite import CallSite, CallSiteError
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, CallEdits, RefBlock, dead_assignments
+from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
-from pallas_fix.rewrite.edits import apply_edits, remove_statement
-from pallas_fix.rewrite.extent_reads import ExtentRead, extent_edits, extent_read
-from pallas_fix.rewrite.output_reads import check_written_before_read
-from pallas_fix.rewrite.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
-from pallas_fix.rewrite.ragged_blocks import ragged_doubt
-from pallas_fix.rewrite.ref_access import mention_kind, ref_base, shape_refusal
-from pallas_fix.rewrite.scalar_blocks import program_id_scalar_refusals
-from pallas_fix.rewrite.scalar_lift import (
+from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
+from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
+from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
+from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
+from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
+from pallas_fix.rewrite.kernel.scalar_lift import (
     block_subscript_edit, check_one_form, check_squeezable, check_squeezed_reads, scalar_block_size,
 )
-from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
-from pallas_fix.rewrite.view_windows import check_output_views
-from pallas_fix.rewrite.syntax import code
-from pallas_fix.rewrite.translate import Translator
+from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.kernel.view_windows import check_output_views
+from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.translate import Translator
 
 NAME = "program-id-blocks"
 
@@ -72,7 +72,7 @@ def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
             base = base.value
         if not isinstance(base, cst.Name):
             continue
-        ref = use_ref(analysis, use) or base.value  # through a ref helper's parameter too (rewrite.pid_helpers)
+        ref = use_ref(analysis, use) or base.value  # through a ref helper's parameter too (rewrite.kernel.pid_helpers)
         groups.setdefault((id(use.kernel_site.call), ref, use.dim), []).append(use)
     return groups
 
@@ -103,7 +103,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
     use, squeezed = window.use, window.squeezed
     check_squeezable(cs, ref, squeezed)
-    squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.scalar_lift)
+    squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
     size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
@@ -114,7 +114,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     try:
         edits = CallEdits(cs, [block], None, witnesses).build()
     except CallSiteError:
-        doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.ragged_blocks)
+        doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)
         if doubt is None:
             raise
         edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
@@ -241,7 +241,7 @@ def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[i
 
 def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
     """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
-    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extent_reads)."""
+    of the blocked dim's size are returned, to keep meaning the full size (rewrite.kernel.extent_reads)."""
     reads = []
     for node in walk(kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:

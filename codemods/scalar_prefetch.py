@@ -47,22 +47,22 @@ from pallas_fix.codemods import lift_loop, lift_reduction
 from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend, FixSafety, IndexUse
 from pallas_fix.core.plans import FixPlan, Recipe, Refusal, Refuse, use_key
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.blockplan import dead_assignments, kernel_subscript_edit
-from pallas_fix.rewrite.bounds import Bounds
-from pallas_fix.rewrite.callsite import CallSite
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit
+from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
-from pallas_fix.rewrite.dead_params import drop_dead_params
-from pallas_fix.rewrite.edits import apply_edits, remove_statement
-from pallas_fix.rewrite.line_width import fit_width
-from pallas_fix.rewrite.operands import CallSiteError
-from pallas_fix.rewrite.prefetch import Gather, check_not_written, check_table, gather_of, table_out_of_range
-from pallas_fix.rewrite.prefetch_call import PrefetchEdits
-from pallas_fix.rewrite.prefetch_spellings import scalar_read_edits
-from pallas_fix.rewrite.ref_access import ref_base
-from pallas_fix.rewrite.statements import siblings_of, strip_leading_blank_lines
-from pallas_fix.rewrite.syntax import code
-from pallas_fix.rewrite.translate import Translator, simplify
+from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
+from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
+from pallas_fix.rewrite.text.line_width import fit_width
+from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.prefetch.windows import Gather, check_not_written, check_table, gather_of, table_out_of_range
+from pallas_fix.rewrite.prefetch.call import PrefetchEdits
+from pallas_fix.rewrite.prefetch.spellings import scalar_read_edits
+from pallas_fix.rewrite.kernel.ref_access import ref_base
+from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.translate import Translator, simplify
 
 NAME = "scalar-prefetch"
 # Every refusal keeps the words PF105 has always used, then says what stands in the way.
@@ -254,7 +254,7 @@ def _again(analysis, site, ref: str) -> list[IndexUse]:
 
 def _after_scalar_reads(analysis, gather: Gather, uses: list[IndexUse], lifts: Optional[dict]) -> FixPlan:
     """The table entry is read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`): spell it
-    as the scalar read (rewrite.prefetch_spellings), then plan on that text; one plan does both.
+    as the scalar read (rewrite.prefetch.spellings), then plan on that text; one plan does both.
     It goes before the lifts: a lift would make the table's slice (a loop window too) a block of
     its own and leave the gather dynamic."""
     site = uses[0].kernel_site

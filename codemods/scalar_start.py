@@ -27,7 +27,7 @@ dynamic_slice must be scalars" at lowering; TPU: "Advanced indexers"; GPU interp
 Past the end. The rewritten start is data: when a table entry points past the end of the sliced
 ref, the HLO interpreter clamps the window and TPU / GPU interpret mode raise IndexError, as for
 any start loaded from a ref; the original never ran, so there is no clamp of its own to keep, and
-verification (whose index operands stay in range, `pallas_fix.verify.index_ranges`) judges the
+verification (whose index operands stay in range, `pallas_fix.verify.worker.index_ranges`) judges the
 in-range tables. What the rewrite must not change is which table entry is read: for a traced
 position `pl.ds(k, 1)` and `k` read the same entry (the HLO interpreter normalises and clamps both
 alike), but for a Python-int position they do not (`pl.ds(5, 1)` past the end fails at trace
@@ -45,8 +45,8 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse
 from pallas_fix.rewrite import common as C
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.edits import NodeReplacer, apply_edits
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.text.edits import NodeReplacer, apply_edits
 
 NAME = "scalar-start"
 CODE = "PF107"

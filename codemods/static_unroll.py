@@ -24,7 +24,7 @@ is a Python int, which is not the weakly typed int32 the traced index was (`i * 
 wraps only in int32, `1.0 / i` raises at 0, `i.astype` does not exist): a read of it stays a
 Python int only where that provably means the same (non-negative int32 index arithmetic landing
 in a slice start or subscript), every other read becomes `jnp.asarray(i)`
-(`pallas_fix.rewrite.unrolled_index`). A window into a ref stays static only where it provably
+(`pallas_fix.rewrite.loops.unrolled_index`). A window into a ref stays static only where it provably
 fits the ref as every pallas_call shapes it (the traced loop clamped a start past the end; a static
 one is rejected at trace time); an unroll that would leave no window static is refused with the
 sizes to assert. Refused when the body binds the index name again. Under
@@ -39,19 +39,19 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.kernel_entry import entry_problem
+from pallas_fix.analysis.discovery.kernel_entry import entry_problem
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.names import call_arg as _arg
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
-from pallas_fix.rewrite import imports
-from pallas_fix.rewrite.bounds import static_window_fits
+from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.proofs.bounds import static_window_fits
 from pallas_fix.rewrite.common import code_of
-from pallas_fix.rewrite.edits import apply_edits
-from pallas_fix.rewrite.loop_regions import loop_planner
-from pallas_fix.rewrite.scopes import bindings, fresh_namer, param_names, walk_scope
-from pallas_fix.rewrite.unrolled_index import IndexTyping, index_typing
-from pallas_fix.rules.gpu_hazards import TARGET, targeted
+from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.loops.regions import loop_planner
+from pallas_fix.rewrite.text.scopes import bindings, fresh_namer, param_names, walk_scope
+from pallas_fix.rewrite.loops.unrolled_index import IndexTyping, index_typing
+from pallas_fix.rules.gpu_interpret.hazards import TARGET, targeted
 
 NAME = "static-unroll"
 

@@ -39,14 +39,14 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.kernel_entry import entry_problem
-from pallas_fix.analysis.values import int_binop
+from pallas_fix.analysis.discovery.kernel_entry import entry_problem
+from pallas_fix.analysis.values.values import int_binop
 
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import Outcome, Recipe, Refuse
-from pallas_fix.rewrite.bounds import static_window_fits
-from pallas_fix.rewrite.edits import NodeReplacer
+from pallas_fix.rewrite.proofs.bounds import static_window_fits
+from pallas_fix.rewrite.text.edits import NodeReplacer
 
 from pallas_fix.rewrite import common as C
 

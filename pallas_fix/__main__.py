@@ -1,3 +1,3 @@
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 
 main()

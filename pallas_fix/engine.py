@@ -18,16 +18,16 @@ import libcst as cst
 from pallas_fix import codemods as recipes
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.result import Analysis, SourceError, analyze
-from pallas_fix.analysis.windows import window_of
+from pallas_fix.analysis.loops.windows import window_of
 from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
-from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
-from pallas_fix.rules.kernel import kernel_findings
-from pallas_fix.rules.pf108_traced_integer_array_index import contiguous_window_hint
-from pallas_fix.rewrite.dead_params import drop_dead_params
-from pallas_fix.rewrite.line_width import fit_width
+from pallas_fix.rules.gpu_interpret.hazards import HAZARDS, trigger
+from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
+from pallas_fix.rules.dynamic_index.pf108_traced_integer_array_index import contiguous_window_hint
+from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
+from pallas_fix.rewrite.text.line_width import fit_width
 from pallas_fix.rules.registry import classify
 
 __all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
@@ -84,7 +84,7 @@ class CheckResult:
 
 def analyze_source(source: str, path: str = "<string>", config: Optional[Config] = None, *, reach: bool = False) -> CheckResult:
     """The findings of `source`. With `reach`, for a report: a large module is parsed only where
-    its kernels reach (`analysis.reachable`), and analysed whole again when that finds a fix, so
+    its kernels reach (`analysis.discovery.reachable`), and analysed whole again when that finds a fix, so
     a result with plans always holds the whole tree the plans rewrite."""
     analysis = analyze(source, path, config, reach=reach)
     if analysis.ctx is None:

@@ -15,7 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from pallas_fix import codemods
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 from pallas_fix.core.plans import FixPlan, use_key
 from pallas_fix.core.model import FixSafety, Origin
 

@@ -103,7 +103,7 @@ def declared_refusal(source: str) -> Optional[str]:
 def check_fixture_set(folder: Path, *, min_pairs: int, min_refusals: int, blocked: Iterable[str] = ()) -> None:
     """The folder is well formed: enough pairs and refusals, every pair complete and runnable,
     every refusal declaring its reason, every blocked name an existing pair."""
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
 
     found = pairs(folder)
     names = {p.name for p in found}
@@ -179,8 +179,8 @@ def check_refusal(path: Path, **kwargs) -> None:
 
 def trace_reports(path: Path, source: Optional[str] = None) -> list:
     """One oracle report per example of the file (the example's entry traced, nothing run)."""
-    from pallas_fix.verify.oracle import trace_report
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.judge.oracle import trace_report
+    from pallas_fix.verify.examples.sources import collect_examples
 
     src = path.read_text(encoding="utf-8") if source is None else source
     examples = collect_examples(path, src, pyproject=False)
@@ -222,7 +222,7 @@ def check_real_kernel(path: Path) -> None:
 
 def verify_pair(pair: Pair, *, timeout_s: float = 240, **kwargs) -> list:
     """Both kernels through the interpreters on the file's examples: one Verdict per example."""
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     src = pair.before_source

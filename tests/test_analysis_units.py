@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery import discover
+from pallas_fix.analysis.discovery.discovery import discover
 from pallas_fix.engine import analyze_source
 from pallas_fix.core.model import Backend, Origin
 
@@ -177,7 +177,7 @@ def test_suppression_comment():
 
 
 def test_block_index_arithmetic():
-    from pallas_fix.analysis.affine import Coeff, block_index, decompose, Hooks
+    from pallas_fix.analysis.loops.affine import Coeff, block_index, decompose, Hooks
     import libcst as cst
 
     def hooks():

@@ -1,6 +1,6 @@
-"""Unit tests for call-site facts: grids built by code (rewrite.grid_shape), asserted equalities
-as proof facts (analysis.proofs), checks an example call breaks (rewrite.example_facts) and the
-position reads that keep a ragged grid refused (rewrite.ragged_blocks). The golden pairs under
+"""Unit tests for call-site facts: grids built by code (rewrite.callsite.grid_shape), asserted equalities
+as proof facts (analysis.loops.proofs), checks an example call breaks (rewrite.proofs.example_facts) and the
+position reads that keep a ragged grid refused (rewrite.proofs.ragged_blocks). The golden pairs under
 tests/fixtures/codemods/ (`pid_grid_*`, `pid_asserted_*`, `pid_ragged_*`, `grid_*_tuple`,
 `shape_*`) test the same mechanisms end to end."""
 
@@ -12,12 +12,12 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.proofs import Facts, Prover, read_facts
-from pallas_fix.analysis.symbolic import Symbols
+from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.loops.symbolic import Symbols
 from pallas_fix.frontends.service import analyze_source
-from pallas_fix.rewrite.grid_shape import GridShape, read_grid
-from pallas_fix.rewrite.operands import CallSiteError
-from pallas_fix.rewrite.ragged_blocks import position_read
+from pallas_fix.rewrite.callsite.grid_shape import GridShape, read_grid
+from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.proofs.ragged_blocks import position_read
 
 
 def _wrapper(body: str):

@@ -1,6 +1,6 @@
-"""Unit tests for what call-site edits must prove: block bounds and divisibility (analysis.proofs),
-the meaning of a partial-bound name at the pallas_call (analysis.same_value), and the semantics a
-new grid axis may have (rewrite.grid_params). The fixtures under tests/fixtures/codemods/ test
+"""Unit tests for what call-site edits must prove: block bounds and divisibility (analysis.loops.proofs),
+the meaning of a partial-bound name at the pallas_call (analysis.values.same_value), and the semantics a
+new grid axis may have (rewrite.blocks.grid_params). The fixtures under tests/fixtures/codemods/ test
 the same mechanisms end to end."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.result import analyze
-from pallas_fix.analysis.same_value import same_value_at
-from pallas_fix.analysis.symbolic import Poly, Symbols
+from pallas_fix.analysis.values.same_value import same_value_at
+from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.frontends.service import analyze_source
-from pallas_fix.rewrite.blocks import NewAxis
-from pallas_fix.rewrite.callsite import CallSite
-from pallas_fix.rewrite.grid_params import new_axis_semantics
-from pallas_fix.rewrite.operands import CallSiteError
+from pallas_fix.rewrite.blocks.plan import NewAxis
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.blocks.grid_params import new_axis_semantics
+from pallas_fix.rewrite.callsite.operands import CallSiteError
 
 
 def _setup(body: str):

@@ -18,7 +18,7 @@ import pytest
 
 from apply_support import KERNEL, planner  # noqa: F401  (planner is a fixture)
 from kernel_loading import FIXTURES, expected_markers
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 from pallas_fix.rules.registry import RULES
 
 DETECT = FIXTURES / "detect"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiled_kernels.py"
 

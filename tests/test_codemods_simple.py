@@ -31,7 +31,7 @@ import pair_harness as H
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.core.model import FixSafety
-from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.examples.sources import collect_examples
 
 FIX = H.CODEMOD_FIXTURES
 CODEMODS = {
@@ -123,7 +123,7 @@ _GPU_HARNESS = textwrap.dedent(
     import json, sys, tempfile
     import numpy as np
     job = json.loads(sys.stdin.read())
-    from pallas_fix.verify import worker as W
+    from pallas_fix.verify.worker import main as W
     from pallas_fix.core.examples import parse_example
     import jax
     from jax.experimental.pallas import mosaic_gpu as plgpu

@@ -13,7 +13,7 @@ import pytest
 
 from kernel_loading import FIXTURES
 from pallas_fix import codemods
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 from pallas_fix.frontends.service import Options, analyse_file
 from pallas_fix.core.config import ConfigError, load_config
 from pallas_fix.core.model import Backend

@@ -1,4 +1,4 @@
-"""Step counters of a reduction's carry (rewrite.carry_counters): the step a body adds, read from
+"""Step counters of a reduction's carry (rewrite.reduction.carry_counters): the step a body adds, read from
 its code. A counter stepped by `n += 1` before the return must not read as one that never steps
 (its final value would be its start: `acc / n` after the loop would divide by zero)."""
 
@@ -9,7 +9,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from pallas_fix.rewrite.carry_counters import counter_step
+from pallas_fix.rewrite.reduction.carry_counters import counter_step
 
 
 def _static(expr: cst.BaseExpression):

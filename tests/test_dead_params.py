@@ -1,12 +1,12 @@
 """Kernel parameters a rewrite leaves unread are removed with their partial keyword
-(pallas_fix.rewrite.dead_params), and nothing else is."""
+(pallas_fix.rewrite.kernel.dead_params), and nothing else is."""
 
 from __future__ import annotations
 
 import libcst as cst
 import pytest
 
-from pallas_fix.rewrite.dead_params import drop_dead_params
+from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 
 BEFORE = '''import functools
 

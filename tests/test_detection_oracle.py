@@ -48,9 +48,9 @@ def _static_scalar_lines(path: Path, source: str) -> set[int]:
 
 def _oracle(path: Path, source: str):
     """(window lines, scalar lines) the jaxpr oracle finds in `path`, or None without a kernel."""
-    from pallas_fix.verify.oracle import trace_report
-    from pallas_fix.verify.oracle_report import _same_file
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.judge.oracle import trace_report
+    from pallas_fix.verify.judge.oracle_report import _same_file
+    from pallas_fix.verify.examples.sources import collect_examples
 
     examples = collect_examples(path, source, pyproject=False)
     if "pallas_call" not in source:

@@ -1,4 +1,4 @@
-"""The effects model (pallas_fix.analysis.effects) and the kernel-entry check: which refs a piece
+"""The effects model (pallas_fix.analysis.effects.model) and the kernel-entry check: which refs a piece
 of kernel code writes, through which call, and whether a kernel's body is all its pallas_call
 runs. Each case is a small kernel read from source; nothing is traced or run."""
 
@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from pallas_fix.analysis.effects import kernel_writes, loop_body_writes, write_words
-from pallas_fix.analysis.kernel_entry import entry_problem
+from pallas_fix.analysis.effects.model import kernel_writes, loop_body_writes, write_words
+from pallas_fix.analysis.discovery.kernel_entry import entry_problem
 from pallas_fix.analysis.result import analyze
 
 HEADER = """\

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pallas_fix.core.examples import parse_example
-from pallas_fix.verify import example_cache, synthesised_examples as synth
-from pallas_fix.verify.example_candidates import ExampleCandidates, NoCandidateRan, settled_from_cache, store_choices
-from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.examples import cache as example_cache
+from pallas_fix.verify.examples import synthesised as synth
+from pallas_fix.verify.examples.candidates import ExampleCandidates, NoCandidateRan, settled_from_cache, store_choices
+from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.runner import Verdict, format_verdict, verify_sources
 
 FIX = Path(__file__).parent / "fixtures" / "synthesis"
@@ -154,7 +155,7 @@ def test_synthesis_finds_an_example_the_original_runs_on_for_every_entry():
 
 @pytest.mark.interp
 def test_the_worker_draws_ranged_values_inside_the_range():
-    from pallas_fix.verify.example_calls import Call
+    from pallas_fix.verify.worker.calls import Call
 
     ex = parse_example("f(i32[64] in [2, 5), f32[16] in [-0.5, 0.5))")
     for seed in range(3):
@@ -165,7 +166,7 @@ def test_the_worker_draws_ranged_values_inside_the_range():
 
 @pytest.mark.interp
 def test_verify_without_an_example_comment_says_the_example_was_synthesised(tmp_path, capsys):
-    from pallas_fix.frontends.cli import main
+    from pallas_fix.frontends.cli.app import main
 
     path = tmp_path / "m.py"
     path.write_text((FIX / "main_block_matmul.py").read_text())

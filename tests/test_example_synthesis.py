@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, example_from_json, example_to_json, parse_example
-from pallas_fix.verify import synthesised_examples as synth
-from pallas_fix.verify.call_facts import ModuleInfo
-from pallas_fix.verify.entry_points import entry_points
-from pallas_fix.verify.example_synthesis import code_candidates
-from pallas_fix.verify.main_examples import main_examples
-from pallas_fix.verify.module_constants import module_constants
+from pallas_fix.verify.examples import synthesised as synth
+from pallas_fix.verify.examples.call_facts import ModuleInfo
+from pallas_fix.verify.examples.entry_points import entry_points
+from pallas_fix.verify.examples.synthesis import code_candidates
+from pallas_fix.verify.examples.main_block import main_examples
+from pallas_fix.verify.examples.module_constants import module_constants
 
 FIX = Path(__file__).parent / "fixtures" / "synthesis"
 

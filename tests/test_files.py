@@ -19,9 +19,9 @@ import threading
 import pytest
 
 from apply_support import KERNEL, planner, run_cli  # noqa: F401  (planner is a fixture)
-from pallas_fix.frontends import files as files_mod
+from pallas_fix.frontends.files import files as files_mod
 from pallas_fix.engine import fix_source
-from pallas_fix.frontends.files import FileError, read_source, write_source
+from pallas_fix.frontends.files.files import FileError, read_source, write_source
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 CLEAN = "x = 1\n"  # no pallas_call: checked, nothing found
@@ -110,7 +110,7 @@ def test_apply_through_a_symlink_rewrites_the_target_and_keeps_the_link(tmp_path
 
 
 def test_apply_refuses_a_file_changed_since_it_was_read(tmp_path, capsys, planner, monkeypatch):
-    from pallas_fix.frontends import cli
+    from pallas_fix.frontends.cli import app as cli
 
     path = tmp_path / "k.py"
     path.write_text(KERNEL)

@@ -1,4 +1,4 @@
-"""On-chip bytes per grid step (pallas_fix.verify.footprint): the counting rules on hand-made
+"""On-chip bytes per grid step (pallas_fix.verify.judge.footprint): the counting rules on hand-made
 layouts, the layout read off a traced pallas_call, the verdict line, and one verified K-loop
 matmul pair."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pallas_fix.verify import collect_examples, format_verdict, verify_sources
-from pallas_fix.verify.footprint import (
+from pallas_fix.verify.judge.footprint import (
     MOSAIC_GPU_SMEM_DEFAULT,
     TPU_SCOPED_VMEM_DEFAULT,
     CallLayout,
@@ -21,7 +21,7 @@ from pallas_fix.verify.footprint import (
     format_bytes,
     step_bytes,
 )
-from pallas_fix.verify.footprint_findings import footprint_findings, format_finding
+from pallas_fix.verify.judge.footprint_findings import footprint_findings, format_finding
 from pallas_fix.verify.runner import JSON_KEYS, Verdict
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
@@ -234,7 +234,7 @@ def test_layout_of_a_traced_scalar_prefetch_call():
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
 
-    from pallas_fix.verify.kernel_survey import pallas_call_infos, trace
+    from pallas_fix.verify.worker.kernel_survey import pallas_call_infos, trace
 
     def kernel(table_ref, x_ref, w_ref, h_ref, o_ref, acc_ref, sem):
         o_ref[...] = x_ref[...] + w_ref[...] + acc_ref[...]
@@ -309,9 +309,9 @@ def scale_rows(x):
 
 def _traced_findings(before: str, after: str, tmp_path) -> list[dict]:
     """PF301 of two module texts at the first one's example, traced (nothing runs)."""
-    from pallas_fix.verify.example_calls import Call
-    from pallas_fix.verify.kernel_survey import pallas_call_infos, trace
-    from pallas_fix.verify.user_modules import load_module, resolve_entry
+    from pallas_fix.verify.worker.calls import Call
+    from pallas_fix.verify.worker.kernel_survey import pallas_call_infos, trace
+    from pallas_fix.verify.worker.user_modules import load_module, resolve_entry
 
     (ex,) = collect_examples(tmp_path / "k.py", before, pyproject=False, recorded=False)
     infos = []

@@ -40,7 +40,7 @@ from fuzz_strategies import (
     split_lines,
 )
 from pallas_fix.engine import SourceError, analyze_source, fix_source
-from pallas_fix.frontends.notebook import build_virtual, dump_notebook, json_style, split_cells
+from pallas_fix.frontends.files.notebook import build_virtual, dump_notebook, json_style, split_cells
 from pallas_fix.output import render_github, render_json, render_sarif, render_text
 
 LONG = os.environ.get("PALLAS_FIX_FUZZ") == "long"
@@ -260,7 +260,7 @@ def test_fuzz_long_notebook_cells_round_trip(cells):
 def test_fuzz_long_rewrites_verify(m):
     """Where the mutated original still runs, a rewrite must verify equal (or not be made)."""
     from pallas_fix.core.examples import ExampleSyntaxError
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
     from pallas_fix.verify.runner import format_verdict, verify_sources
 
     result = check_mutant(m)

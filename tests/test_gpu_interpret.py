@@ -35,7 +35,7 @@ import pair_harness as H
 from kernel_loading import FIXTURES, expected_markers
 from pair_harness import Pair, declared_refusal
 
-from pallas_fix.rules import gpu_hazards as gpu_interpret
+from pallas_fix.rules.gpu_interpret import hazards as gpu_interpret
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.rules.registry import ORDER, RULES
@@ -187,7 +187,7 @@ def test_pf2xx_suppression():
 
 
 def test_rules_are_registered_unordered_and_documented_with_versions(capsys):
-    from pallas_fix.frontends.cli import main
+    from pallas_fix.frontends.cli.app import main
 
     for code, hazard in gpu_interpret.HAZARDS.items():
         rule = RULES[code]
@@ -311,7 +311,7 @@ def test_the_default_targets_lifted_loop_does_not_run_in_gpu_interpret_mode():
 
 def test_run_modes_reads_example_directives():
     """The runner's tiny directive parser agrees with pallas-fix's on every fixture it runs."""
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
 
     directive = re.compile(r"#\s*pallas-fix:\s*example\s+(\w+)\(")
     for path in ALL_FIXTURES:

@@ -17,7 +17,7 @@ import pytest
 
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 
 SEED = Path(__file__).resolve().parent / "fixtures" / "gpu_interpret_policy" / "seed_gather.py"
 

@@ -1,4 +1,4 @@
-"""Slice objects handed to helpers with the refs (analysis.helper_calls): where the finding
+"""Slice objects handed to helpers with the refs (analysis.discovery.helper_calls): where the finding
 stands, what its provenance says, and the tuples that must not be rewritten as one element."""
 
 from __future__ import annotations

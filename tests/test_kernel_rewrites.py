@@ -15,7 +15,7 @@ import pytest
 
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 from pallas_fix.frontends.kernel_rewrites import rewrite_by_kernel
 from pallas_fix.verify.runner import Verdict
 

@@ -1,10 +1,10 @@
-"""Lines a rewrite adds are broken to the file's own width (pallas_fix.rewrite.line_width)."""
+"""Lines a rewrite adds are broken to the file's own width (pallas_fix.rewrite.text.line_width)."""
 
 from __future__ import annotations
 
 import ast
 
-from pallas_fix.rewrite.line_width import fit_width
+from pallas_fix.rewrite.text.line_width import fit_width
 
 BEFORE = '''def call(x):
     return pl.pallas_call(

@@ -28,7 +28,7 @@ from pallas_fix.core.plans import FixPlan
 from pallas_fix.core.model import FixSafety, Origin
 from pallas_fix.output.common import DOCS_URL
 from pallas_fix.rules.registry import classify, describe
-from pallas_fix.analysis.windows import window_of
+from pallas_fix.analysis.loops.windows import window_of
 
 TESTS = Path(__file__).resolve().parent
 FIX = TESTS / "fixtures" / "lsp"

@@ -1,4 +1,4 @@
-"""`frontends/lsp/splice.py`: the tree made from the last version's statements and a parse of
+"""`frontends/lsp/incremental/splice.py`: the tree made from the last version's statements and a parse of
 the edited blocks is, node for node, the tree a full parse of the new text gives."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.frontends.lsp.blocks import split_blocks
-from pallas_fix.frontends.lsp.incremental import _common_ends
-from pallas_fix.frontends.lsp.splice import spliced_parse
+from pallas_fix.frontends.lsp.incremental.blocks import split_blocks
+from pallas_fix.frontends.lsp.incremental.reanalysis import _common_ends
+from pallas_fix.frontends.lsp.incremental.splice import spliced_parse
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SOURCES = sorted([*(FIXTURES / "lsp").glob("*.py"), *(FIXTURES / "detect").glob("*.py")])[:12]

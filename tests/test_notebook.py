@@ -11,7 +11,7 @@ import pytest
 
 from apply_support import planner, run_cli  # noqa: F401  (planner is a fixture)
 from pallas_fix.engine import analyze_source
-from pallas_fix.frontends.notebook import NotebookError, build_virtual, line_map, split_cells
+from pallas_fix.frontends.files.notebook import NotebookError, build_virtual, line_map, split_cells
 
 IMPORTS_AND_KERNEL = '''import jax
 import jax.numpy as jnp
@@ -251,7 +251,7 @@ def test_apply_changes_only_the_rewritten_cell_source(tmp_path, capsys, planner,
 
 
 def test_apply_refuses_a_notebook_changed_since_it_was_read(tmp_path, capsys, planner, monkeypatch):
-    from pallas_fix.frontends import cli
+    from pallas_fix.frontends.cli import app as cli
 
     path = write_nb(tmp_path)
     analyse = cli.analyse_file

@@ -1,4 +1,4 @@
-"""Tests for pallas_fix.verify.oracle (the jaxpr ground truth for dynamic slices).
+"""Tests for pallas_fix.verify.judge.oracle (the jaxpr ground truth for dynamic slices).
 
 Kernels live in tests/oracle_kernels.py; the lines the oracle must report are
 marked there with ``# ORACLE:<tag>`` comments and looked up from the source
@@ -23,8 +23,8 @@ from jax.experimental import pallas as pl  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 import oracle_kernels as K  # noqa: E402
 
-from pallas_fix.verify import oracle  # noqa: E402
-from pallas_fix.verify.oracle import DynamicAccess, OracleReport, trace_report  # noqa: E402
+from pallas_fix.verify.judge import oracle  # noqa: E402
+from pallas_fix.verify.judge.oracle import DynamicAccess, OracleReport, trace_report  # noqa: E402
 
 KFILE = os.path.realpath(K.__file__)
 THIS = os.path.realpath(__file__)
@@ -430,7 +430,7 @@ def test_fixture_kernels_run_in_interpret_mode():
 
 
 def test_oracle_import_does_not_import_jax():
-    code = "import sys, pallas_fix.verify.oracle; print('jax' in sys.modules)"
+    code = "import sys, pallas_fix.verify.judge.oracle; print('jax' in sys.modules)"
     root = os.path.dirname(os.path.dirname(THIS))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

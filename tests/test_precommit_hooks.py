@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from apply_support import KERNEL, planner, run_cli  # noqa: F401  (planner is a fixture)
-from pallas_fix.frontends.cli import check_app
+from pallas_fix.frontends.cli.app import check_app
 
 yaml = pytest.importorskip("yaml")
 HOOKS = Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml"

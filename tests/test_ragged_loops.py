@@ -1,5 +1,5 @@
 """Loops whose last window may run past the end (`pl.loop(0, n, step=BS)`, a `pl.cdiv` trip
-count) lift as an unsafe fix (rewrite.ragged_blocks): exact when BS divides n, and written only
+count) lift as an unsafe fix (rewrite.proofs.ragged_blocks): exact when BS divides n, and written only
 once verification on an example passes. On a ragged example a kernel that mixes the rows of a
 block (a mean over the block) fails that verification, and the file is left as it was."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BLOCK_MEAN = FIXTURES / "verify" / "ragged_loop_block_mean.py"

@@ -1,4 +1,4 @@
-"""`analysis.reachable`: a report parses only the statements its kernels reach, and says exactly
+"""`analysis.discovery.reachable`: a report parses only the statements its kernels reach, and says exactly
 what the analysis of the whole file says.
 
 The equivalence tests take every kernel fixture, put unrelated code between its top-level
@@ -19,12 +19,12 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis import result as result_module
-from pallas_fix.analysis.reachable import reachable_source
+from pallas_fix.analysis.discovery.reachable import reachable_source
 from pallas_fix.analysis.result import analyze
-from pallas_fix.analysis.top_level import first_line, last_line, statement_groups
+from pallas_fix.analysis.discovery.top_level import first_line, last_line, statement_groups
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
-from pallas_fix.rules.gpu_hazards import trigger
+from pallas_fix.rules.gpu_interpret.hazards import trigger
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _FAMILIES = ["detect", "traps", "verify", "lsp", "gpu_interpret", "synthesis", "kernel_rewrites", "blind"]

@@ -1,5 +1,5 @@
 """The value model's reads at a position: which binding of a reassigned name a window start sees
-(analysis.reaching) and loop carries that step with the index (analysis.induction).
+(analysis.values.reaching) and loop carries that step with the index (analysis.loops.induction).
 
 Each kernel slices `x_ref` once with a start built from a loop; the test reads the block index
 the affine reading gives that window (None: not provably a block, so pallas-fix refuses)."""
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from pallas_fix.analysis.windows import window_of
+from pallas_fix.analysis.loops.windows import window_of
 from pallas_fix.engine import analyze_source
 
 HEADER = """

@@ -121,7 +121,7 @@ def test_jax_own_pallas_tree_applies_without_a_traceback_and_is_stable(tmp_path)
 
 
 def test_code_deeper_than_the_analysis_follows_is_a_clear_error(tmp_path, capsys):
-    from pallas_fix.frontends.cli import main
+    from pallas_fix.frontends.cli.app import main
 
     path = tmp_path / "generated.py"
     path.write_text(deep_module(terms=400, chain=200))

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from pallas_fix.core.config import ConfigError
-from pallas_fix.frontends import record_hook
-from pallas_fix.frontends.cli import main
-from pallas_fix.frontends.record import merge_records, select_examples
-from pallas_fix.verify.example_sources import collect_examples
-from pallas_fix.verify.recorded_examples import RECORD_ORIGIN, examples_from_recording
+from pallas_fix.frontends.cli import record_hook
+from pallas_fix.frontends.cli.app import main
+from pallas_fix.frontends.cli.record import merge_records, select_examples
+from pallas_fix.verify.examples.sources import collect_examples
+from pallas_fix.verify.examples.recorded import RECORD_ORIGIN, examples_from_recording
 
 # An entry jitted with a static argument (silu, two dynamic slices to rewrite), a plain one
 # (scale), a public helper that reaches no pallas_call (reference) and kernel bodies.

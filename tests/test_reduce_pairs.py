@@ -213,7 +213,7 @@ def test_comments_above_the_loop_and_its_body_survive():
 
 @pytest.mark.interp
 def test_effect_before_a_read_keeps_its_place():
-    from pallas_fix.verify.example_sources import collect_examples
+    from pallas_fix.verify.examples.sources import collect_examples
     from pallas_fix.verify.runner import verify_sources
 
     path = FIX / "hazard_effect_then_read.py"

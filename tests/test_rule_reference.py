@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pallas_fix.frontends.cli import main
+from pallas_fix.frontends.cli.app import main
 from pallas_fix.output.common import DOCS_URL, rule_url
 from pallas_fix.rules.reference import render_reference
 from pallas_fix.rules.registry import RULES

@@ -1,6 +1,6 @@
 """Scalar integer indices driven by a loop index or pl.program_id: which become "scalar" uses
-(analysis.accesses), their size-1 windows (analysis.windows.scalar_window), the codes and
-refusals they get, and their lift into squeezed (None) block dims (rewrite.scalar_lift): the
+(analysis.accesses), their size-1 windows (analysis.loops.windows.scalar_window), the codes and
+refusals they get, and their lift into squeezed (None) block dims (rewrite.kernel.scalar_lift): the
 static detector and the jaxpr oracle agree on them before and after each lift (a lifted ref keeps
 no dynamic index), and the backend decides whether a squeezed dim among a block's last two dims
 is allowed (TPU and unknown backends refuse it, the GPU backends lift it). The golden pairs and
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import pair_harness as H
-from pallas_fix.analysis.windows import window_of
+from pallas_fix.analysis.loops.windows import window_of
 from pallas_fix.engine import analyze_source, fix_source
 
 _HEAD = """\
@@ -46,7 +46,7 @@ def test_program_id_row_is_a_scalar_use_with_its_block_index() -> None:
     assert (blocks["o_ref"].atoms, blocks["o_ref"].offset) == ({"pid:0": 1}, 0)
     assert {f.code for f in result.findings} == {"PF103"}
     assert all("squeezed (None) block dim" in f.message and not f.fixable for f in result.findings)
-    # The backend is unknown, so TPU's rules hold: no squeezed second-to-last dim (rewrite.scalar_lift).
+    # The backend is unknown, so TPU's rules hold: no squeezed second-to-last dim (rewrite.kernel.scalar_lift).
     assert all("TPU lowering rejects a squeezed (None) block dim" in f.refusal for f in result.findings)
 
 

@@ -3,7 +3,7 @@
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.core.config import Config
 from pallas_fix.engine import fix_source
-from pallas_fix.rewrite.stale_comments import stale_comments_note
+from pallas_fix.rewrite.text.stale_comments import stale_comments_note
 
 SOURCE = '''import jax
 import jax.numpy as jnp

@@ -7,7 +7,7 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.rewrite import libcst_scopes as C
+from pallas_fix.rewrite.text import libcst_scopes as C
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -18,7 +18,7 @@ import pytest
 from pallas_fix.core.config import Config
 from pallas_fix.core.example_parser import parse_example
 from pallas_fix.engine import fix_source
-from pallas_fix.verify.module_constants import safe_module_constants
+from pallas_fix.verify.examples.module_constants import safe_module_constants
 from pallas_fix.verify.runner import verify_sources
 
 TRAPS = sorted((Path(__file__).resolve().parent / "fixtures" / "traps").glob("*.py"))

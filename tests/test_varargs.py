@@ -1,4 +1,4 @@
-"""Unit tests for analysis.varargs: which operand slot each name a kernel binds from `*refs` gets
+"""Unit tests for analysis.discovery.varargs: which operand slot each name a kernel binds from `*refs` gets
 at its pallas_call, and which bindings leave that unknown. The pairs and refusals under
 tests/fixtures/codemods/ (`*varargs*`) test the same mapping end to end through the planners."""
 
@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from pallas_fix.analysis.result import analyze
-from pallas_fix.rewrite.callsite import CallSite
-from pallas_fix.rewrite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.operands import CallSiteError
 
 _MODULE = """
 import functools

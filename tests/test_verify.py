@@ -25,16 +25,16 @@ from pallas_fix.verify import (
     parse_example,
     verify_sources,
 )
-from pallas_fix.verify.compare import compare_leaf, compare_leaves, tolerance_for
+from pallas_fix.verify.judge.compare import compare_leaf, compare_leaves, tolerance_for
 from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import example_from_json, example_to_json
-from pallas_fix.verify.annotation_examples import infer_examples
-from pallas_fix.verify.example_sources import examples_from_directives, examples_from_pyproject
-from pallas_fix.verify.module_constants import module_constants
+from pallas_fix.verify.examples.annotations import infer_examples
+from pallas_fix.verify.examples.sources import examples_from_directives, examples_from_pyproject
+from pallas_fix.verify.examples.module_constants import module_constants
 from pallas_fix.verify.runner import JSON_KEYS
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
-HAS_ORACLE = importlib.util.find_spec("pallas_fix.verify.oracle") is not None
+HAS_ORACLE = importlib.util.find_spec("pallas_fix.verify.judge.oracle") is not None
 
 
 def _src(name: str) -> str:
@@ -505,7 +505,7 @@ def test_gpu_interpret_rejects_gridded_blockspecs():
 
 
 def test_inputs_vary_in_scale_by_seed_and_are_deterministic():
-    from pallas_fix.verify.example_calls import Call
+    from pallas_fix.verify.worker.calls import Call
 
     call = Call(Example("f", [ArgSpec("f32", (4096,)), ArgSpec("i32", (4096,)), ArgSpec("u8", (64,))], {}, "f(...)"))
     per_seed = {seed: call.inputs(seed) for seed in (0, 1, 2)}
@@ -520,7 +520,7 @@ def test_inputs_vary_in_scale_by_seed_and_are_deterministic():
 
 @pytest.mark.interp
 def test_index_operands_stay_inside_what_they_index():
-    from pallas_fix.verify.example_calls import Call
+    from pallas_fix.verify.worker.calls import Call
 
     src = _src("gather_before.py")
     (ex,) = collect_examples(FIX / "gather_before.py", src)
@@ -535,7 +535,7 @@ def test_index_operands_stay_inside_what_they_index():
 
 
 def test_ragged_sizes_and_substitution():
-    from pallas_fix.verify.ragged import _ragged_size, _substitute
+    from pallas_fix.verify.worker.ragged import _ragged_size, _substitute
 
     assert _ragged_size(256, 64) == 253 and _ragged_size(300, 64) is None  # already ragged
     assert _ragged_size(6, 3) == 5 and _ragged_size(64, 1) is None
@@ -628,7 +628,7 @@ def test_timeout_kills_the_process_group(tmp_path, monkeypatch):
 PATCH_PROBE = r'''
 import functools, json, sys
 import jax, jax.numpy as jnp
-from pallas_fix.verify import worker
+from pallas_fix.verify.worker import main as worker
 from jax.experimental.pallas import tpu as pltpu
 worker.install_patches()
 src = """

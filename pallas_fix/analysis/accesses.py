@@ -23,10 +23,10 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.helper_calls import caller_start, home_env, index_tuple, passed_through
-from pallas_fix.analysis.operand_refs import operand_ref
-from pallas_fix.analysis.provenance import Env
-from pallas_fix.analysis.values import STATIC, Val
+from pallas_fix.analysis.discovery.helper_calls import caller_start, home_env, index_tuple, passed_through
+from pallas_fix.analysis.discovery.operand_refs import operand_ref
+from pallas_fix.analysis.values.provenance import Env
+from pallas_fix.analysis.values.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, Origin, Provenance
 
 _DESCRIPTORS = frozenset({N.TPU + ".make_async_copy", N.TPU + ".make_async_remote_copy"})

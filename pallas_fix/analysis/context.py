@@ -27,7 +27,7 @@ class ModuleContext:
         self.path = path
         # `module`: the caller's own parse of `source` (the language server parses first to learn
         # whether anything but the parse needs redoing), or with `reduced`, of the statements of
-        # `source` an analysis reaches (`analysis.reachable`: same lines, the rest emptied), which
+        # `source` an analysis reaches (`analysis.discovery.reachable`: same lines, the rest emptied), which
         # can be reported on but not rewritten.
         self.module = module if module is not None else cst.parse_module(source)
         self.reduced = reduced

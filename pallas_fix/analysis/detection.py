@@ -2,7 +2,7 @@
 
 Each kernel gets an `Env` for its parameters (refs, or Python values bound by functools.partial
 or defaults); nested defs get theirs from their role (fori_loop / pl.loop body, pl.when body,
-run_scoped body, or a helper called with arguments; see analysis.roles). Module-level helpers
+run_scoped body, or a helper called with arguments; see analysis.discovery.roles). Module-level helpers
 called from a kernel are analysed with their parameters bound to the call's arguments. What one
 subscript contributes is analysis.accesses' job.
 """
@@ -16,11 +16,11 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.accesses import index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
-from pallas_fix.analysis.helper_calls import HelperEnv
-from pallas_fix.analysis.loops import find_loops
-from pallas_fix.analysis.provenance import Env
-from pallas_fix.analysis.roles import Params, bind_args, kernel_params, role_params, unknown_params
-from pallas_fix.analysis.values import STATIC, Val
+from pallas_fix.analysis.discovery.helper_calls import HelperEnv
+from pallas_fix.analysis.loops.loops import find_loops
+from pallas_fix.analysis.values.provenance import Env
+from pallas_fix.analysis.discovery.roles import Params, bind_args, kernel_params, role_params, unknown_params
+from pallas_fix.analysis.values.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 
 @dataclass

@@ -14,8 +14,8 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.detection import Detection, detect
-from pallas_fix.analysis.discovery import discover
-from pallas_fix.analysis.reachable import reachable_source
+from pallas_fix.analysis.discovery.discovery import discover
+from pallas_fix.analysis.discovery.reachable import reachable_source
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import IndexUse, KernelSite
 
@@ -61,7 +61,7 @@ def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
 
 
 def analyze(source: str, path: str = "<string>", config: Optional[Config] = None, *, reach: bool = False) -> Analysis:
-    """`reach`: parse only the statements the analysis can reach (`analysis.reachable`); the
+    """`reach`: parse only the statements the analysis can reach (`analysis.discovery.reachable`); the
     result then cannot be rewritten (its tree is not the file's), only reported."""
     config = config or Config()
     if not mentions_pallas(source):

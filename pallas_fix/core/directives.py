@@ -3,7 +3,7 @@
 `# pallas-fix: ignore` / `# pallas-fix: ignore[PF101, PF2]` turns findings off on its line (a
 finding spanning several lines is suppressed by a comment on any of its first 20 lines);
 `# pallas-fix: example CALL` and `# pallas-fix: entry NAME` feed verification
-(verify/example_sources.py; core/example_parser.py parses the calls).
+(verify/examples/sources.py; core/example_parser.py parses the calls).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class Example:
     kwargs: dict  # name -> ArgSpec | literal
     text: str  # the example as written (or as synthesised, for inferred examples)
     # where it came from: "--example", "path:line", "pyproject.toml ...", "inferred ...",
-    # "synthesised ..." (pallas_fix.verify.example_synthesis)
+    # "synthesised ..." (pallas_fix.verify.examples.synthesis)
     origin: Optional[str] = None
 
     def canonical(self) -> str:

@@ -4,7 +4,7 @@ The jax-free grammar, in one import: the values (:mod:`pallas_fix.core.example_v
 Example, ExampleSyntaxError, the JSON form the worker receives) and the parser
 (:mod:`pallas_fix.core.example_parser`, whose docstring has the grammar). Where a file's examples
 come from (directives, ``[tool.pallas-fix.examples]``, annotations) is verification's business:
-:mod:`pallas_fix.verify.example_sources`.
+:mod:`pallas_fix.verify.examples.sources`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Optional
 
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding
-from pallas_fix.frontends.notebook import NotebookEdit
+from pallas_fix.frontends.files.notebook import NotebookEdit
 
 
 @dataclass

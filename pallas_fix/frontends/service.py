@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Optional
 from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
 from pallas_fix.core.examples import ExampleSyntaxError
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
-from pallas_fix.frontends.files import FileError, read_source, write_source
+from pallas_fix.frontends.files.files import FileError, read_source, write_source
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
-from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
+from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
-from pallas_fix.rules.gpu_hazards import trigger
+from pallas_fix.rules.gpu_interpret.hazards import trigger
 from pallas_fix.rules.registry import RULES, unknown_codes
-from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.runner import Verdict, verify_sources
 
 if TYPE_CHECKING:

@@ -13,14 +13,14 @@ from libcst.metadata import Assignment, ClassScope, GlobalScope, Scope
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.kernel_entry import entry_problem
+from pallas_fix.analysis.discovery.kernel_entry import entry_problem
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
-from pallas_fix.rewrite.libcst_scopes import for_target_names, scope_at, scopes_for
-from pallas_fix.rewrite.operands import CallSiteError
-from pallas_fix.rewrite.edits import apply_edits
+from pallas_fix.rewrite.text.libcst_scopes import for_target_names, scope_at, scopes_for
+from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rules.registry import classify
-from pallas_fix.analysis.windows import window_of
+from pallas_fix.analysis.loops.windows import window_of
 
 # Integer operators under which a scalar stays a scalar integer (true division makes a float).
 INT_OPS = (

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from pallas_fix.analysis.windows import Window
+from pallas_fix.analysis.loops.windows import Window
 from pallas_fix.core.model import IndexUse, Origin
 
 # PF1xx checks return the finding's message, or None when the rule does not claim the index.

@@ -1,9 +1,15 @@
 """Verification: prove a rewrite by running original and rewritten kernels through the Pallas
 interpreters (in a subprocess; see :mod:`pallas_fix.verify.runner`). Importing this package does
-not import jax."""
+not import jax.
+
+Rooms: `examples/` (where example calls come from; client side), `worker/` (what runs in the
+subprocess and imports jax) and `judge/` (comparison, the jaxpr oracle, the on-chip footprint).
+`runner.py` is the client that starts the worker and reads its verdicts.
+
+May import core, analysis and rules; never output or frontends."""
 
 from pallas_fix.core.examples import ArgSpec, Example, ExampleSyntaxError, parse_example
-from pallas_fix.verify.example_sources import collect_examples
+from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.runner import Verdict, format_verdict, verify_sources
 
 __all__ = [

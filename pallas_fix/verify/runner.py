@@ -1,6 +1,6 @@
 """Prove a rewrite: run original and rewritten kernels through the Pallas interpreters.
 
-:func:`verify_sources` starts one worker process per file (``python -m pallas_fix.verify.worker``,
+:func:`verify_sources` starts one worker process per file (``python -m pallas_fix.verify.worker.main``,
 see that module for the protocol) that verifies every example of the file, and kills its process
 group when ``timeout_s`` runs out. This module never imports jax and never writes to the user's
 tree (the worker gets the sources through a temp dir).
@@ -23,16 +23,16 @@ What runs, per example:
 * seeds: every array argument gets fresh random values per seed, their scale varying with the
   seed (seed % 3: floats N(0, 1), x8, heavy-tailed up to 64; integers within 4, 32, 256; fair
   bools); an integer operand the original uses as an index stays inside what it indexes
-  (:mod:`~pallas_fix.verify.index_ranges`); every interpreter sees the same inputs. The HLO
+  (:mod:`~pallas_fix.verify.worker.index_ranges`); every interpreter sees the same inputs. The HLO
   candidate runs every seed (numerics); the backend interpreters run the first ``backend_seeds``
   (default 1): what they add (races, out-of-bounds blocks, dimension semantics, uninitialised
   memory) does not depend on the input values, and each extra seed costs ~0.1-0.3 s there.
 * each interpreter's function is jitted once and reused across seeds (the interpreter choice is
   part of jax's jit key, so a user's own ``@jax.jit`` entry is re-traced per interpreter).
-* every output leaf is compared (:mod:`pallas_fix.verify.compare`); a race reported by TPU
+* every output leaf is compared (:mod:`pallas_fix.verify.judge.compare`); a race reported by TPU
   interpret mode is a failure too.
 * ragged variants: when the original calls ``pl.cdiv`` or masks with an iota, a verified example
-  is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.ragged`);
+  is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.worker.ragged`);
   the verdict names the shapes that ran, and a variant the original rejects is dropped.
 
 Examples using 64-bit dtypes (f64, i64, u64) switch on ``jax_enable_x64`` for the whole worker
@@ -59,10 +59,10 @@ from typing import Optional, Sequence
 
 from pallas_fix.core.example_values import origin_phrase
 from pallas_fix.core.examples import example_to_json
-from pallas_fix.verify.example_candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
+from pallas_fix.verify.examples.candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
                                                   settled_from_cache, store_choices)
-from pallas_fix.verify.footprint import format_bytes
-from pallas_fix.verify.footprint_findings import format_finding
+from pallas_fix.verify.judge.footprint import format_bytes
+from pallas_fix.verify.judge.footprint_findings import format_finding
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -80,7 +80,7 @@ JSON_KEYS = (
     "example",  # the call that was run, in the example grammar ("" when none ran)
     "origin",  # where it came from: "--example", "comment", "synthesised from ...", ...
     "footprint",  # {"before_bytes", "after_bytes"}: on-chip bytes per grid step (None: not counted)
-    "findings",  # what verification found on the example: PF301 (pallas_fix.verify.footprint_findings)
+    "findings",  # what verification found on the example: PF301 (pallas_fix.verify.judge.footprint_findings)
 )
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -104,10 +104,10 @@ class Verdict:
     details: dict = field(default_factory=dict)
     origin: Optional[str] = None
     # The bytes one grid step holds on chip, the largest among the entry's pallas_calls, original
-    # and rewrite: {"before_bytes": N, "after_bytes": M} (pallas_fix.verify.footprint).
+    # and rewrite: {"before_bytes": N, "after_bytes": M} (pallas_fix.verify.judge.footprint).
     footprint: Optional[dict] = None
     # Findings only verification can make, on this example (PF301: a kernel over its backend's
-    # default on-chip limit per step; pallas_fix.verify.footprint_findings), as JSON dicts.
+    # default on-chip limit per step; pallas_fix.verify.judge.footprint_findings), as JSON dicts.
     findings: list = field(default_factory=list)
 
     @property
@@ -267,7 +267,7 @@ def verify_sources(
     """Verify ``rewritten_src`` against ``original_src`` on every example; one Verdict each.
 
     No examples -> a single ``"unverified"`` Verdict (entry ``""``). An entry's synthesised
-    candidates (:class:`~pallas_fix.verify.example_candidates.ExampleCandidates`) are tried in the
+    candidates (:class:`~pallas_fix.verify.examples.candidates.ExampleCandidates`) are tried in the
     same worker, and what it keeps is cached. ``tpu_interpret``: ``None``
     = automatic (see the module docstring), ``True``/``False`` force it on/off. ``timeout_s`` bounds
     the whole worker (all examples); examples not finished in time get status ``"timeout"``.
@@ -310,7 +310,7 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
     try:
         with open(job_path, "w", encoding="utf-8") as f:
             json.dump(job, f)
-        cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker", "--job", job_path, "--out", out_path]
+        cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker.main", "--job", job_path, "--out", out_path]
         t0 = time.perf_counter()
         timed_out, rc = _run_worker(cmd, err_path, timeout_s)
         elapsed = time.perf_counter() - t0

@@ -19,8 +19,8 @@ from pallas_fix.engine import CheckResult, SourceError, analyze_source, applicab
 from pallas_fix.core.model import Finding, FixSafety
 from pallas_fix.output.common import finding_notes, rule_url
 from pallas_fix.rules.registry import RULES, describe
-from pallas_fix.frontends.lsp import incremental
-from pallas_fix.frontends.lsp.incremental import UnitMap
+from pallas_fix.frontends.lsp.incremental import reanalysis as incremental
+from pallas_fix.frontends.lsp.incremental.reanalysis import UnitMap
 from pallas_fix.frontends.lsp.text import Edit, content, minimal_edits, split_lines, suppression_edit, to_units, units
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,161 @@
+"""Helpers called with arguments: their parameters stand for the call's argument expressions.
+
+`_rows(x_ref, o_ref, pl.ds(r * bs, bs))` with `def _rows(x_ref, o_ref, rows): o_ref[rows, :] = ...`
+indexes the kernel's refs with a slice object the caller built. The helper's `HelperEnv` binds
+each parameter to its argument, as written at the call and evaluated where the call stands:
+`rows` is seen as the caller's `pl.ds(...)` (through a name `idx = pl.ds(...)` or a tuple
+`(pl.ds(...), slice(None))` as well), and every expression written in the caller is evaluated
+in the caller's environment, however deep the chain of helpers. What the parameter's value is
+(a ref, a loop-driven int, a Python value) stays `roles.bind_args`' job.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.values.provenance import Env
+from pallas_fix.analysis.values.values import Val
+from pallas_fix.core.model import LoopInfo
+
+
+def bound_arguments(fn: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """parameter -> the argument expression `call` passes for it (positional or keyword); none
+    when a `*args` / `**kwargs` at the call hides which argument lands where."""
+    if any(a.star for a in call.args):
+        return {}
+    positional = list(fn.params.posonly_params) + list(fn.params.params)
+    pos_args = [a for a in call.args if a.keyword is None]
+    out = {p.name.value: a.value for p, a in zip(positional, pos_args)}
+    named = {p.name.value for p in positional + list(fn.params.kwonly_params)}
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value in named:
+            out[a.keyword.value] = a.value
+    return out
+
+
+class HelperEnv(Env):
+    """The names of a helper `fn` called by `call`, which stands in the function `caller` analyses."""
+
+    def __init__(self, ctx: ModuleContext, fn, parent: Optional[Env], params: dict[str, Val],
+                 loops: dict[cst.CSTNode, LoopInfo], call: cst.Call, caller: Env) -> None:
+        super().__init__(ctx, fn, parent, params, loops)
+        self.call, self.caller = call, caller
+        self.args = bound_arguments(fn, call) if isinstance(fn, cst.FunctionDef) else {}
+
+    def home(self, expr: cst.CSTNode) -> Env:
+        """The environment `expr` is written in: the one analysing the function that holds it,
+        found along the callers (and their enclosing functions) down to this helper; this
+        helper's own for its own code and for anything else."""
+        scope = self.ctx.scope_of(expr)
+        if scope is self.scope:
+            return self
+        env: Optional[Env] = self.caller
+        while env is not None:
+            lexical: Optional[Env] = env
+            while lexical is not None:
+                if lexical.scope is scope:
+                    return lexical
+                lexical = lexical.parent
+            env = env.caller if isinstance(env, HelperEnv) else None
+        return self
+
+    def argument(self, name: str) -> Optional[cst.BaseExpression]:
+        """The argument parameter `name` receives, unless the helper rebinds the name."""
+        if name not in self.args or name in self.bindings():
+            return None
+        return self.args[name]
+
+    def value(self, expr: cst.BaseExpression) -> Val:
+        env = self.home(expr)
+        return env.value(expr) if env is not self else super().value(expr)
+
+    def static_int(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[int]:
+        env = self.home(expr)
+        if env is not self:
+            return env.static_int(expr, depth)
+        arg = self.argument(expr.value) if isinstance(expr, cst.Name) and expr.value in self.params else None
+        if arg is not None and not self.params[expr.value].dynamic:  # a Python value: its argument's
+            return self.caller.static_int(arg, depth + 1)
+        return super().static_int(expr, depth)
+
+    def ds_call(self, expr: cst.BaseExpression) -> Optional[cst.Call]:
+        env = self.home(expr)
+        if env is not self:
+            return env.ds_call(expr)
+        arg = self.argument(expr.value) if isinstance(expr, cst.Name) else None
+        return self.caller.ds_call(arg) if arg is not None else super().ds_call(expr)
+
+
+def index_tuple(env: Env, expr: cst.BaseExpression) -> Optional[cst.Tuple | cst.List]:
+    """The tuple of indices a name stands for: `idx = (pl.ds(s, bs), slice(None))` in the
+    function, or a helper parameter that receives such a tuple (or a name bound to one)."""
+    for _ in range(8):
+        if isinstance(expr, (cst.Tuple, cst.List)):
+            return expr
+        if isinstance(env, HelperEnv) and env.home(expr) is not env:
+            env = env.home(expr)
+            continue
+        if not isinstance(expr, cst.Name):
+            return None
+        arg = env.argument(expr.value) if isinstance(env, HelperEnv) else None
+        if arg is not None:
+            env, expr = env.caller, arg  # type: ignore[union-attr]
+            continue
+        bound = env.single_assignment(expr.value)
+        if bound is None:
+            return None
+        expr = bound
+    return None
+
+
+def caller_start(env: Env, start: cst.BaseExpression, size: Optional[cst.BaseExpression]) -> cst.BaseExpression:
+    """The start of a helper's `pl.ds(start, bs)` as its caller wrote it (`i * BS`), when `start`
+    is a parameter receiving a traced value: the window then moves with what drives the caller.
+    Followed only while the size means the same number where the start is written (a module
+    constant), so that start and size can be read in one environment."""
+    while isinstance(env, HelperEnv) and isinstance(start, cst.Name) and size is not None:
+        arg = env.argument(start.value)
+        here = env.home(size).static_int(size)
+        if arg is None or not env.value(start).dynamic or here is None or env.caller.static_int(size) != here:
+            break
+        env, start = env.caller, arg
+    return start
+
+
+def home_env(env: Env, expr: cst.CSTNode) -> Env:
+    """The environment `expr` is written in, seen from `env` (see `HelperEnv.home`)."""
+    return env.home(expr) if isinstance(env, HelperEnv) else env
+
+
+def passed_through(env: Env, element: cst.BaseExpression) -> Optional[str]:
+    """Words naming the call(s) that hand `element`'s slice to the helper, when it is a
+    parameter: "`rows` receives `pl.ds(r * 64, 64)` from the call `_norm(...)` at line 17"."""
+    parts: list[str] = []
+    while isinstance(env, HelperEnv) and isinstance(element, cst.Name):
+        arg = env.argument(element.value)
+        if arg is None:
+            break
+        name = env.call.func.value if isinstance(env.call.func, cst.Name) else env.ctx.code(env.call.func)
+        parts.append(f"`{element.value}` receives `{env.ctx.code(arg)}` from the call `{name}(...)` at line {env.ctx.span(env.call).line}")
+        env, element = env.caller, arg
+    return "; ".join(parts) if parts else None
+
+
+def kernel_ref_name(env: Env, name: str, kernel: cst.FunctionDef) -> Optional[str]:
+    """The kernel-level name `name` stands for where `env` sees it: a name of the kernel itself
+    (also closed over by a nested function), or the one a helper's parameter receives, through
+    any chain of calls passing it by name; None for anything else (a helper's own local)."""
+    for _ in range(16):
+        owner = env.owner(name)
+        if owner is None:
+            return None
+        if owner.scope is kernel:
+            return name
+        arg = owner.argument(name) if isinstance(owner, HelperEnv) and name in owner.params else None
+        if not isinstance(arg, cst.Name):
+            return None
+        env, name = owner.caller, arg.value  # type: ignore[union-attr]
+    return None

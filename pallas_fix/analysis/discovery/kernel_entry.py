@@ -1,0 +1,155 @@
+"""Is a kernel's body the whole of what its pallas_call runs, and is the pallas_call the only
+thing that runs it? A rewrite changes the body and the call together, so it is sound only when
+
+- no decorator stands between the def and the pallas_call (a decorator may run code, or write
+  refs, around the body, once per grid step after a lift), except ones known to change nothing
+  (`functools.wraps`, `jax.named_scope`); and
+- nothing else in the module calls or passes the kernel function (another kernel calling it as a
+  helper, a list of kernels, `jax.jit(kernel)`): that code would run the rewritten body without
+  the rewritten call. Names bound to the kernel (`kern = functools.partial(kernel, bs=8)`) count
+  as the kernel.
+
+Other pallas_calls of the same kernel are counted separately (rewrite.common.check_single_call).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects.calls import PURE_DECORATORS
+from pallas_fix.analysis.effects.evaluator import scope_names
+from pallas_fix.analysis.effects.syntax import param_names
+from pallas_fix.core import names as N
+from pallas_fix.core.model import KernelSite
+
+
+def entry_problem(analysis, site: KernelSite) -> Optional[str]:
+    """Why the kernel's body is not only run by this pallas_call, or None."""
+    ctx: ModuleContext = analysis.ctx
+    kernel = site.kernel
+    if kernel is None:
+        return None
+    decorator = _wrapping_decorator(ctx, site, kernel)
+    if decorator is not None:
+        return (
+            f"kernel `{kernel.name.value}` is decorated with `@{ctx.code(decorator.decorator).strip()}`, so its body is "
+            "not the whole kernel (the decorator may run code, or write refs, around it); pallas-fix only rewrites "
+            "kernels whose body is all that runs"
+        )
+    if site.decorated is kernel:
+        return None  # the name is the pallas_call: calling it runs the call, not the body
+    other = _other_use(ctx, analysis.sites, kernel)
+    if other is not None:
+        return (
+            f"kernel `{kernel.name.value}` is also called or passed outside its pallas_call (line {ctx.span(other).line}: "
+            f"`{_statement_text(ctx, other)}`); rewriting its body would change what that code runs"
+        )
+    return None
+
+
+def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.FunctionDef) -> Optional[cst.Decorator]:
+    """The first decorator applied to the kernel before the pallas_call sees it that is not
+    known to leave the function as it is. In the decorator form only those below
+    `@functools.partial(pl.pallas_call, ...)` wrap the body; those above wrap the call."""
+    decorators = list(kernel.decorators)
+    if site.decorated is kernel:
+        at = next((n for n, d in enumerate(decorators) if d.decorator is site.call), -1)
+        decorators = decorators[at + 1 :]
+    for dec in decorators:
+        expr = dec.decorator
+        if ctx.imports.qualify(expr.func if isinstance(expr, cst.Call) else expr) not in PURE_DECORATORS:
+            return dec
+    return None
+
+
+def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[cst.Name]:
+    """A read of the kernel's name (or of a name bound to it) that is not how a pallas_call
+    gets its kernel."""
+    aliases = _aliases(ctx, kernel)
+    passed = {id(s.kernel_expr) for s in sites if s.kernel is kernel and s.kernel_expr is not None}
+    chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
+    for name in _reads(ctx, {n for n, _ in aliases}):
+        binding = _binding_scope(ctx, name)
+        if (name.value, id(binding)) not in aliases:
+            continue
+        if not _feeds(ctx, name, chain):
+            return name
+    return None
+
+
+def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int], tuple[Optional[cst.BaseExpression], cst.CSTNode]]:
+    """(name, id(scope)) of the kernel's def and of every name assigned the kernel, or a
+    functools.partial of it -> (the assigned value, the scope)."""
+    found: dict = {(kernel.name.value, id(ctx.scope_of(kernel))): (None, ctx.scope_of(kernel))}
+    assigns = [
+        n for n in walk(ctx.module)
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
+    ]
+    changed = True
+    while changed:
+        changed = False
+        for node in assigns:
+            inner = _partial_target(ctx, node.value)
+            if not isinstance(inner, cst.Name) or (inner.value, id(_binding_scope(ctx, inner))) not in found:
+                continue
+            key = (node.targets[0].target.value, id(ctx.scope_of(node)))
+            if key not in found:
+                found[key] = (node.value, ctx.scope_of(node))
+                changed = True
+    return found
+
+
+def _partial_target(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`functools.partial(functools.partial(k, a), b)` -> `k`."""
+    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
+def _feeds(ctx: ModuleContext, name: cst.Name, chain: set[int]) -> bool:
+    """`name` is a pallas_call's kernel argument or an alias's value, possibly inside
+    functools.partial(...) layers."""
+    cur: cst.CSTNode = name
+    while id(cur) not in chain:
+        parent = ctx.parent(cur)
+        arg_of = ctx.parent(parent) if isinstance(parent, cst.Arg) else None
+        if not (isinstance(arg_of, cst.Call) and ctx.imports.is_(arg_of.func, N.PARTIAL) and arg_of.args[0] is parent):
+            return False
+        cur = arg_of
+    return True
+
+
+def _reads(ctx: ModuleContext, names: set[str]) -> Iterator[cst.Name]:
+    """Names read anywhere in the module (not the name being bound, an attribute, a keyword)."""
+    for node in walk(ctx.module):
+        if not isinstance(node, cst.Name) or node.value not in names:
+            continue
+        parent = ctx.parent(node)
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.AssignTarget, cst.ImportAlias, cst.AsName)):
+            continue
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue
+        if isinstance(parent, (cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr)) and parent.target is node:
+            continue
+        yield node
+
+
+def _binding_scope(ctx: ModuleContext, name: cst.Name) -> cst.CSTNode:
+    """The innermost scope around `name` that binds it (the module when none does)."""
+    for scope in ctx.scope_chain(name):
+        if isinstance(scope, cst.Module):
+            return scope
+        if name.value in param_names(scope) or name.value in scope_names(ctx, scope):
+            return scope
+    return ctx.module
+
+
+def _statement_text(ctx: ModuleContext, node: cst.CSTNode) -> str:
+    stmt = ctx.statement_of(node)
+    text = " ".join(ctx.code(stmt if isinstance(stmt, cst.SimpleStatementLine) else node).split())
+    return text if len(text) <= 70 else text[:67] + "..."

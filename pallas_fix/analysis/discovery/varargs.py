@@ -1,0 +1,383 @@
+"""Which ref each name a kernel binds from its `*refs` parameter is.
+
+`def kernel(*refs): x_ref, w_ref, o_ref = refs` (or `x_ref, *rest = refs`, `*in_refs, o_ref =
+refs`, `o_ref = refs[-1]`, `def kernel(x_ref, *rest)`) names the refs pallas_call passes through
+the varargs. The call site fixes how many there are (its operands, outputs and scratch shapes),
+so each name is one position in the kernel's ref list, and a planner can treat it as it treats a
+ref parameter. The bindings are read as facts, resolved once the count is known:
+
+- a binding is a kernel-level statement, or one directly in an arm of a kernel-level `if` on a
+  static value (`if has_bias: b_ref, o_ref = refs` / `else: (o_ref,) = refs`, the usual spelling
+  of optional operands). An arm whose unpacking or index does not fit the count cannot run (it
+  raises when traced), so the count picks the arms that do;
+- anything else that reads `refs` (a loop over it, a helper given it, a traced `if`, a nested
+  `if`) leaves the mapping unknown and is refused with what to write instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.values.bindings import scope_bindings
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import KernelSite
+
+
+class VarargsError(Exception):
+    """Why the names bound from `*refs` cannot be mapped to refs."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run of the star list: its items from front index `start` to `end` items before its
+    back (`end` <= 0), as `*rest` unpacking leaves them."""
+
+    start: int = 0
+    end: int = 0
+
+    def length(self, total: int) -> int:
+        return total - self.start + self.end
+
+    def position(self, index: int, total: int) -> Optional[int]:
+        """The star-list position of `run[index]`, None when it is out of range."""
+        n = self.length(total)
+        if not -n <= index < n:
+            return None
+        return self.start + (index if index >= 0 else n + index)
+
+
+# An arm of a kernel-level `if`: (the `if`, "body" or "orelse"); None for the kernel's own body.
+Arm = Optional[tuple[cst.If, str]]
+
+
+@dataclass
+class StarFacts:
+    """What the kernel's statements say about its `*refs` list."""
+
+    star: str
+    binds: list[tuple[Arm, str, _Run, int]] = field(default_factory=list)  # (arm, name, run, index)
+    unpacks: list[tuple[Arm, _Run, int, bool, cst.CSTNode]] = field(default_factory=list)  # (arm, run, n targets, starred, stmt)
+    targets: set[int] = field(default_factory=set)  # ids of the Name nodes the bindings bind
+    # `scale_ref = rest.pop(0) if has_scale else None`: (name, run popped, static test or None, stmt),
+    # in the order the kernel-level statements run; rewrite.callsite.operand_groups maps them.
+    pops: list[tuple[str, _Run, Optional[cst.BaseExpression], cst.CSTNode]] = field(default_factory=list)
+    # `for h_ref in h_refs:` over a starred run: (loop name, run); the name stands for every ref of the run.
+    loops: list[tuple[str, _Run, cst.For]] = field(default_factory=list)
+
+    def names(self) -> set[str]:
+        return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops}
+
+
+def star_facts(ctx: ModuleContext, kernel: cst.FunctionDef, static_test) -> Optional[StarFacts]:
+    """The facts of `kernel`'s `*refs` (None when it has no varargs); `static_test(expr)` says
+    whether an `if` test is a static Python value. Raises VarargsError for a read of the list
+    that is neither unpacking, a constant index nor `len(...)`."""
+    star = kernel.params.star_arg
+    if not isinstance(star, cst.Param):
+        return None
+    facts = StarFacts(star.name.value)
+    lists = {star.name.value: _Run()}  # names standing for runs of the star list
+    pending = [star.name.value]
+    while pending:
+        name = pending.pop()
+        for read in _reads(kernel, name):
+            _read_fact(ctx, kernel, facts, read, lists[name], static_test, lists, pending)
+    return facts
+
+
+def _reads(kernel: cst.FunctionDef, name: str) -> list[cst.Name]:
+    return [n for n in walk(kernel.body) if isinstance(n, cst.Name) and n.value == name]
+
+
+def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_test, lists, pending) -> None:
+    parent = ctx.parent(read)
+    if isinstance(parent, cst.Arg) and isinstance(ctx.parent(parent), cst.Call):
+        call = ctx.parent(parent)
+        if isinstance(call.func, cst.Name) and call.func.value == "len" and len(call.args) == 1:
+            return  # `len(refs)`: a Python int, the same before and after
+    if (isinstance(parent, cst.If) and parent.test is read) or _identity_test(parent):
+        return  # `if residual_refs:`, `refs is not None`: static (the arms' bindings are read as facts)
+    if id(read) in facts.targets:
+        return  # where the sub-list name itself is bound (`x_ref, *rest = refs`); any other binding reads as a use
+    if isinstance(parent, cst.Assign) and parent.value is read and len(parent.targets) == 1:
+        arm = _arm(ctx, kernel, parent, static_test, facts)
+        _unpack(facts, arm, parent.targets[0].target, run, parent, lists, pending)
+        return
+    if _pop_fact(ctx, kernel, facts, read, run):
+        return
+    if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name) and run != _Run():
+        facts.loops.append((parent.target.value, run, parent))  # a Python loop: unrolled when traced, one ref per pass
+        facts.targets.add(id(parent.target))
+        return
+    if isinstance(parent, cst.Subscript) and parent.value is read:
+        index = _constant_index(parent)
+        bound = _bound_to(ctx, parent)
+        if index is not None and bound is not None:
+            target, stmt = bound
+            facts.binds.append((_arm(ctx, kernel, stmt, static_test, facts), target.value, run, index))
+            facts.targets.add(id(target))
+            return
+    raise VarargsError(
+        f"`{ctx.code(ctx.statement_of(read) or read).strip()}` reads `{read.value}` (line {ctx.span(read).line}); "
+        "pallas-fix maps `*refs` to operands only through kernel-level unpacking (`x_ref, o_ref = refs`, "
+        "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
+        "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
+    )
+
+
+def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run) -> bool:
+    """`name = rest.pop(0)` or `name = rest.pop(0) if flag else None`, a kernel-level statement:
+    recorded as a pop (its position depends on which earlier pops run)."""
+    attr = ctx.parent(read)
+    call = ctx.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is read and attr.attr.value == "pop" else None
+    if not (isinstance(call, cst.Call) and call.func is attr and len(call.args) == 1 and _is_zero_arg(call.args[0])):
+        return False
+    holder, test = ctx.parent(call), None
+    if isinstance(holder, cst.IfExp) and holder.body is call:
+        holder, test = ctx.parent(holder), holder.test
+        value = holder.value if isinstance(holder, cst.Assign) else None
+        if not isinstance(value, cst.IfExp) or value.body is not call:
+            return False
+    elif not (isinstance(holder, cst.Assign) and holder.value is call):
+        return False
+    target = holder.targets[0].target if len(holder.targets) == 1 else None
+    if not isinstance(target, cst.Name) or _arm(ctx, kernel, holder, lambda _t: True, facts) is not None:
+        return False
+    facts.pops.append((target.value, run, test, holder))
+    facts.targets.add(id(target))
+    return True
+
+
+def _is_zero_arg(arg: cst.Arg) -> bool:
+    return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Integer) and arg.value.evaluated_value == 0
+
+
+def _identity_test(node) -> bool:
+    """`refs is None` / `refs is not None`: a tuple is never None."""
+    return isinstance(node, cst.Comparison) and all(isinstance(c.operator, (cst.Is, cst.IsNot)) for c in node.comparisons)
+
+
+def _bound_to(ctx, value: cst.BaseExpression) -> Optional[tuple[cst.Name, cst.Assign]]:
+    """The name bound to exactly `value`: `o_ref = value`, or its place in `a, b = value, c`."""
+    holder = ctx.parent(value)
+    if isinstance(holder, cst.Assign) and holder.value is value and len(holder.targets) == 1:
+        target = holder.targets[0].target
+        return (target, holder) if isinstance(target, cst.Name) else None
+    tup = ctx.parent(holder) if isinstance(holder, cst.Element) else None
+    stmt = ctx.parent(tup) if isinstance(tup, cst.Tuple) else None
+    if not (isinstance(stmt, cst.Assign) and stmt.value is tup and len(stmt.targets) == 1):
+        return None
+    target = stmt.targets[0].target
+    if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(tup.elements):
+        return None
+    k = next(k for k, e in enumerate(tup.elements) if e is holder)
+    el = target.elements[k]
+    return (el.value, stmt) if isinstance(el, cst.Element) and isinstance(el.value, cst.Name) else None
+
+
+def _in_target(ctx, name: cst.Name) -> bool:
+    for anc in ctx.ancestors(name):
+        if isinstance(anc, cst.AssignTarget):
+            return True
+        if not isinstance(anc, (cst.BaseElement, cst.Tuple, cst.List)):
+            return False
+    return False
+
+
+def _unpack(facts: StarFacts, arm: Arm, target, run: _Run, stmt, lists, pending) -> None:
+    """`a, *rest, c = run`: a name per item, a run for the starred one, and the length it needs."""
+    if not isinstance(target, (cst.Tuple, cst.List)):
+        raise VarargsError(
+            f"`{facts.star}` is bound whole to another name; unpack it (`x_ref, o_ref = {facts.star}`) so each ref has its own name"
+        )
+    items = [e for e in target.elements]
+    stars = [k for k, e in enumerate(items) if isinstance(e, cst.StarredElement)]
+    facts.unpacks.append((arm, run, len(items), bool(stars), stmt))
+    for k, el in enumerate(items):
+        value = el.value
+        if not isinstance(value, cst.Name):
+            raise VarargsError("a nested pattern unpacks `*refs`; unpack it into plain names")
+        facts.targets.add(id(value))
+        if isinstance(el, cst.StarredElement):
+            after = len(items) - k - 1
+            sub = _Run(run.start + k, run.end - after)
+            if value.value in lists:
+                raise VarargsError(f"`{value.value}` is bound twice from `*refs`")
+            lists[value.value] = sub
+            pending.append(value.value)
+        elif stars and k > stars[0]:
+            facts.binds.append((arm, value.value, run, k - len(items)))
+        else:
+            facts.binds.append((arm, value.value, run, k))
+
+
+def _constant_index(sub: cst.Subscript) -> Optional[int]:
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    value = sub.slice[0].slice.value
+    if isinstance(value, cst.Integer):
+        return int(value.evaluated_value)
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and isinstance(value.expression, cst.Integer):
+        return -int(value.expression.evaluated_value)
+    return None
+
+
+def _arm(ctx: ModuleContext, kernel, stmt: cst.CSTNode, static_test, facts: StarFacts) -> Arm:
+    """Which arm of which kernel-level `if` holds the binding statement `stmt`."""
+    line = ctx.parent(stmt)
+    block = ctx.parent(line) if line is not None else None
+    owner = ctx.parent(block) if block is not None else None
+    if owner is kernel:
+        return None
+    if isinstance(owner, cst.Else):
+        owner, which = ctx.parent(owner), "orelse"
+    else:
+        which = "body"
+    if isinstance(owner, cst.If) and ctx.parent(ctx.parent(owner)) is kernel and isinstance(ctx.parent(owner), cst.IndentedBlock):
+        if not static_test(owner.test):
+            raise VarargsError(
+                f"`{facts.star}` is unpacked under `if {ctx.code(owner.test).strip()}:`, a traced value, so which refs the "
+                "names stand for is not known when the kernel is traced; branch on a static Python value (a "
+                "functools.partial keyword) or unpack before the `if`"
+            )
+        return owner, which
+    raise VarargsError(
+        f"`{facts.star}` is unpacked inside a nested block (line {ctx.span(stmt).line}); unpack it at the kernel's top "
+        "level, or directly in the arms of a kernel-level `if` on a static value (not `elif`)"
+    )
+
+
+def star_ref_names(site: KernelSite, env, leading: int, total: Optional[int]) -> list[Optional[str]]:
+    """The names the kernel binds from its `*refs` for each item of the list, when the kernel
+    receives `total` refs (None: the call site does not say) of which `leading` are named
+    parameters before the varargs. `env` is the kernel's provenance environment."""
+    return star_names(checked_star_facts(site, env), None if total is None else total - leading)
+
+
+def checked_star_facts(site: KernelSite, env) -> StarFacts:
+    """The facts of the kernel's `*refs`, each name bound only from it."""
+    kernel = site.kernel
+    assert kernel is not None
+    facts = star_facts(env.ctx, kernel, lambda test: not env.value(test).dynamic)
+    assert facts is not None
+    if len(site.partial_args) > len(kernel.params.posonly_params) + len(kernel.params.params):
+        raise VarargsError(f"functools.partial binds positional arguments into `*{facts.star}`; bind them by keyword")
+    _refuse_rebound(facts, env)
+    return facts
+
+
+def bound_names(ctx: ModuleContext, kernel: cst.FunctionDef) -> set[str]:
+    """The names `kernel` binds from its `*refs` (none when that cannot be read)."""
+    try:
+        facts = star_facts(ctx, kernel, lambda _test: True)
+    except VarargsError:
+        return set()
+    return facts.names() if facts is not None else set()
+
+
+def star_bound_in(ctx: ModuleContext, kernel: cst.FunctionDef, name: str, scope) -> bool:
+    """Is `name`, read in `scope`, a name `kernel` binds from its `*refs` there: at the kernel's
+    level, or as the target of a loop over them in that scope (a fori_loop body)?"""
+    try:
+        facts = star_facts(ctx, kernel, lambda _test: True)
+    except VarargsError:
+        return False
+    if facts is None:
+        return False
+    in_loops = [loop for n, _, loop in facts.loops if n == name]
+    if in_loops:
+        return all(ctx.scope_of(loop) is scope for loop in in_loops)
+    return scope is kernel and name in facts.names()
+
+
+def binds_from_star(ctx: ModuleContext, name: cst.Name) -> bool:
+    """Is `name` the target of a binding from its kernel's `*refs` (`x_ref` in `x_ref, o_ref = refs`)?
+    Such a mention declares the ref, as a parameter does."""
+    loop = ctx.parent(name)
+    if not (_in_target(ctx, name) or (isinstance(loop, cst.For) and loop.target is name)):  # `for h_ref in h_refs:`
+        return False
+    fn = ctx.enclosing_function(name)
+    while fn is not None and not isinstance(fn.params.star_arg, cst.Param):
+        fn = ctx.enclosing_function(fn) if isinstance(loop, cst.For) else None  # a loop in a fori_loop body
+    if fn is None:
+        return False
+    try:
+        facts = star_facts(ctx, fn, lambda _test: True)
+    except VarargsError:
+        return False
+    return facts is not None and id(name) in facts.targets
+
+
+def _refuse_rebound(facts: StarFacts, env) -> None:
+    """A name bound from `*refs` and also assigned elsewhere in the kernel is not one ref."""
+    nested = {name: loop for name, _, loop in facts.loops if env.ctx.scope_of(loop) is not env.scope}
+    for name, loop in nested.items():  # a loop in a helper of the kernel (a fori_loop body): bound only there
+        facts_binding = [n for _, n, _, _ in facts.binds] + [n for n, *_ in facts.pops + facts.loops]
+        rebound = len(scope_bindings(env.ctx, env.ctx.scope_of(loop)).get(name, [])) != 1  # the loop's own binding only
+        if name in env.params or rebound or facts_binding.count(name) != 1:
+            raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
+    for name in facts.names() - set(nested):
+        own = sum(1 for _, n, _, _ in facts.binds if n == name) + sum(1 for n, *_ in facts.pops + facts.loops if n == name)
+        if name in env.params or len(env.bindings().get(name, [])) != own:
+            raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
+
+
+def star_names(facts: StarFacts, total: Optional[int]) -> list[Optional[str]]:
+    """The name of each item of the star list (None where no name is bound), for a list of
+    `total` refs as the call site fixes it."""
+    if total is None:
+        raise VarargsError(
+            f"the number of refs `*{facts.star}` receives is not fixed at the call site (its operands, out_shape and "
+            "scratch_shapes must be readable); name the refs as parameters"
+        )
+    if total < 0:
+        raise VarargsError(f"the call passes fewer refs than the parameters before `*{facts.star}`")
+    if facts.pops or facts.loops:
+        raise VarargsError(
+            f"the kernel pops refs from `*{facts.star}` or loops over them, which pallas-fix maps only for operands built "
+            "with a literal and `.append` under the same static tests, or passed on as the wrapper's own `*args`"
+        )
+    arms = _running_arms(facts, total)
+    out: list[Optional[str]] = [None] * total
+    where: dict[str, int] = {}
+    for arm, name, run, index in facts.binds:
+        if arm is not None and arm not in arms:
+            continue
+        pos = run.position(index, total)
+        if pos is None or where.get(name, pos) != pos:
+            raise VarargsError(
+                f"`{name}` stands for different refs of `*{facts.star}` in different arms of an `if` that both fit the call's "
+                f"{total} refs, so which operand it is depends on the test; unpack `{facts.star}` in one order and branch where the refs are used"
+            )
+        if out[pos] not in (None, name):
+            raise VarargsError(f"two names (`{out[pos]}`, `{name}`) stand for ref {pos} of `*{facts.star}`")
+        where[name], out[pos] = pos, name
+    # A name only some running arms bind is unbound when another runs: its reads either sit in
+    # code that arm does not reach or fail when traced, so the position it has where bound holds.
+    return out
+
+
+def _fits(facts: StarFacts, arm: Arm, total: int) -> bool:
+    """Can `arm`'s statements run with `total` refs (no unpacking of the wrong length, no index
+    out of range)?"""
+    for at, run, n, starred, _ in facts.unpacks:
+        if at == arm and (run.length(total) < n - 1 if starred else run.length(total) != n):
+            return False
+    return all(run.position(index, total) is not None for at, _, run, index in facts.binds if at == arm)
+
+
+def _running_arms(facts: StarFacts, total: int) -> set[tuple[cst.If, str]]:
+    """The arms that can run with `total` refs; the kernel-level facts must fit."""
+    if not _fits(facts, None, total):
+        raise VarargsError(f"the kernel unpacks `*{facts.star}` with a different number of refs than the call passes")
+    ifs = {arm[0] for arm, *_ in facts.binds + facts.unpacks if arm is not None}
+    running: set[tuple[cst.If, str]] = set()
+    for node in ifs:
+        fitting = {which for which in ("body", "orelse") if _fits(facts, (node, which), total)}
+        if not fitting:
+            raise VarargsError(f"no arm of an `if` fits the {total} refs the call passes through `*{facts.star}`")
+        running |= {(node, which) for which in fitting}
+    return running

@@ -1,0 +1,285 @@
+"""Integer expressions as polynomials over named atoms, for proofs about sizes and grids.
+
+`x.shape[0] // bs * bs + 16` becomes {(floor(x.shape[0]/bs), bs): 1, (): 16}. Atoms are the
+quantities pallas-fix cannot compute (array dims, parameters, quotients); each is keyed so that two
+mentions share a key only when they provably hold the same value: names are followed through
+their single assignment (`m, n = x.shape` makes `m` the atom `x.shape[0]`), a name bound more
+than once gets a key of its own at every mention. Quotients remember what they divide
+(`Atom.num` / `Atom.den`), which is what the bounds proofs in rewrite.proofs.bounds use.
+
+Every atom is taken to be a positive integer: atoms are array dims, block sizes and grid extents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
+from pallas_fix.analysis.context import ModuleContext, Scope
+from pallas_fix.core import names as N
+
+Monomial = tuple[str, ...]  # sorted atom keys, with repeats
+
+
+@dataclass(frozen=True)
+class Poly:
+    terms: tuple[tuple[Monomial, int], ...] = ()  # sorted, no zero coefficients
+
+    @staticmethod
+    def of(terms: dict[Monomial, int]) -> "Poly":
+        return Poly(tuple(sorted((m, c) for m, c in terms.items() if c)))
+
+    @staticmethod
+    def const(value: int) -> "Poly":
+        return Poly.of({(): value})
+
+    @staticmethod
+    def atom(key: str) -> "Poly":
+        return Poly.of({(key,): 1})
+
+    def as_dict(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: "Poly") -> "Poly":
+        out = self.as_dict()
+        for m, c in other.terms:
+            out[m] = out.get(m, 0) + c
+        return Poly.of(out)
+
+    def __sub__(self, other: "Poly") -> "Poly":
+        return self + other.scale(-1)
+
+    def __mul__(self, other: "Poly") -> "Poly":
+        out: dict[Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                m = tuple(sorted(m1 + m2))
+                out[m] = out.get(m, 0) + c1 * c2
+        return Poly.of(out)
+
+    def scale(self, k: int) -> "Poly":
+        return Poly.of({m: c * k for m, c in self.terms})
+
+    def constant(self) -> Optional[int]:
+        """The value when the polynomial has no atoms."""
+        if not self.terms:
+            return 0
+        if len(self.terms) == 1 and self.terms[0][0] == ():
+            return self.terms[0][1]
+        return None
+
+    def monomial(self) -> Optional[tuple[Monomial, int]]:
+        """(atoms, coefficient) when the polynomial is a single term."""
+        return self.terms[0] if len(self.terms) == 1 else None
+
+    def exact_quotient(self, den: "Poly") -> Optional["Poly"]:
+        """self / den when `den` is one term dividing every term of self exactly."""
+        single = den.monomial()
+        if single is None:
+            return None
+        out: dict[Monomial, int] = {}
+        for m, c in self.terms:
+            rest = remove_factors(m, single[0])
+            if rest is None or c % single[1]:
+                return None
+            out[rest] = c // single[1]
+        return Poly.of(out)
+
+
+def remove_factors(m: Monomial, factors: Monomial) -> Optional[Monomial]:
+    """`m` without one occurrence of each of `factors`; None when some factor is missing."""
+    rest = list(m)
+    for f in factors:
+        if f not in rest:
+            return None
+        rest.remove(f)
+    return tuple(rest)
+
+
+@dataclass
+class Atom:
+    key: str
+    text: str  # how the source spells it
+    kind: str = "value"  # "value" | "floor" (num // den) | "ceil" (pl.cdiv(num, den))
+    num: Optional[Poly] = None
+    den: Optional[Poly] = None
+    node: object = None  # an opaque atom's expression, kept alive: its key is the node's id
+
+
+@dataclass
+class Symbols:
+    """Polynomials of the integer expressions of one module; atoms are shared across calls."""
+
+    ctx: ModuleContext
+    atoms: dict[str, Atom] = field(default_factory=dict)
+    _bindings: dict[int, dict] = field(default_factory=dict)
+
+    def poly(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Poly:
+        """`expr` read where `at` stands (names resolve from there)."""
+        if depth > 24:
+            return self._opaque(expr, at)
+        if isinstance(expr, cst.Integer):
+            return Poly.const(int(expr.evaluated_value))
+        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+            inner = self.poly(expr.expression, at, depth + 1)
+            return inner.scale(-1) if isinstance(expr.operator, cst.Minus) else inner
+        if isinstance(expr, cst.BinaryOperation):
+            return self._binary(expr, at, depth)
+        if isinstance(expr, cst.Name):
+            return self._name(expr, at, depth)
+        if isinstance(expr, cst.Call) and self.ctx.imports.qualify(expr.func) in (N.PALLAS + ".cdiv",) and len(expr.args) == 2:
+            num, den = (self.poly(a.value, at, depth + 1) for a in expr.args)
+            return self._quotient("ceil", num, den, expr)
+        if isinstance(expr, cst.Subscript):
+            return self._shape_dim(expr, at, depth)
+        return self._opaque(expr, at)
+
+    def _binary(self, expr: cst.BinaryOperation, at: cst.CSTNode, depth: int) -> Poly:
+        left = self.poly(expr.left, at, depth + 1)
+        right = self.poly(expr.right, at, depth + 1)
+        op = expr.operator
+        if isinstance(op, cst.Add):
+            return left + right
+        if isinstance(op, cst.Subtract):
+            return left - right
+        if isinstance(op, cst.Multiply):
+            return left * right
+        if isinstance(op, cst.FloorDivide):
+            return self._quotient("floor", left, right, expr)
+        a, b = left.constant(), right.constant()
+        if isinstance(op, cst.Modulo) and a is not None and b:
+            return Poly.const(a % b)
+        return self._opaque(expr, at)
+
+    def _quotient(self, kind: str, num: Poly, den: Poly, expr: cst.BaseExpression) -> Poly:
+        return self.quotient(kind, num, den, self.ctx.code(expr))
+
+    def quotient(self, kind: str, num: Poly, den: Poly, text: str) -> Poly:
+        """`num // den` ("floor") or `pl.cdiv(num, den)` ("ceil"), spelled `text`."""
+        a, b = num.constant(), den.constant()
+        if a is not None and b:
+            return Poly.const(a // b if kind == "floor" else -(-a // b))
+        exact = num.exact_quotient(den)
+        if exact is not None:
+            return exact
+        key = f"{kind}({_key(num)} / {_key(den)})"
+        self.atoms.setdefault(key, Atom(key, text, kind, num, den))
+        return Poly.atom(key)
+
+    def _name(self, name: cst.Name, at: cst.CSTNode, depth: int) -> Poly:
+        for scope in self.ctx.scope_chain(at):
+            binds = self._scope_bindings(scope).get(name.value, [])
+            is_param = name.value in _param_names(scope)
+            if not binds and not is_param:
+                continue
+            if is_param:
+                return self._atom(f"{name.value}@{id(scope)}", name.value) if not binds else self._opaque(name, at)
+            value = single_binding(binds)
+            if isinstance(value, Unpack):
+                return self._unpacked(value, name, at, depth)
+            if value is None:
+                return self._opaque(name, at)
+            return self.poly(value, value, depth + 1)
+        return self._atom(f"{name.value}@module", name.value)  # an import or a builtin
+
+    def _unpacked(self, value: Unpack, name: cst.Name, at: cst.CSTNode, depth: int) -> Poly:
+        """`m, n = x.shape`: `m` is `x.shape[0]`."""
+        inner = value.value
+        if isinstance(inner, cst.Attribute) and inner.attr.value == "shape" and isinstance(inner.value, cst.Name):
+            head = self._head_key(inner.value, inner)
+            if head is not None:
+                return self._atom(f"{head}.shape[{value.index}]", f"{self.ctx.code(inner)}[{value.index}]")
+        return self._opaque(name, at)
+
+    def _shape_dim(self, sub: cst.Subscript, at: cst.CSTNode, depth: int) -> Poly:
+        base = sub.value
+        if (
+            isinstance(base, cst.Attribute)
+            and base.attr.value == "shape"
+            and isinstance(base.value, cst.Name)
+            and len(sub.slice) == 1
+            and isinstance(sub.slice[0].slice, cst.Index)
+        ):
+            dim = self.poly(sub.slice[0].slice.value, at, depth + 1).constant()
+            head = self._head_key(base.value, at)
+            if dim is not None and dim >= 0 and head is not None:
+                return self._atom(f"{head}.shape[{dim}]", self.ctx.code(sub))
+        return self._opaque(sub, at)
+
+    def _head_key(self, name: cst.Name, at: cst.CSTNode) -> Optional[str]:
+        """A key for the array `name` stands for where `at` is: its scope when it is bound once."""
+        for scope in self.ctx.scope_chain(at):
+            binds = self._scope_bindings(scope).get(name.value, [])
+            is_param = name.value in _param_names(scope)
+            if binds or is_param:
+                if len(binds) + is_param == 1:
+                    return f"{name.value}@{id(scope)}"
+                reaching = self._reaching_binding(scope, binds, at)
+                return None if reaching is None else f"{name.value}@{id(scope)}#{reaching}"
+        return f"{name.value}@module"
+
+    def _reaching_binding(self, scope: Scope, binds: list, at: cst.CSTNode) -> Optional[int]:
+        """Which of a name's several bindings `at` sees, when straight-line code decides it: every
+        binding is a plain statement of the scope's own body, so the last one before the statement
+        holding `at` wins (0: none before it, the parameter). None when a branch or loop binds it,
+        or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
+        stmts = self.ctx.body_statements(scope)
+        position = {id(st): n for n, st in enumerate(stmts)}
+        holder = next((position[id(a)] for a in (at, *self.ctx.ancestors(at)) if id(a) in position), None)
+        if holder is None:
+            return None
+        seen = []
+        for _how, node in binds:
+            top = next((a for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
+            if top is None or not isinstance(top, cst.SimpleStatementLine):
+                return None
+            seen.append(position[id(top)])
+        if any(n == holder for n in seen):
+            return None
+        before = [n for n in seen if n < holder]
+        return max(before) + 1 if before else 0
+
+    def _atom(self, key: str, text: str) -> Poly:
+        self.atoms.setdefault(key, Atom(key, text))
+        return Poly.atom(key)
+
+    def _opaque(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Poly:
+        """An expression nothing is known about: its own atom, equal to no other mention."""
+        key = f"?{id(expr)}"
+        self.atoms.setdefault(key, Atom(key, self.ctx.code(expr), node=expr))
+        return Poly.atom(key)
+
+    def _scope_bindings(self, scope: Scope) -> dict:
+        found = self._bindings.get(id(scope))
+        if found is None:
+            found = self._bindings[id(scope)] = scope_bindings(self.ctx, scope)
+        return found
+
+    def text(self, p: Poly) -> str:
+        """Source-like text of a polynomial, for messages."""
+        parts = []
+        for m, c in p.terms:
+            atoms = " * ".join(self.atoms[k].text if k in self.atoms else k for k in m)
+            if not atoms:
+                parts.append(str(c))
+            else:
+                parts.append(atoms if c == 1 else f"{c} * {atoms}")
+        return " + ".join(parts).replace("+ -", "- ") or "0"
+
+
+def _param_names(scope: Scope) -> set[str]:
+    if isinstance(scope, (cst.FunctionDef, cst.Lambda)):
+        p = scope.params
+        out = {x.name.value for x in [*p.posonly_params, *p.params, *p.kwonly_params]}
+        for star in (p.star_arg, p.star_kwarg):
+            if isinstance(star, cst.Param):
+                out.add(star.name.value)
+        return out
+    return set()
+
+
+def _key(p: Poly) -> str:
+    return repr(p.terms)

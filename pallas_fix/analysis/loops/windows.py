@@ -1,0 +1,163 @@
+"""Is a dynamic slice a block? Connects detection's environments to the affine decomposer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.core import names as N
+from pallas_fix.analysis.loops.affine import symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.accesses import rewritable_in_place
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.analysis.values.provenance import Env
+
+
+def loop_key(loop) -> str:
+    return f"loop:{id(loop.call)}"
+
+
+def hooks_for(env: Env) -> Hooks:
+    ctx = env.ctx
+
+    def atom_key(expr: cst.BaseExpression) -> Optional[str]:
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PROGRAM_ID) and expr.args:
+            axis = env.static_int(expr.args[0].value)
+            # Negative axes count from the end of a grid the window cannot see: no atom.
+            return None if axis is None or axis < 0 else f"pid:{axis}"
+        if isinstance(expr, cst.Name):
+            carry = env.induction_of(expr)  # a carry stepping with the loop: its index's atom
+            if carry is not None:
+                return loop_key(carry.loop)
+            owner = env.owner(expr.value)
+            if owner is not None and env.param_reaches(expr):
+                val = owner.params[expr.value]
+                if val.origin is Origin.LOOP and val.loop is not None and val.is_index:
+                    return loop_key(val.loop)
+                if val.dynamic:
+                    return f"param:{expr.value}@{id(owner.scope)}"
+        return None
+
+    def atom_bounds(expr: cst.BaseExpression) -> tuple:
+        if isinstance(expr, cst.Name):
+            carry = env.induction_of(expr)
+            if carry is not None:  # `init + step * k` (analysis.loops.induction)
+                return carry.induction.init, carry.induction.step
+            owner = env.owner(expr.value)
+            if owner is not None and env.param_reaches(expr):
+                val = owner.params[expr.value]
+                loop = val.loop
+                if loop is not None and val.is_index:
+                    lower = None if env.static_int(loop.lower) == 0 else loop.lower
+                    step = None if loop.step is None or env.static_int(loop.step) == 1 else loop.step
+                    return lower, step
+        return None, None
+
+    def strip(expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.MULTIPLE_OF) and expr.args:
+            return expr.args[0].value
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.INT_DTYPES) and len(expr.args) == 1:
+            inner = expr.args[0].value
+            if env.value(inner).dynamic:
+                return inner
+        return None
+
+    return Hooks(
+        is_dynamic=lambda e: env.value(e).dynamic,
+        atom_key=atom_key,
+        atom_bounds=atom_bounds,
+        static_int=env.static_int,
+        inline=env.reaching_assignment,
+        strip=strip,
+        code=ctx.code,
+    )
+
+
+@dataclass
+class Window:
+    start: Optional[Affine]
+    size: Optional[Coeff]
+    block: Optional[BlockIndex]  # set when the window provably is a block
+    not_block: bool  # set when it provably is not one
+    reason: str = ""
+    # A block whose index has a symbolic offset (`nb - 1 - i`), for planners that can write the
+    # offset at the call site and prove it in bounds; `block` stays None so others refuse.
+    symbolic_block: Optional[BlockIndex] = None
+
+
+def window_of(use: IndexUse) -> Window:
+    env: Env = use.env  # type: ignore[assignment]
+    if use.starred:
+        return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
+    if not rewritable_in_place(use):
+        return Window(None, None, None, False, "its index tuple has other dims that are not whole (`slice(None)`); write the slices in the subscript itself")
+    if use.kind == "scalar":
+        return scalar_window(use)
+    if use.kind != "ds" or use.start is None:
+        return Window(None, None, None, False, "not a pl.ds window")
+    if use.size is None:
+        return Window(None, None, None, True, "the slice has no static size")
+    if use.size_provenance is not None and use.size_provenance.origin is not Origin.STATIC:
+        return Window(None, None, None, True, f"its size `{env.ctx.code(use.size)}` is traced (dynamic size)")
+    if use.stride is not None and env.static_int(use.stride) not in (None, 1):
+        return Window(None, None, None, True, f"it has stride {env.ctx.code(use.stride)}")
+    hooks = hooks_for(env)
+    start = decompose(use.start, hooks)
+    size_aff = decompose(use.size, hooks)
+    size = size_aff.as_coeff() if size_aff is not None else None
+    if start is not None and size is None and size_aff is not None and size_aff.is_static():
+        # `pl.ds(t * tile, tile + halo)`: the window is the stride plus something, so
+        # consecutive windows overlap (a halo) and cannot be blocks.
+        size_terms = {c.factors: c.mult for c in size_aff.const}
+        for coeff in start.terms.values():
+            if coeff.mult and size_terms.get(coeff.factors) == coeff.mult and len(size_terms) > 1:
+                return Window(
+                    start,
+                    None,
+                    None,
+                    True,
+                    f"the window `{env.ctx.code(use.size)}` is larger than the stride of "
+                    f"`{env.ctx.code(use.start)}`: consecutive windows overlap",
+                )
+    if start is None or size is None:
+        return Window(start, size, None, False, "the start is not an affine function of the index")
+    blk = block_index(start, size)
+    if blk is not None:
+        return Window(start, size, blk, False)
+    if provably_not_block(start, size):
+        return Window(
+            start,
+            size,
+            None,
+            True,
+            f"start `{env.ctx.code(use.start)}` is not a multiple of the window size `{env.ctx.code(use.size)}`"
+            " (overlapping or unaligned windows)",
+        )
+    symbolic = symbolic_offset(start, size)
+    if symbolic is not None:
+        return Window(start, size, None, False,
+                      f"the window starts {symbolic} blocks in, an offset pallas-fix cannot compute from the code "
+                      "(a loop's lower bound, say); it numbers blocks from constant offsets only",
+                      symbolic_block_index(start, size))
+    return Window(start, size, None, False, f"cannot prove `{env.ctx.code(use.start)}` is a multiple of `{env.ctx.code(use.size)}`")
+
+
+_ONE = Coeff(1)
+
+
+def scalar_window(use: IndexUse) -> Window:
+    """A scalar index `a * i + b` is a window of size 1, and every integer start is a block index
+    of a size-1 block: the start itself, once it is affine in loop indices and program ids with
+    static integer coefficients (`r * bs` with `bs` a static name is not: its block index is not
+    a number pallas-fix can write)."""
+    env: Env = use.env  # type: ignore[assignment]
+    assert use.start is not None
+    start = decompose(use.start, hooks_for(env))
+    if start is None:
+        return Window(None, _ONE, None, False, f"the scalar index `{env.ctx.code(use.start)}` is not an affine function of the index")
+    symbolic = [c for c in [*start.terms.values(), *start.const] if c.mult and c.factors]
+    if symbolic:
+        return Window(start, _ONE, None, False,
+                      f"the scalar index `{env.ctx.code(use.start)}` has a coefficient pallas-fix cannot compute from the code")
+    return Window(start, _ONE, block_index(start, _ONE), False)

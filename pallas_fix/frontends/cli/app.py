@@ -1,0 +1,337 @@
+"""Command line: `pallas-fix [OPTIONS] PATHS...`, plus `explain`, `verify`, `record` and `lsp`.
+
+The check form is the default so that users type `pallas-fix --apply kernel.py`. A first argument
+is read as a subcommand only when it is one of the reserved names AND no file of that name exists,
+so a path is never mistaken for a subcommand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from pallas_fix.core.config import ConfigError, parse_backend, parse_target, parse_unroll_limit
+from pallas_fix.core.model import Finding, FixSafety
+from pallas_fix.engine import SourceError
+from pallas_fix.frontends.cli.apply import apply_file
+from pallas_fix.frontends.cli.console import console as _console
+from pallas_fix.frontends.cli.console import escape as _e
+from pallas_fix.frontends.files.files import FileError, iter_files, read_source
+from pallas_fix.frontends.files.notebook_service import notebook_diff
+from pallas_fix.frontends.report import FileReport
+from pallas_fix.frontends.service import (
+    Options,
+    analyse_file,
+    examples_for,
+    propose_fix,
+    unknown_codes_message,
+    runs_in_gpu_interpret,
+    verify_rewrite,
+)
+from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
+from pallas_fix.rules.registry import RULES, describe, unknown_codes
+from pallas_fix.verify.runner import format_verdict
+
+SUBCOMMANDS = ("explain", "verify", "record", "lsp")
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
+
+def _print_diff(text: str, color: bool) -> None:
+    if color:
+        from rich.syntax import Syntax
+
+        _console().print(Syntax(text, "diff", theme="ansi_dark", background_color="default"))
+    else:
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+
+
+def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ignore: bool, color: bool) -> int:
+    reports = _reports(paths, opts, workers, no_ignore)
+    err = _console(stderr=True)
+    exit_code = 0
+    all_findings: list[Finding] = []
+    verdict_json: list[dict] = []
+    for report in reports:
+        counted, code = _present(report, opts, fmt, color, err, verdict_json)
+        all_findings.extend(counted)
+        exit_code = max(exit_code, code)
+    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None)
+    if fmt is Format.text and not opts.diff_only:
+        err.print(_summary(reports, all_findings, opts))
+    if all_findings and exit_code == 0:
+        exit_code = 1
+    return exit_code
+
+
+def _reports(paths: list[str], opts: Options, workers: int, no_ignore: bool) -> list[FileReport]:
+    """One report per path: the paths that cannot be read first, then the analysed files in order."""
+    targets: list[str] = []
+    reports: list[FileReport] = []
+    for path, err in iter_files(paths, no_ignore=no_ignore):
+        if err:
+            reports.append(FileReport(path=path, error=err))
+        else:
+            targets.append(path)
+    if workers > 1 and len(targets) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            reports.extend(pool.map(analyse_file, targets, [opts] * len(targets), chunksize=8))
+    else:
+        reports.extend(analyse_file(p, opts) for p in targets)
+    return reports
+
+
+def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, verdict_json: list[dict]) -> tuple[list[Finding], int]:
+    """Print one file's findings (and diff, or apply its rewrite): (the findings it counts, exit code)."""
+    if report.error:
+        err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(report.error)}", markup=True)
+        return [], 2
+    if report.fix_error:
+        err.print(f"[yellow]warning[/]: {_e(report.path)}: {_e(report.fix_error)}", markup=True)
+    text = fmt is Format.text
+    if not opts.apply:
+        if report.findings and text and not opts.diff_only:
+            print(render_text(report.findings))
+        if report.proposed is not None and text:
+            _print_diff(_diff(report), color)
+        return report.findings, 0
+    status = "unchanged"
+    if report.proposed is not None or any(f.fixable for f in report.findings):
+        status, report = apply_file(report, opts, err, verdict_json)
+    if status in ("written", "unchanged"):
+        if report.remaining and text:
+            print(render_text(report.remaining))
+        return report.remaining, 0
+    if text:
+        print(render_text(report.findings))
+    return report.findings, 2 if status == "error" else 1
+
+
+def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]]) -> None:
+    if fmt is Format.json:
+        print(render_json(findings, verdicts))
+    elif fmt is Format.sarif:
+        print(render_sarif(findings))
+    elif fmt is Format.github:
+        out = render_github(findings)
+        if out:
+            print(out)
+
+
+def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
+    """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
+    finding the first analysis refused), and the unsafe fixes it writes only once verified (or
+    with --unsafe-fixes)."""
+    checked = sum(1 for r in reports if not r.error)
+    summary = f"{len(findings)} finding(s) in {checked} file(s)"
+    if opts.apply:
+        return summary
+    fixed = sum(max(0, len(r.findings) - len(r.remaining)) for r in reports if r.proposed is not None)
+    unsafe = sum(1 for r in reports for f in r.remaining if f.fixable and f.fix_safety is FixSafety.UNSAFE)
+    if fixed:
+        summary += f"; {fixed} fixable with --apply"
+    if unsafe:
+        how = "once verified on an example, or with --unsafe-fixes"
+        summary += f", {unsafe} more {how}" if fixed else f"; {unsafe} fixable with --apply {how}"
+    return summary
+
+
+def _diff(report: FileReport) -> str:
+    if report.notebook is not None:
+        return notebook_diff(report.path, report.notebook)
+    return unified_diff(report.path, report.original or "", report.proposed or "")
+
+
+def _check_target(target: Optional[str]) -> None:
+    if target is not None:
+        _option("--target", parse_target, target)
+
+
+def _option(name: str, parse, value):
+    """`parse(value)` from pallas_fix.core.config, its ConfigError as a usage error of option `name`."""
+    try:
+        return parse(value)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint=name)
+
+
+check_app = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@check_app.command(
+    help="Find dynamic ref slices in Pallas kernels; show (or --apply) verified rewrites into grid axes and BlockSpecs. "
+    "Subcommands: `pallas-fix explain CODE`, `pallas-fix verify FILE`, `pallas-fix record -- CMD`, `pallas-fix lsp`."
+)
+def check(
+    paths: List[str] = typer.Argument(..., help="Files or directories (directories recurse)."),
+    apply: bool = typer.Option(False, "--apply", help="Write the rewrites (verified when examples exist)."),
+    diff: bool = typer.Option(False, "--diff", help="Print only the diff of the proposed rewrites."),
+    unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes marked unsafe."),
+    fmt: Format = typer.Option(Format.text, "--format", help="Output format."),
+    select: List[str] = typer.Option([], "--select", help="Only these rule codes (prefixes allowed)."),
+    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes (prefixes allowed)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="tpu | mosaic-gpu | triton (overrides detection)."),
+    target: Optional[str] = typer.Option(None, "--target", help="default | gpu-interpret | compiled"),
+    unroll_limit: Optional[int] = typer.Option(None, "--unroll-limit", help="Largest trip count R5 unrolls (gpu-interpret target)."),
+    example: List[str] = typer.Option([], "--example", help="Example call for verification, e.g. 'matmul(f32[256, 512], f32[512, 256])'."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="Verify rewrites through the Pallas interpreters before writing."),
+    verify_timeout: float = typer.Option(300.0, "--verify-timeout", help="Seconds allowed for verifying one file."),
+    require_verified: bool = typer.Option(False, "--require-verified", help="Refuse to write rewrites that could not be verified."),
+    synthesise: bool = typer.Option(True, "--synthesise/--no-synthesise", help="Without example calls, find some in the code and its __main__ block."),
+    kernel: List[str] = typer.Option([], "--kernel", help="Rewrite only these kernels (function names)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings remain or a rewrite is refused (errors still exit 2)."),
+    workers: int = typer.Option(1, "--workers", "-j", help="Analyse files in this many processes."),
+    no_ignore: bool = typer.Option(False, "--no-ignore", help="Include hidden and .gitignored paths."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour the diff (default: on a terminal)."),
+) -> None:
+    _check_target(target)
+    _option("--backend", parse_backend, backend)
+    if unroll_limit is not None:
+        _option("--unroll-limit", parse_unroll_limit, unroll_limit)
+    for flag, codes in (("--select", select), ("--ignore", ignore)):
+        unknown = unknown_codes(codes)
+        if unknown:
+            raise typer.BadParameter(unknown_codes_message(unknown), param_hint=flag)
+    opts = Options(
+        apply=apply,
+        diff_only=diff,
+        unsafe_fixes=unsafe_fixes,
+        select=tuple(select),
+        ignore=tuple(ignore),
+        backend=backend,
+        target=target,
+        unroll_limit=unroll_limit,
+        examples=tuple(example),
+        verify=verify,
+        verify_timeout=verify_timeout,
+        require_verified=require_verified,
+        synthesise=synthesise,
+        kernels=tuple(kernel),
+    )
+    use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
+    code = run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color)
+    raise typer.Exit(0 if exit_zero and code == 1 else code)
+
+
+sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@sub_app.command("explain", help="Print a rule's documentation and examples (all rules when no code is given).")
+def explain(code: Optional[str] = typer.Argument(None)) -> None:
+    if code is None:
+        for r in sorted(RULES.values(), key=lambda r: r.code):
+            print(f"{r.code}  {r.name:30s} {r.summary}")
+        return
+    try:
+        print(describe(code))
+    except KeyError:
+        print(f"unknown rule code {code!r}; known: {', '.join(sorted(RULES))}", file=sys.stderr)
+        raise typer.Exit(2)
+    print(RULES[code.upper()].examples_text())
+
+
+@sub_app.command("verify", help="Verify a file's proposed rewrite (FILE) or compare two versions (OLD NEW) without writing.")
+def verify_cmd(
+    files: List[str] = typer.Argument(..., help="FILE, or OLD.py NEW.py"),
+    example: List[str] = typer.Option([], "--example"),
+    verify_timeout: float = typer.Option(300.0, "--verify-timeout"),
+    fmt: Format = typer.Option(Format.text, "--format"),
+    target: Optional[str] = typer.Option(None, "--target"),
+    unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes"),
+) -> None:
+    import json
+
+    if len(files) not in (1, 2):
+        raise typer.BadParameter("give FILE or OLD NEW")
+    _check_target(target)
+    # Verification is how an unsafe fix becomes safe: it considers every plan unless told not to.
+    unsafe = True if unsafe_fixes is None else unsafe_fixes
+    opts = Options(target=target, unsafe_fixes=unsafe, examples=tuple(example), verify_timeout=verify_timeout)
+    old, new = _versions(files, opts, fmt)
+    examples, problem = examples_for(files[0], old, opts)
+    if problem:
+        print(f"error: example: {problem}", file=sys.stderr)
+        raise typer.Exit(2)
+    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=runs_in_gpu_interpret(files[0], old, opts))
+    if fmt is Format.json:
+        print(json.dumps([v.to_json() for v in verdicts], indent=2))
+    else:
+        for v in verdicts:
+            print(format_verdict(v))
+    ok = all(v.status == "verified" for v in verdicts)
+    raise typer.Exit(0 if ok else 1)
+
+
+def _versions(files: list[str], opts: Options, fmt: "Format") -> tuple[str, str]:
+    """`verify`'s two texts: OLD and NEW as given, or FILE and its proposed rewrite."""
+    try:
+        old = read_source(files[0]).text
+        if len(files) == 2:
+            return old, read_source(files[1]).text
+        fixed = propose_fix(files[0], old, opts)
+    except (FileError, ConfigError, SourceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(2)
+    if fixed.error:
+        print(f"error: {files[0]}: {fixed.error}", file=sys.stderr)
+        raise typer.Exit(2)
+    if not fixed.changed:
+        print(f"{files[0]}: nothing to rewrite", file=sys.stderr)
+        if fmt is Format.json:
+            print("[]")  # a JSON reader always gets a list of verdicts
+        raise typer.Exit(0)
+    return old, fixed.source
+
+
+@sub_app.command(
+    "record",
+    help="Run CMD (after --) and record the calls of its kernels' entry functions as example calls in pallas-fix-examples.json.",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+def record_cmd(
+    cmd: List[str] = typer.Argument(..., help="The command to run, e.g. -- pytest tests/kernels"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="The recording (default ./pallas-fix-examples.json)."),
+    max_per_entry: int = typer.Option(3, "--max-per-entry", min=1, help="Examples kept per entry point."),
+) -> None:
+    from pallas_fix.frontends.cli.record import record_command
+
+    raise typer.Exit(record_command(cmd, output, max_per_entry))
+
+
+@sub_app.command("lsp", help="Start the language server on stdio.")
+def lsp_cmd() -> None:
+    # pygls and lsprotocol take a while to import: only the server pays for them.
+    from pallas_fix.frontends.lsp.server import serve
+
+    serve()
+
+
+@sub_app.command("check", hidden=True)
+def _check_alias(paths: List[str]) -> None:  # pragma: no cover - keeps Typer in multi-command mode
+    raise typer.Exit(run_check(paths, Options(), Format.text, 1, False, False))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in SUBCOMMANDS and not os.path.exists(args[0]):
+        sub_app(args=args, prog_name="pallas-fix")
+    else:
+        if args and args[0] == "--":
+            args = args[1:]
+        check_app(args=args, prog_name="pallas-fix")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

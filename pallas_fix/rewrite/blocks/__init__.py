@@ -1,0 +1,6 @@
+"""Block plans ("ref read in blocks of S along dim d at block index I") and what they become: new
+BlockSpecs and index_map parameters, grid axes, renumbered axes, spec slots, the kernel's
+whole-block accesses and R2's scratch entries.
+
+May import core, analysis, rewrite.text, rewrite.callsite and rewrite.proofs (a plan's blocks are
+proved in bounds before they are written; proofs read the plan's data types from blocks.plan)."""

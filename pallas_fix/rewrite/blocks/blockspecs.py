@@ -1,0 +1,160 @@
+"""The source text of a new BlockSpec: the whole array for an operand that had none, or a
+blocked spec for a ref the plan reads in blocks (its old block and index folded in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.core.names import call_arg
+from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
+from pallas_fix.rewrite.blocks.plan import RefBlock
+from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.blocks.grid_params import GridParams
+from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
+from pallas_fix.rewrite.text.syntax import code, is_zero, names_in, paren_text
+
+
+def _tuple_text(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+@dataclass(frozen=True)
+class SpecWriter:
+    cs: CallSite
+    grid: GridParams
+    pl: str  # how the module spells jax.experimental.pallas
+    bounds: Bounds
+
+    def whole(self, slot: Slot) -> str:
+        """A spec for the whole array of `slot`, indexed at zero on every step."""
+        rank = self.cs.rank(slot.param)
+        grid, rest = self.grid.for_spec(Spec(None, None, None))
+        params = ", ".join(grid + rest)
+        shape = _shape_expr(slot)
+        if rank is None or shape is None:
+            return self.plain_whole()
+        return f"{self.pl}.BlockSpec({shape}, lambda {params}: {_tuple_text(['0'] * rank)})"
+
+    def plain_whole(self) -> str:
+        """The whole array without writing its shape (block_shape None: the full array, index_map
+        None: block 0 on every step)."""
+        return f"{self.pl}.BlockSpec()"
+
+    def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
+        """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
+        placement = spec.carried_placement(slot.param)
+        if spec.index_map is not None and not isinstance(spec.index_map, cst.Lambda):
+            raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
+        if spec.index_map is not None and spec.index_exprs is None:
+            raise CallSiteError(f"the index_map of `{slot.param}` does not return a literal tuple")
+        if spec.index_extra:
+            raise CallSiteError(f"the index_map of `{slot.param}` has default, keyword or `**` parameters")
+        other = next((d for d in spec.dims or [] if d.kind == "other"), None)
+        if other is not None:
+            raise CallSiteError(other_dim_refusal(slot.param, other))
+        rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
+        if rank is None:
+            raise CallSiteError(f"cannot tell the rank of `{slot.param}` at the call site")
+        # The kernel sees only the non-squeezed dims: map its dim to the array's.
+        visible = spec.visible_dims() if spec.dims is not None else list(range(rank))
+        if block.dim >= len(visible):
+            raise CallSiteError(f"`{slot.param}` is sliced along dim {block.dim} but its block has {len(visible)} dims")
+        grid, rest = self.grid.for_spec(spec)
+        names = dict(self.grid.names)
+        for n in range(self.grid.ngrid):
+            names[n] = grid[n]
+        if self.grid.adds_axis:
+            names["new"] = grid[-1]
+        dims = _Dims(slot, spec, block, visible[block.dim], block.index.render(names),
+                     {visible[d]: names[axis] for d, axis in block.squeezed.items() if d < len(visible)})
+        entries = [self._dim_entry(dims, e) for e in range(rank)]
+        if slot.kind == "out":
+            self._check_residency(slot, spec, block)
+        shape = _tuple_text([size for size, _ in entries])
+        index = _tuple_text([idx for _, idx in entries])
+        return f"{self.pl}.BlockSpec({shape}, lambda {', '.join(grid + rest)}: {index}{placement})"
+
+    def _dim_entry(self, dims: "_Dims", e: int) -> tuple[str, str]:
+        """(block size, block index) of array dim `e` in the new spec."""
+        spec, block, param = dims.spec, dims.block, dims.slot.param
+        old = spec.dims[e] if spec.dims is not None else None
+        old_block = old.expr if old is not None else None
+        old_index = spec.index_exprs[e] if spec.index_exprs is not None else None
+        kept_index = code(old_index) if old_index is not None else "0"
+        if old is not None and old.kind == "squeezed":
+            return code(old.expr), kept_index  # the user's own spelling: None, pl.squeezed, pl.Squeezed()
+        if e in dims.squeezed:
+            if old_index is not None and not is_zero(old_index):
+                raise CallSiteError(f"dim {e} of `{param}` already has a block index")
+            return "None", dims.squeezed[e]
+        if e == dims.array_dim and block.squeeze:
+            if old_index is not None and not is_zero(old_index):
+                raise CallSiteError(f"dim {e} of `{param}` already has a block index; a squeezed dim cannot nest in it")
+            return "None", dims.new_index
+        if e == dims.array_dim:
+            if old_index is None or is_zero(old_index):
+                return code(block.size), dims.new_index
+            if old is None or old.size is None:
+                raise CallSiteError(f"the BlockSpec of `{param}` has an index but no block shape")
+            self._check_nested(dims, e, old.size, old_index)
+            ratio = f"({code(old.size)} // {paren_text(code(block.size))})"
+            return code(block.size), f"{paren_text(code(old_index))} * {ratio} + {paren_text(dims.new_index)}"
+        if old_block is not None:
+            return code(old_block), kept_index
+        size = self.cs.shape_dim(param, e)
+        if size is None:
+            raise CallSiteError(f"cannot write the size of dim {e} of `{param}` at the call site")
+        return code(size), kept_index
+
+    def _check_nested(self, dims: "_Dims", e: int, outer: cst.BaseExpression, old_index: cst.BaseExpression) -> None:
+        """Sub-block k of existing block i is block `i * (outer // size) + k` only when the size
+        divides the block and no existing block is partial (all of them inside the array)."""
+        param = dims.slot.param
+        self.bounds.require_divides(dims.block.size, outer, param, e)
+        assert isinstance(dims.spec.index_map, cst.Lambda)
+        self.bounds.check_existing_blocks(dims.spec.index_map, old_index, outer, self.cs.shape_dim(param, e), param, e)
+
+    def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock) -> None:
+        """An output block must not be revisited: grid axes its index ignores must all be inner
+        to the ones it uses. Otherwise the output was resident across an axis (an accumulator)
+        and moving its block would write partial results back and start over."""
+        ngrid = self.grid.ngrid
+        used: set[int] = {a for a in block.index.axes if isinstance(a, int)} | set(block.squeezed.values())
+        if self.grid.adds_axis:
+            used.add(ngrid)
+        if spec.index_exprs is not None and spec.index_params:
+            names = {n for e in spec.index_exprs for n in names_in(e)}
+            used |= {n for n, p in enumerate(spec.index_params[:ngrid]) if p in names}
+        total = ngrid + (1 if self.grid.adds_axis else 0)
+        unused = [a for a in range(total) if a not in used]
+        if unused and max(used, default=-1) > min(unused):
+            raise CallSiteError(
+                f"the output `{slot.param}` stays resident across grid axis {min(unused)} "
+                "(an accumulator or a block shared by several steps); blocking it would revisit blocks"
+            )
+
+
+@dataclass(frozen=True)
+class _Dims:
+    """What every dim of one lifted spec needs to know."""
+
+    slot: Slot
+    spec: Spec
+    block: RefBlock
+    array_dim: int  # the array dim the kernel's sliced dim is
+    new_index: str  # the block index along it, rendered
+    squeezed: dict[int, str]  # array dim -> the grid parameter that indexes it (block dim None)
+
+
+def _shape_expr(slot: Slot) -> Optional[str]:
+    if slot.kind == "in":
+        return f"{code(slot.arg)}.shape" if slot.arg is not None and isinstance(slot.arg, (cst.Name, cst.Attribute)) else None
+    if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
+        shape = call_arg(slot.out_shape, 0, "shape")
+        if shape is not None and isinstance(shape, (cst.Tuple, cst.Attribute, cst.Name)):
+            return code(shape)
+    return None

@@ -1,0 +1,129 @@
+"""The parameter names of rebuilt index_maps: one per grid axis (the plan's new axis last),
+then the scalar-prefetch refs. Existing lambdas keep their own names; new ones reuse the names
+the call's other index_maps already use, so the rewritten call reads as one piece. Also the
+semantics the new axis may have (`new_axis_semantics`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+from pallas_fix.core.model import Backend
+from pallas_fix.rewrite.blocks.plan import NewAxis
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.operands import CallSiteError, Spec
+from pallas_fix.rewrite.text.syntax import names_in
+
+_DEFAULT_NAMES = ["i", "j", "k", "l", "m", "n"]
+_META = ("dtype", "shape", "ndim")
+
+
+@dataclass(frozen=True)
+class GridParams:
+    ngrid: int  # axes the grid has before the plan
+    names: dict[object, str]  # grid position, or "new" for the added axis -> parameter name
+    num_prefetch: int
+    adds_axis: bool
+
+    @classmethod
+    def of(cls, cs: CallSite, new_axis: Optional[NewAxis]) -> "GridParams":
+        ngrid = len(cs.grid)
+        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, new_axis is not None)
+
+    def for_spec(self, spec: Spec) -> tuple[list[str], list[str]]:
+        """(grid params, prefetch params) for a rebuilt index_map."""
+        if spec.index_star is not None and len(spec.index_params) < self.ngrid:
+            raise CallSiteError(
+                f"an index_map takes grid indices through `*{spec.index_star}`, so the new grid axis has no place "
+                "among its parameters; give it one parameter per grid axis"
+            )
+        if spec.index_params or spec.index_star is not None:
+            grid = list(spec.index_params[: self.ngrid])
+            rest = list(spec.index_params[self.ngrid :]) + ([f"*{spec.index_star}"] if spec.index_star else [])
+        else:
+            grid = [self.names[n] for n in range(self.ngrid)]
+            rest = [f"_s{n}" for n in range(self.num_prefetch)] if self.num_prefetch else []
+        if self.adds_axis:
+            name = self.names["new"]
+            used = names_in(spec.index_map) if spec.index_map is not None else set()
+            while name in grid or name in rest or name in used:
+                name += "_"
+            grid.append(name)
+        return grid, rest
+
+    def fresh(self, existing: list[str]) -> str:
+        """The new axis's name, made distinct from `existing`."""
+        name = self.names.get("new", "k")
+        while name in existing:
+            name += "_"
+        return name
+
+
+def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[object, str]:
+    names: dict[object, str] = {}
+    for kind in ("in", "out"):
+        for expr in cs.spec_list(kind) or []:
+            if expr is None:
+                continue
+            node = cs.ctx.resolve_value(expr, cs.site.call)
+            if isinstance(node, cst.Call):
+                lam = None
+                for a in node.args:
+                    if isinstance(a.value, cst.Lambda):
+                        lam = a.value
+                if lam is not None and len(lam.params.params) >= ngrid:
+                    for n in range(ngrid):
+                        names.setdefault(n, lam.params.params[n].name.value)
+    taken = set(names.values())
+    preferred = new_axis.name if new_axis else None
+    if preferred and preferred in taken:
+        preferred = None
+    for n in range(ngrid):
+        if n not in names:
+            cand = next(p for p in _DEFAULT_NAMES if p not in taken and p != preferred)
+            names[n] = cand
+            taken.add(cand)
+    if new_axis is not None:
+        names["new"] = preferred or next(p for p in _DEFAULT_NAMES + ["ax"] if p not in taken)
+    return names
+
+
+def new_axis_semantics(cs: CallSite, new_axis: NewAxis, blocked: set[str]) -> str:
+    """The semantics the new axis can have. A "parallel" axis may run its steps at once (TPU
+    megacore, Mosaic GPU, Triton), so every output the kernel touches must move with it: an
+    output whose block stays put across the axis would be written by concurrent steps. Such an
+    output makes the axis sequential where the backend has sequential axes, and is refused
+    where it has not."""
+    if new_axis.semantics != "parallel":
+        return new_axis.semantics
+    resident = [s.param for s in cs.slots.values() if s.kind == "out" and s.param not in blocked]
+    touched = [p for p in resident if _touched(cs, p)]
+    if not touched:
+        return "parallel"
+    backend = cs.backend()
+    if backend is Backend.TPU:
+        return "arbitrary"
+    if backend is Backend.MOSAIC_GPU:
+        return "sequential"
+    raise CallSiteError(
+        f"the output `{touched[0]}` keeps one block across the new grid axis while the kernel touches it; "
+        f"the steps of a new axis may run in parallel on {backend.value} grids, so they would race on it"
+    )
+
+
+def _touched(cs: CallSite, param: str) -> bool:
+    """Does the kernel mention the ref other than for its dtype, rank or shape?"""
+    kernel = cs.site.kernel
+    assert kernel is not None
+    for node in walk(kernel):
+        if not isinstance(node, cst.Name) or node.value != param:
+            continue
+        parent = cs.ctx.parent(node)
+        if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in _META):
+            continue
+        return True
+    return False
+

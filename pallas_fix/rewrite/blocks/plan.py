@@ -1,0 +1,90 @@
+"""What a block plan says about each ref: "read in blocks of S along dim d at block index I",
+and the grid axis a plan may add. The codemods build these; rewrite.blocks.edits turns them into edits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import libcst as cst
+
+
+@dataclass
+class BlockIndexExpr:
+    """sum(mult * axis) + offset, axes named by grid position (or "new" for the added axis)."""
+
+    axes: dict[object, int]  # grid axis position (int) or "new" -> integer multiplier
+    offset: int = 0
+    # A symbolic part of the offset, `+ mult * expr` per term (`x.shape[0] // bs - 1 - i`); the
+    # exprs are kernel-side until `translated` writes them at the call site.
+    symbolic: tuple[tuple[int, cst.BaseExpression], ...] = ()
+
+    def render(self, names: dict[object, str]) -> str:
+        if self.symbolic:
+            return self._render_symbolic(names)
+        parts = []
+        for axis, mult in self.axes.items():
+            name = names[axis]
+            parts.append(name if mult == 1 else f"{mult} * {name}")
+        if self.offset or not parts:
+            parts.append(str(self.offset))
+        text = " + ".join(parts)
+        return text.replace("+ -", "- ")
+
+    def _render_symbolic(self, names: dict[object, str]) -> str:
+        """The offset first, as people write a reversed block (`nb - 1 - i`)."""
+        parts = [_term(mult, _operand(expr)) for mult, expr in self.symbolic]
+        if self.offset:
+            parts.append(str(self.offset))
+        parts.extend(_term(mult, names[axis]) for axis, mult in self.axes.items())
+        return " + ".join(parts).replace("+ -", "- ")
+
+    def translated(self, translate: Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]) -> Optional["BlockIndexExpr"]:
+        """The same index with its symbolic offset written by `translate`; None if a term cannot be."""
+        terms = []
+        for mult, expr in self.symbolic:
+            text = translate(expr)
+            if text is None:
+                return None
+            terms.append((mult, text))
+        return BlockIndexExpr(dict(self.axes), self.offset, tuple(terms))
+
+    def key(self) -> tuple:
+        symbolic = tuple(sorted((cst.Module([]).code_for_node(e), m) for m, e in self.symbolic))
+        return (tuple(sorted((str(k), v) for k, v in self.axes.items())), self.offset) + ((symbolic,) if symbolic else ())
+
+
+def _operand(expr: cst.BaseExpression) -> str:
+    """`expr` as an operand of `+` / `*`: parenthesized unless it binds tighter than both."""
+    text = cst.Module([]).code_for_node(expr)
+    tight = isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
+    tight = tight or (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Multiply)))
+    return text if tight else f"({text})"
+
+
+def _term(mult: int, text: str) -> str:
+    if mult == 1:
+        return text
+    if " " in text:  # `-(x.shape[0] // bs)`: a bare `-x.shape[0] // bs` would floor `-x.shape[0]`
+        text = f"({text})"
+    return f"-{text}" if mult == -1 else f"{mult} * {text}"
+
+
+@dataclass
+class RefBlock:
+    param: str
+    dim: int
+    size: cst.BaseExpression  # call-site expression of the block size
+    index: BlockIndexExpr
+    subscripts: list[tuple[cst.Subscript, set[int]]] = field(default_factory=list)
+    # Kernel dims indexed by exactly `pl.program_id(axis)`: squeezed out of the block (None).
+    squeezed: dict[int, int] = field(default_factory=dict)
+    # The block dim `dim` itself is squeezed (None, size 1): a scalar index (rewrite.kernel.scalar_lift).
+    squeeze: bool = False
+
+
+@dataclass
+class NewAxis:
+    trip: cst.BaseExpression  # call-site trip count
+    name: str  # preferred index_map parameter name
+    semantics: str  # "parallel" | "arbitrary" | "sequential"

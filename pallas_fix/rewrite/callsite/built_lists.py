@@ -1,0 +1,151 @@
+"""Operand and spec lists a wrapper builds with code instead of writing them out.
+
+- `f(*operands)` where `operands = (a, b, c)` is a local tuple or list literal: the operands are
+  its items.
+- `in_specs = [a]` then `in_specs.append(b)` / `in_specs.extend([c, d])` / `in_specs += [e]`,
+  each a plain statement of the block that binds the list, before the pallas_call: the specs
+  are the literal's items followed by the added ones.
+- `in_specs = [a, b] + [c]` (or names bound to such lists): the items of each part in order.
+
+Each item is a node of the source, so an edit of one slot's spec lands where that spec is
+written. Anything else (a conditional append, `insert`, `pop`, a list built in a loop) is not
+read, and the caller refuses as before.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.rewrite.text.syntax import elements
+
+
+def starred_items(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> Optional[list[cst.BaseExpression]]:
+    """The items of `*star`: a local tuple/list literal of names, each bound at most once in the
+    scope (so it means at the call what it meant in the literal)."""
+    if not isinstance(star, cst.Name):
+        return None
+    value = ctx.resolve_value(star, at)
+    if value is star or ctx.scope_of(value) is not ctx.scope_of(at):
+        return None
+    items = elements(value)
+    if items is None or not all(isinstance(i, cst.Name) for i in items):
+        return None
+    scope = ctx.scope_of(at)
+    if any(len(ctx.assignments(i.value, scope)) > 1 for i in items):
+        return None
+    if _mutated(ctx, star.value, scope):
+        return None
+    return items
+
+
+def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
+    """The items of a list `expr` built by a literal plus appends, or by `+` of such lists:
+    (items, ids of the list names the building statements read, the list names read by `expr`
+    and its parts); None when it is not built so."""
+    if isinstance(expr, cst.Name):
+        value = ctx.resolve_value(expr, at)
+        if value is expr:
+            return None
+        added = _appended(ctx, expr.value, value, at)
+        base = built_items(ctx, value, value) if added is not None else None
+        if base is None:
+            return None
+        items, reads, parts = base
+        return items + added[0], reads | added[1], [expr, *parts]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left, right = built_items(ctx, expr.left, at), built_items(ctx, expr.right, at)
+        if left is None or right is None:
+            return None
+        return left[0] + right[0], left[1] | right[1], left[2] + right[2]
+    items = elements(expr) if isinstance(expr, cst.List) else None
+    return (items, set(), []) if items is not None else None
+
+
+def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list, set[int]]]:
+    """What the statements after `name = value` add to the list before the statement holding
+    `at`; None when something else touches it in between or a change is not a plain statement
+    of that block."""
+    binding = ctx.statement_of(value)
+    block = _block_of(ctx, binding)
+    user = next((s for s in block if s is at or any(a is s for a in ctx.ancestors(at))), None)
+    if binding not in block or user is None or block.index(user) < block.index(binding):
+        return None
+    items: list = []
+    reads: set[int] = set()
+    for stmt in block[block.index(binding) + 1 : block.index(user)]:
+        change = list_change(stmt, name)
+        if change is not None:
+            items += change[0]
+            reads.add(change[1])
+        elif any(isinstance(n, cst.Name) and n.value == name for n in walk(stmt)):
+            return None
+    if _changed_elsewhere(ctx, name, block, ctx.scope_of(value)):
+        return None
+    return items, reads
+
+
+def list_change(stmt: cst.CSTNode, name: str) -> Optional[tuple[list, int]]:
+    """`name.append(x)`, `name.extend([..])`, `name += [..]` as a whole statement: (added items,
+    id of the `name` it reads)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.AugAssign) and isinstance(small.operator, cst.AddAssign):
+        target = small.target
+        items = elements(small.value) if isinstance(small.value, cst.List) else None
+        if isinstance(target, cst.Name) and target.value == name and items is not None:
+            return items, id(target)
+        return None
+    if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        return None
+    call = small.value
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == name):
+        return None
+    if len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    arg = call.args[0].value
+    if func.attr.value == "append":
+        return [arg], id(func.value)
+    if func.attr.value == "extend" and isinstance(arg, (cst.List, cst.Tuple)) and elements(arg) is not None:
+        return elements(arg), id(func.value)
+    return None
+
+
+def _block_of(ctx: ModuleContext, stmt: Optional[cst.CSTNode]) -> list:
+    parent = ctx.parent(stmt) if stmt is not None else None
+    return list(getattr(parent, "body", ())) if parent is not None else []
+
+
+def _changed_elsewhere(ctx: ModuleContext, name: str, block: list, scope) -> bool:
+    """The list is changed somewhere but a plain statement of `block` (a nested block, a helper)."""
+    plain = {id(s) for s in block}
+    return any(mutates(node, name) and id(ctx.statement_of(node)) not in plain for node in walk(scope))
+
+
+def _mutated(ctx: ModuleContext, name: str, scope) -> bool:
+    return any(mutates(node, name) for node in walk(scope))
+
+
+_MUTATORS = ("append", "insert", "extend", "pop", "remove", "clear", "reverse", "sort")
+
+
+def mutates(node: cst.CSTNode, name: str) -> bool:
+    """`name.append(...)`, `name += ...` or `name[i] = ...`."""
+    if isinstance(node, cst.Call):
+        func = node.func
+        return (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == name
+            and func.attr.value in _MUTATORS
+        )
+    if isinstance(node, cst.AugAssign):
+        return isinstance(node.target, cst.Name) and node.target.value == name
+    if isinstance(node, cst.AssignTarget):
+        target = node.target
+        return isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and target.value.value == name
+    return False

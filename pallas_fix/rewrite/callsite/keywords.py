@@ -1,0 +1,90 @@
+"""Insert keyword arguments into a pallas_call (or GridSpec / CompilerParams) call the way a
+person would write them: in pallas_call's documented order, copying the call's own layout, and
+one argument per line once a one-line call grows past 80 columns."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.rewrite.text.syntax import code
+
+_KEYWORD_ORDER = ("out_shape", "grid", "in_specs", "out_specs", "scratch_shapes", "compiler_params")
+
+
+def insert_keywords(call: cst.Call, kws: list[tuple[str, str]], anchor: Optional[str], explode: bool = True) -> cst.Call:
+    """Insert `kw=value` arguments where a hand-written call has them (grid, in_specs, out_specs,
+    scratch_shapes after out_shape, in that order), copying the call's layout."""
+    for kw in kws:
+        call = _insert_keyword(call, kw, anchor, explode)
+    return call
+
+
+def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], explode: bool = True) -> cst.Call:
+    kws = [kw]
+    args = list(call.args)
+    pos = len(args)
+    order = _KEYWORD_ORDER.index(kw[0]) if kw[0] in _KEYWORD_ORDER else len(_KEYWORD_ORDER)
+    for n, a in enumerate(args):
+        name = a.keyword.value if a.keyword is not None else ("out_shape" if n == 1 and anchor == "out_shape" else None)
+        if name in _KEYWORD_ORDER and _KEYWORD_ORDER.index(name) < order:
+            pos = n + 1
+        elif name is None and anchor is None and a.keyword is None:
+            pos = n + 1
+    if anchor is not None and pos == len(args) and not any(
+        (a.keyword is not None and a.keyword.value in _KEYWORD_ORDER) for a in args
+    ):
+        pos = min(2, len(args))
+    # Separator: reuse the comma that follows the first argument (keeps multi-line layouts).
+    sep = None
+    for a in args[:-1]:
+        if isinstance(a.comma, cst.Comma):
+            sep = a.comma
+            break
+    if sep is None:
+        sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    new_args = [
+        cst.Arg(
+            keyword=cst.Name(k),
+            value=cst.parse_expression(v),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+            comma=sep,
+        )
+        for k, v in kws
+    ]
+    if pos == len(args) and args:
+        last = args[-1]
+        trailing = last.comma
+        # The whitespace before `)` belongs to the last argument: hand it to the new last one.
+        args[-1] = last.with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
+        new_args[-1] = new_args[-1].with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg)
+    elif pos == len(args):
+        new_args[-1] = new_args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    else:
+        prev = args[pos - 1]
+        if not isinstance(prev.comma, cst.Comma):
+            args[pos - 1] = prev.with_changes(comma=sep)
+    out = call.with_changes(args=args[:pos] + new_args + args[pos:])
+    if explode and _one_line(call) and len(code(out)) > 80:
+        out = explode_args(out)
+    return out
+
+
+def _one_line(call: cst.Call) -> bool:
+    return "\n" not in code(call.with_changes(func=cst.Name("f")))
+
+
+def explode_args(call: cst.Call) -> cst.Call:
+    """One argument per line, as hand-written pallas_calls are laid out."""
+    def nl(last: str = "    ") -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(), indent=True, last_line=cst.SimpleWhitespace(last)
+        )
+
+    args = []
+    for n, a in enumerate(call.args):
+        last = n == len(call.args) - 1
+        comma = cst.Comma(whitespace_after=nl("" if last else "    "))
+        args.append(a.with_changes(comma=comma))
+    return call.with_changes(whitespace_before_args=nl(), args=args)

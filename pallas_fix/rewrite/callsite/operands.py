@@ -1,0 +1,62 @@
+"""What a pallas_call's operands are, as the call-site reader reports them.
+
+`Slot` places one kernel ref parameter among the call's operands; `Spec` is a BlockSpec as
+written; `CallSiteError` carries the reason a call site cannot be read exactly (a refusal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.rewrite.callsite.block_dims import BlockDim
+
+
+class CallSiteError(Exception):
+    """A precondition on the pallas_call failed; the message is the refusal reason."""
+
+
+@dataclass
+class Slot:
+    kind: str  # "prefetch" | "in" | "out" | "scratch"
+    index: int  # position among its kind
+    param: str
+    arg: Optional[cst.BaseExpression] = None  # call-site array (inputs / prefetch)
+    out_shape: Optional[cst.BaseExpression] = None  # ShapeDtypeStruct (outputs)
+
+
+@dataclass
+class Spec:
+    """A BlockSpec as written. block None = whole array; index None = all zeros."""
+
+    node: Optional[cst.BaseExpression]  # the spec expression (None when absent)
+    block: Optional[list[cst.BaseExpression]]
+    index_map: Optional[cst.BaseExpression]  # lambda / function name
+    index_params: list[str] = field(default_factory=list)
+    index_exprs: Optional[list[cst.BaseExpression]] = None  # lambda's returned tuple
+    whole: bool = True  # block is the whole array and index is zero
+    dims: Optional[list[BlockDim]] = None  # what each entry of `block` means
+    index_star: Optional[str] = None  # the lambda's `*args` name: it takes the grid indices past its params
+    index_extra: bool = False  # the lambda has defaults, keyword-only or `**` parameters
+    placement: Optional[str] = None  # `memory_space=...` / `pipeline_mode=...` as written, if any
+
+    def carried_placement(self, param: str) -> str:
+        """`, memory_space=pltpu.VMEM` (as written) to repeat on the spec that replaces this one,
+        or "". A blocked VMEM / SMEM spec or a pipeline mode keeps its meaning on a new block;
+        any other space (`pl.ANY`, HBM) hands the kernel the whole array however it is blocked,
+        so pallas-fix refuses to block it."""
+        if self.placement is None:
+            return ""
+        spaces = [part.split("=", 1)[1].strip() for part in self.placement.split(", ") if part.startswith("memory_space")]
+        if any(not space.endswith((".VMEM", ".SMEM")) for space in spaces):
+            raise CallSiteError(f"the BlockSpec of `{param}` sets `{self.placement}`: blocks in that memory space are "
+                                "not copied in per grid step, so pallas-fix cannot block it")
+        return ", " + self.placement
+
+    def visible_dims(self) -> list[int]:
+        """The array dims the kernel sees (squeezed dims are gone from its view)."""
+        if self.dims is None:
+            return []
+        return [e for e, d in enumerate(self.dims) if d.kind != "squeezed"]

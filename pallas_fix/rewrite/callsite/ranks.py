@@ -1,0 +1,136 @@
+"""How many dims an operand of a pallas_call has, read from the source without running it.
+
+In order of trust: a literal out_shape, a `m, k = x.shape` unpacking in the caller, an output
+built from an input's shape, the file's `# pallas-fix: example` directives, and last the number
+of indices every access to the ref inside the kernel spells out.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.directives import extract_directives
+from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
+from pallas_fix.core.model import KernelSite
+from pallas_fix.core.names import call_arg
+from pallas_fix.rewrite.callsite.operands import Slot
+from pallas_fix.rewrite.text.syntax import elements, is_plain_name
+
+
+def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot) -> Optional[int]:
+    """The rank the call site states for `slot`'s array (not counting its BlockSpec)."""
+    if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
+        found = _out_shape_rank(ctx, site, slots, slot.out_shape)
+        if found is not None:
+            return found
+    if slot.kind in ("in", "prefetch") and is_plain_name(slot.arg):
+        assert slot.arg is not None
+        return _rank_of_array(ctx, site, slot.arg)
+    return None
+
+
+def _rank_of_array(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
+    found = _rank_of_name(ctx, site, name_expr)
+    return found if found is not None else _rank_from_examples(ctx, site, name_expr)
+
+
+def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], sds: cst.Call) -> Optional[int]:
+    shape = call_arg(sds, 0, "shape")
+    if shape is None:
+        return None
+    shape = ctx.resolve_value(shape, site.call)
+    items = elements(shape)
+    if items is not None:
+        return len(items)
+    if not (isinstance(shape, cst.Attribute) and shape.attr.value == "shape" and is_plain_name(shape.value)):
+        return None
+    found = _rank_of_array(ctx, site, shape.value)
+    if found is not None:
+        return found
+    # `ShapeDtypeStruct(x.shape, ...)`: the same rank as the input `x`.
+    text = ctx.code(shape.value)
+    for other in slots.values():
+        if other.kind == "in" and other.arg is not None and ctx.code(other.arg) == text:
+            found = rank_from_kernel(site, other.param)
+            if found is not None:
+                return found
+    return None
+
+
+def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
+    """`m, k = x.shape` in the scope of the call. (An out_shape built from `x.shape[0]`, ... says
+    only that `x` has at least that many dims, so it names no rank.)"""
+    text = ctx.code(name_expr)
+    for node in walk(ctx.scope_of(site.call)):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0].target, node.value
+            if (
+                isinstance(target, (cst.Tuple, cst.List))
+                and isinstance(value, cst.Attribute)
+                and value.attr.value == "shape"
+                and ctx.code(value.value) == text
+                and not any(isinstance(e, cst.StarredElement) for e in target.elements)
+            ):
+                return len(target.elements)
+    return None
+
+
+def _rank_from_examples(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
+    """The file's `# pallas-fix: example entry(f32[256], ...)` directives name the rank of the
+    entry's array parameters; an argument that is such a parameter, passed straight through,
+    has that rank. All directives for the entry must agree."""
+    if not isinstance(name_expr, cst.Name) or "pallas-fix: example" not in ctx.source:
+        return None
+    fn = ctx.enclosing_function(site.invocation) if site.invocation is not None else None
+    if fn is None or ctx.assignments(name_expr.value, fn):
+        return None
+    params = [p.name.value for p in [*fn.params.posonly_params, *fn.params.params]]
+    if name_expr.value not in params:
+        return None
+    position = params.index(name_expr.value)
+    ranks = set()
+    for d in extract_directives(ctx.source):
+        if d.kind != "example":
+            continue
+        try:
+            ex = parse_example(d.text)
+        except (ExampleSyntaxError, ValueError):
+            continue
+        if ex.entry != fn.name.value:
+            continue
+        value = ex.kwargs.get(name_expr.value, ex.args[position] if position < len(ex.args) else None)
+        if isinstance(value, ArgSpec):
+            ranks.add(len(value.shape))
+    return ranks.pop() if len(ranks) == 1 else None
+
+
+def rank_from_kernel(site: KernelSite, param: str) -> Optional[int]:
+    """Every access to the ref spells out the same number of indices and no `...`."""
+    fn = site.kernel
+    assert fn is not None
+    counts = set()
+    for node in walk(fn):
+        if isinstance(node, cst.Subscript):
+            base = node.value
+            if isinstance(base, cst.Attribute) and base.attr.value == "at":
+                base = base.value
+            if isinstance(base, cst.Name) and base.value == param:
+                if any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis) for e in node.slice):
+                    continue
+                counts.add(len(node.slice))
+        if (
+            isinstance(node, cst.Assign)
+            and isinstance(node.value, cst.Attribute)
+            and node.value.attr.value == "shape"
+            and isinstance(node.value.value, cst.Name)
+            and node.value.value.value == param
+            and isinstance(node.targets[0].target, cst.Tuple)
+        ):
+            return len(node.targets[0].target.elements)
+    if len(counts) == 1:
+        n = counts.pop()
+        return n if n >= 2 else None
+    return None

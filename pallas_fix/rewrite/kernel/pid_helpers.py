@@ -1,0 +1,106 @@
+"""Program_id windows reached through ref helpers, for R3 (codemods/program_id_blocks):
+`_gelu(x_ref, o_ref, rows)` called with `rows = pl.ds(pl.program_id(0) * BM, BM)`.
+
+The helper's windows are accesses to the kernel's refs (rewrite.kernel.ref_helpers binds its parameters
+to the call's arguments and checks it has that one caller), so they become whole blocks like the
+kernel's own; the slice parameter nothing reads any more goes, with its argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.discovery.helper_calls import kernel_ref_name
+from pallas_fix.core.model import IndexUse, Origin
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.kernel.ref_access import ref_base
+from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, driven_helpers
+
+
+@dataclass
+class PidHelpers:
+    helpers: list[RefHelper] = field(default_factory=list)
+    error: Optional[Refuse] = None  # why the kernel's ref helpers cannot be rewritten, if they cannot
+
+
+def pid_helpers(analysis, site) -> PidHelpers:
+    """The functions the kernel hands refs to, each with the parameter a program_id value feeds."""
+    try:
+        return PidHelpers(driven_helpers(analysis, site, [site.kernel], lambda val: val.origin is Origin.PROGRAM_ID))
+    except Refuse as why:
+        return PidHelpers(error=why)
+
+
+def use_ref(analysis, use: IndexUse) -> Optional[str]:
+    """The kernel ref parameter a use's subscript goes through (see `kernel_ref_name`)."""
+    base = ref_base(use.subscript)
+    env = analysis.detection.envs.get(analysis.ctx.scope_of(use.subscript))
+    if base is None or env is None or use.kernel_site is None:
+        return None
+    return kernel_ref_name(env, base.value, use.kernel_site.kernel)
+
+
+def ref_subscripts(analysis, site, ref: str, helpers: PidHelpers) -> Iterator[cst.Subscript]:
+    """Every subscript of the kernel ref `ref`: in the kernel and its nested functions, and in
+    the ref helpers, through whichever name the function sees it by."""
+    envs, ctx = analysis.detection.envs, analysis.ctx
+    _check_passed(site, ref, helpers)
+    functions = [site.kernel] + [h.fn for h in helpers.helpers if ctx.scope_of(h.fn) is ctx.module]
+    for fn in functions:
+        for node in walk(fn):
+            base = ref_base(node) if isinstance(node, cst.Subscript) else None
+            env = envs.get(ctx.scope_of(node)) if base is not None else None
+            if env is not None and kernel_ref_name(env, base.value, site.kernel) == ref:  # type: ignore[union-attr]
+                _check_called_once(ctx, site.kernel, node, ref)
+                yield node
+
+
+def _check_called_once(ctx, kernel, node: cst.CSTNode, ref: str) -> None:
+    """Every helper holding the access, between it and the kernel, has one call: its window
+    becomes the block for every call (a `pl.when` / `pl.loop` body is decorated, not called)."""
+    for scope in ctx.scope_chain(node):
+        if scope is kernel or isinstance(scope, cst.Module):
+            break
+        if not isinstance(scope, cst.FunctionDef) or scope.decorators:
+            continue
+        name = scope.name.value
+        mentions = [n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == name and n is not scope.name]
+        if len(mentions) > 1:
+            raise Refuse(
+                f"`{name}` accesses `{ref}` and is used {len(mentions)} times (line {ctx.span(mentions[1]).line}); "
+                "its window would become the block for every call; give each call its own helper"
+            )
+
+
+def passed_ref_args(ctx, site, ref: str, helpers: PidHelpers) -> set[int]:
+    """The call arguments that hand `ref` to a ref helper: not a use of the ref of their own.
+    When the helpers cannot be rewritten and `ref` is handed to a call, that is the refusal."""
+    _check_passed(site, ref, helpers)
+    return {id(n) for h in helpers.helpers for n in h.ref_args}
+
+
+def _check_passed(site, ref: str, helpers: PidHelpers) -> None:
+    """A ref handed to a call when the kernel's ref helpers cannot be rewritten: that is why."""
+    passed = any(isinstance(n, cst.Arg) and isinstance(n.value, cst.Name) and n.value.value == ref for n in walk(site.kernel))
+    if passed and helpers.error is not None:
+        raise helpers.error
+
+
+def drop_unread_slices(ctx, helpers: PidHelpers, removed: set[int], edits: dict) -> set[int]:
+    """Drop each helper's slice parameter nothing reads once the `removed` elements are gone, and
+    its argument; returns the ids of the arguments dropped."""
+    unread = [h for h in helpers.helpers if h.index_param is not None and not _reads(ctx, h, removed)]
+    edits.update(drop_index_edits(unread))
+    return {id(h.index_arg) for h in unread}
+
+
+def _reads(ctx, helper: RefHelper, removed: set[int]) -> bool:
+    """Does the helper mention its slice parameter outside the `removed` elements?"""
+    return any(
+        isinstance(n, cst.Name) and n.value == helper.index_param and not any(id(a) in removed for a in ctx.ancestors(n))
+        for n in walk(helper.fn.body)
+    )

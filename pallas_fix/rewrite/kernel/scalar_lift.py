@@ -1,0 +1,227 @@
+"""Lift scalar indices (`x_ref[r, :]`, `o_ref[t] = ...`) into squeezed (`None`) block dims.
+
+A scalar index `s` at dim d is a window of one element (analysis.loops.windows.scalar_window): its
+block is `None` at dim d, the index_map returning `s` with the loop index replaced by the grid
+index (`pl.BlockSpec((None, cols), lambda i: (i, 0))` for `x_ref[i, :]`). The kernel's view loses
+the dim: `x_ref[r, :]` becomes `x_ref[...]`, `x_ref[r, pl.ds(c, n)]` becomes `x_ref[pl.ds(c, n)]`,
+and the values the kernel computes with keep the rank they had (`x_ref[r, :]` was already 1-D).
+
+A ref's scalars are lifted only when every access of the ref in the loop is that same scalar at
+the same dim (`ScalarCandidate`s of one AccessGroup, settled by `settle_scalars`) and the backend
+accepts the squeezed dim (`squeeze_blocker`). Otherwise they stay as they are, on a ref left
+whole, as rewrite.kernel.scalar_blocks says. What the kernel reads of the ref's shape would change
+meaning (one dim fewer) and is refused (`check_squeezed_reads`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.loops.windows import loop_key, window_of
+from pallas_fix.core.model import Backend, IndexUse
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
+from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.ranks import rank_from_kernel
+from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
+from pallas_fix.rewrite.kernel.squeezed_reads import renumberable
+
+
+@dataclass(frozen=True)
+class ScalarCandidate:
+    """A subscript whose only dynamic indices of the loop are scalars."""
+
+    subscript: cst.Subscript
+    uses: list[IndexUse]
+    written: bool
+
+
+def settle_scalars(analysis, region, loop, groups: dict, candidates: dict[str, list[ScalarCandidate]], kept: list) -> None:
+    """Lift each ref's scalar candidates into its group (a squeezed block along the new axis) or,
+    when something blocks the lift, leave them as scalar indices on a ref left whole
+    (rewrite.kernel.scalar_blocks.windows_to_lift: refused for a write whose iterations would move)."""
+    for ref, found in candidates.items():
+        group = groups[ref]
+        reason = _group_blocker(analysis, region, loop, group, found)
+        for cand in found:
+            if reason is None:
+                group.subscripts.append(cand.subscript)
+                group.uses[id(cand.subscript)] = cand.uses
+                continue
+            windows_to_lift(cand.uses, cand.written and not loop.carries, kept, reason)
+            group.unlifted_accesses.append(cand.subscript)
+            group.written = group.written or cand.written
+
+
+def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) -> Optional[str]:
+    """Why the scalars of one ref cannot become one squeezed block, or None."""
+    ref = group.ref
+    if group.subscripts:
+        return f"`{ref}` is also sliced by a window of the loop index"
+    if group.unlifted_accesses:
+        line = analysis.ctx.span(group.unlifted_accesses[0]).line
+        return f"`{ref}` is also accessed without the loop index inside the loop (line {line})"
+    keys = set()
+    for cand in found:
+        if len(cand.uses) != 1:
+            return f"`{ref}` is indexed by the loop index in more than one dim"
+        use = cand.uses[0]
+        block = window_of(use).block
+        if block is None:
+            return window_of(use).reason
+        if any(k != loop_key(loop) and not k.startswith("pid:") for k in block.atoms):
+            return f"the scalar index `{analysis.ctx.code(use.start)}` depends on a value no grid axis provides"
+        keys.add((use.dim, tuple(sorted(block.atoms.items())), block.offset))
+    if len(keys) != 1:
+        return f"`{ref}` is indexed at different scalars within one iteration"
+    other = _other_mention(analysis.ctx, region, ref, [c.subscript for c in found])
+    if other is not None:
+        return other
+    site = region.site
+    try:  # an unreadable call site leaves the scalars as they are; the planner says why it refuses
+        cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
+        return squeeze_blocker(cs, ref, found[0].uses[0].dim)
+    except CallSiteError as err:
+        return str(err)
+
+
+def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Optional[str]:
+    """A mention of `ref` in the kernel that a squeezed block would change or break: anything
+    but the scalar accesses themselves, `.dtype`, the loop's bounds (gone with the loop) and the
+    shape reads rewrite.kernel.squeezed_reads renumbers. Other uses of `.shape` (`.size`, the whole
+    shape) lose the squeezed dim; accesses outside the loop would see one element."""
+    loop = region.loop
+    bounds = [loop.lower, loop.upper, *([loop.step] if loop.step is not None else []), *region.bound_stmts]
+    bases = {id(s.value.value if isinstance(s.value, cst.Attribute) else s.value) for s in subscripts}
+    for node in walk(region.site.kernel):
+        if not isinstance(node, cst.Name) or node.value != ref or id(node) in bases:
+            continue
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.attr is node):
+            continue
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "dtype":
+            continue
+        in_init = loop.init is not None and any(a is loop.init for a in ctx.ancestors(node))
+        if renumberable(ctx, node) and not in_init:
+            continue  # rewritten for the squeezed view (rewrite.kernel.squeezed_reads); R2 rewrites a carry's init from its source
+        if any(a is b for a in ctx.ancestors(node) for b in bounds):
+            continue
+        what = f"`{ref}.{parent.attr.value}`" if isinstance(parent, cst.Attribute) and parent.value is node else f"`{ref}`"
+        return (f"{what} is read at line {ctx.span(node).line}, which a block squeezing the scalar's dim would "
+                "change (one dim fewer, one element per step)")
+    return None
+
+
+def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
+    """Why the backend would reject a squeezed block dim at the kernel's dim `dim` of `ref`, or None.
+
+    Measured with jax 0.12: the HLO and TPU interpreters accept a squeezed dim anywhere, even the
+    only dim of a 1-D ref (the kernel then sees a 0-d ref). Triton and Mosaic GPU lowering take a
+    squeezed dim's index as an element offset (`jax/_src/pallas/triton/lowering.py`
+    `_get_start_index`, `jax/_src/pallas/mosaic_gpu/lowering.py` `_get_block_indices`), at any
+    dim; the dims left keep the sizes of the whole-array block the original already had, so
+    Triton's power-of-two rule is no new constraint. TPU lowering (`jax/_src/pallas/mosaic/
+    lowering.py`, `_check_block_mappings`) requires the last two block dims to be multiples of
+    (8, 128) or whole, and a squeezed dim counts as 1: only leading dims of a rank >= 3 array
+    squeeze (`(None, 16, 128)` of a (4, 16, 128) array). An unknown backend is held to TPU's rule,
+    as the rest of pallas-fix does (rewrite.kernel.scalar_blocks._tpu_note)."""
+    slot = cs.slots.get(ref)
+    if slot is None:
+        return f"`{ref}` is not a kernel parameter pallas-fix can map to an operand"
+    try:
+        spec = cs.spec_of(slot)
+    except CallSiteError as err:
+        return str(err)
+    rank = len(spec.block) if spec.block is not None else cs.rank(ref)
+    if rank is None:
+        return f"cannot tell the rank of `{ref}` at the call site"
+    spelled = rank_from_kernel(cs.site, ref) if spec.block is None else None
+    if spelled is not None and spelled != rank:
+        # The call site's rank is read from how the wrapper builds shapes; the block written
+        # from it must match the array.
+        return f"the kernel indexes `{ref}` with {spelled} indices but the call site suggests rank {rank}"
+    if cs.backend() in (Backend.TRITON, Backend.MOSAIC_GPU):
+        return None
+    visible = spec.visible_dims() if spec.dims is not None else list(range(rank))
+    array_dim = visible[dim] if dim < len(visible) else dim
+    if array_dim >= rank - 2:
+        unknown = " (the backend is unknown, so pallas-fix holds it to TPU's rules)" if cs.backend() is Backend.UNKNOWN else ""
+        return (f"TPU lowering rejects a squeezed (None) block dim among a block's last two dims "
+                f"(dim {array_dim} of the {rank}-D `{ref}`){unknown}")
+    return None
+
+
+def scalar_block_size(cs: CallSite, use: IndexUse) -> cst.BaseExpression:
+    """The size of a squeezed block dim (one element), once the backend accepts it at `use`'s dim."""
+    blocker = squeeze_blocker(cs, use.ref_name, use.dim)
+    if blocker is not None:
+        raise scalar_lift_refusal(use, blocker)
+    return cst.Integer("1")
+
+
+def check_one_form(ref: str, one: IndexUse, other: IndexUse) -> None:
+    """Two accesses of `ref` along one dim, one at a scalar and one through a window: one block
+    cannot serve both (a squeezed dim has no rows around the scalar, a window's block no
+    element offset of the whole array)."""
+    if (one.kind == "scalar") == (other.kind == "scalar"):
+        return
+    scalar, window = (one, other) if one.kind == "scalar" else (other, one)
+    ctx = scalar.env.ctx  # type: ignore[attr-defined]
+    raise Refuse(
+        f"`{ref}` is accessed both at the scalar `{ctx.code(scalar.start)}` (line {scalar.span.line}) and through "
+        f"the window `{ctx.code(window.element)}` (line {window.span.line}) along dim {scalar.dim}; one block cannot "
+        "serve both: take the row from the window instead (`x[0]` of the block), or keep the index as it is"
+    )
+
+
+def check_squeezable(cs: CallSite, ref: str, dims) -> None:
+    """The dims a window's planner squeezes beside it (`o_ref[b, pl.ds(t * bt, bt)]`, b a grid
+    index): refused where TPU lowering would reject them. Only for a backend known to be TPU:
+    these squeezes predate the scalar lift and have always been written for unknown backends."""
+    if cs.backend() is not Backend.TPU:
+        return
+    for dim in dims:
+        blocker = squeeze_blocker(cs, ref, dim)
+        if blocker is not None:
+            raise Refuse(f"`{ref}`'s dim {dim} would become a squeezed (None) block dim: {blocker}; "
+                         "index a block of several rows there instead (`pl.ds(b * 8, 8)`)")
+
+
+def block_subscript_edit(block, dims: set[int]):
+    """The kernel-side edit of one lifted access: a window becomes the whole block
+    (rewrite.blocks.kernel_edits), a squeezed dim's scalar disappears from the subscript."""
+    if block.squeeze:
+        return kernel_subscript_edit(set(), frozenset(dims) | frozenset(block.squeezed))
+    return kernel_subscript_edit(dims, frozenset(block.squeezed))
+
+
+def check_squeezed_reads(analysis, site, blocks, bounds=()) -> None:
+    """A squeezed ref's view has one dim fewer: `.shape[1]` becomes `.shape[0]`, unpackings lose a
+    name. The plan's extent edits renumber those (rewrite.kernel.squeezed_reads); `.size` and the whole
+    shape used as a value would change meaning and are refused. Reads inside `bounds` (the loop's
+    bounds, which disappear with the loop) are fine."""
+    squeezed = {b.param: b for b in blocks if b.squeeze}
+    if not squeezed or site.kernel is None:
+        return
+    ctx = analysis.ctx
+    for node in walk(site.kernel):
+        if not isinstance(node, cst.Name) or node.value not in squeezed:
+            continue
+        parent = ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("shape", "ndim", "size")):
+            continue
+        if renumberable(ctx, node):
+            continue
+        if any(a is b for a in ctx.ancestors(node) for b in bounds):
+            continue
+        dim = squeezed[node.value].dim
+        raise Refuse(
+            f"`{node.value}.{parent.attr.value}` is read in the kernel (line {ctx.span(node).line}); once dim {dim} is "
+            f"squeezed out of `{node.value}`'s block its view has one dim fewer: read the size from another ref, "
+            "read single dims (`x_ref.shape[1]`), or pass it in as a static argument"
+        )

@@ -1,0 +1,391 @@
+"""What R6 (scalar prefetch) reads off a kernel: a window whose start is a table entry in blocks.
+
+`x_ref[pl.ds(idx_ref[i] * bs, bs), :]` reads block `idx_ref[i]` of `x_ref`. When `idx_ref` is an
+operand the kernel only reads as scalars and `i` is a grid index, the table can travel as a
+scalar-prefetch operand and the block index can move into `x_ref`'s index_map
+(`lambda i, idx_ref: (idx_ref[i], 0)`), as JAX's paged-attention kernels pick their pages.
+
+The entry may be read through a one-element slice (`idx_ref[pl.ds(i, 1)].reshape(())`, `[0]`;
+rewrite.prefetch.spellings): the read then says so (`TableRead.spelled`) and R6 spells it as the
+scalar read before the rest. `gather_of` finds that window (the same one at every access of the gathered ref) and
+`check_table` that the table may become a scalar-prefetch operand. A table index that reads a
+loop index (`idx_ref[k]` inside `fori_loop`) is reported as such (`Gather.loop`): the loop must
+become a grid axis first. Everything else is a `Refuse` saying what the user could change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.loops.affine import Affine, block_index, decompose, provably_not_block
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.effects.model import kernel_writes, write_words
+from pallas_fix.analysis.loops.symbolic import Poly
+from pallas_fix.analysis.loops.windows import hooks_for
+from pallas_fix.core.model import IndexUse, LoopInfo, Origin
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
+from pallas_fix.rewrite.prefetch.spellings import SpelledRead, one_element_read
+from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
+from pallas_fix.rewrite.text.syntax import code, paren_text
+
+
+@dataclass
+class TableRead:
+    """`table[e0, e1, ...]`, each index an integer sum of grid axes (int) or of the loop ("loop")."""
+
+    table: str
+    index: list[BlockIndexExpr]
+    loop: Optional[LoopInfo] = None
+    # The entry read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`, ...): spelled
+    # as the scalar `t[i]` before the rest is planned (rewrite.prefetch.spellings).
+    spelled: list[SpelledRead] = field(default_factory=list)
+
+    def key(self) -> tuple:
+        return (self.table, tuple(e.key() for e in self.index))
+
+
+@dataclass
+class Gather:
+    """Every access of `ref` reads the block `mult * table[...] + offset` of `size` along `dim`."""
+
+    ref: str
+    dim: int
+    size: cst.BaseExpression  # as written in the kernel
+    size_env: object
+    read: TableRead
+    mult: int
+    offset: int
+    subscripts: list[cst.Subscript] = field(default_factory=list)
+
+    @property
+    def table(self) -> str:
+        return self.read.table
+
+    @property
+    def loop(self) -> Optional[LoopInfo]:
+        return self.read.loop
+
+
+class _Loads:
+    """Decomposes starts with table loads as atoms: `load:<n>` names the n-th distinct load."""
+
+    def __init__(self, analysis, site, env, ngrid: int) -> None:
+        self.analysis, self.site, self.env, self.ngrid = analysis, site, env, ngrid
+        self.ctx = analysis.ctx
+        self.reads: dict[str, TableRead] = {}
+        self.problems: dict[str, str] = {}
+        base = hooks_for(env)
+        self.base = base
+        self.hooks = dataclasses.replace(base, atom_key=self._atom_key)
+
+    def _atom_key(self, expr: cst.BaseExpression) -> Optional[str]:
+        key = self.base.atom_key(expr)
+        if key is not None:
+            return key
+        spelled = one_element_read(self.env, expr)
+        if spelled is not None:
+            read, problem = self._read(spelled.table, list(spelled.index), expr)
+        elif isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and self.env.value(expr.value).is_ref:
+            read, problem = self._read(expr.value.value, self._scalar_index(expr), expr)
+        else:
+            return None
+        if read is None:
+            key = f"bad:{len(self.problems)}"
+            self.problems[key] = problem or ""
+            return key
+        for k, seen in self.reads.items():
+            if seen.key() == read.key():
+                seen.spelled += [spelled] if spelled is not None else []
+                return k
+        key = f"load:{len(self.reads)}"
+        read.spelled = [spelled] if spelled is not None else []
+        self.reads[key] = read
+        return key
+
+    def _scalar_index(self, sub: cst.Subscript) -> Optional[list[cst.BaseExpression]]:
+        """The index expressions of a scalar read `t[e0, e1]`; None when one is a slice."""
+        out = []
+        for el in sub.slice:
+            if not isinstance(el.slice, cst.Index) or self.env.ds_parts(el.slice.value) is not None:
+                return None
+            out.append(el.slice.value)
+        return out
+
+    def _read(self, table: str, indices: Optional[list[cst.BaseExpression]],
+              sub: cst.BaseExpression) -> tuple[Optional[TableRead], Optional[str]]:
+        owner = self.env.owner(table)
+        if owner is None or owner.scope is not self.site.kernel or table not in owner.params:
+            return None, f"`{code(sub)}` does not read one of the kernel's own ref parameters"
+        if indices is None:
+            return None, f"`{code(sub)}` is not a scalar read of `{table}`"
+        index: list[BlockIndexExpr] = []
+        loop: Optional[LoopInfo] = None
+        for value in indices:
+            aff = decompose(value, self.base)
+            if aff is None:
+                return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
+            axes: dict[object, int] = {}
+            for key, coeff in aff.terms.items():
+                if not coeff.mult:
+                    continue
+                if coeff.factors:
+                    return None, f"the table index `{code(value)}` scales an index by `{' * '.join(coeff.factors)}`"
+                if key.startswith("pid:") and int(key[4:]) < self.ngrid:
+                    axes[int(key[4:])] = coeff.mult
+                elif key.startswith("loop:"):
+                    found = _loop_of(self.env, aff.atoms[key])
+                    if found is None or (loop is not None and found is not loop):
+                        return None, f"the table index `{code(sub)}` reads more than one loop index"
+                    loop = found
+                    axes["loop"] = coeff.mult
+                else:
+                    return None, f"the table index `{code(value)}` reads `{code(aff.atoms[key])}`, which no grid axis provides"
+            offset = _int_const(aff)
+            if offset is None:
+                return None, f"the table index `{code(value)}` has an offset pallas-fix cannot compute"
+            index.append(BlockIndexExpr(axes, offset))
+        return TableRead(table, index, loop), None
+
+
+def _loop_of(env, expr: cst.BaseExpression) -> Optional[LoopInfo]:
+    if not isinstance(expr, cst.Name):
+        return None
+    owner = env.owner(expr.value)
+    val = owner.params.get(expr.value) if owner is not None else None
+    return val.loop if val is not None and val.origin is Origin.LOOP else None
+
+
+def _int_const(aff: Affine) -> Optional[int]:
+    total = 0
+    for c in aff.const:
+        if c.factors:
+            return None
+        total += c.mult
+    return total
+
+
+def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
+    """The table block one data-dependent window reads."""
+    ref = use.ref_name
+    if use.kind != "ds" or use.start is None or use.size is None:
+        raise Refuse(f"the window on `{ref}` is not a `pl.ds(start, size)` slice with a static size")
+    if use.size_provenance is not None and use.size_provenance.origin is not Origin.STATIC:
+        raise Refuse(f"the window on `{ref}` has a traced size `{code(use.size)}`; a block needs a static size")
+    if use.stride is not None and use.env.static_int(use.stride) not in (None, 1):
+        raise Refuse(f"the window on `{ref}` has a stride; blocks are contiguous")
+    loads = _Loads(analysis, site, use.env, ngrid)
+    start = decompose(use.start, loads.hooks)
+    size_aff = decompose(use.size, loads.base)
+    size = size_aff.as_coeff() if size_aff is not None else None
+    bad = next((p for k, p in loads.problems.items() if start is not None and k in start.terms), None)
+    if bad:
+        raise Refuse(bad)
+    if start is None or size is None or not size.mult:
+        raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
+    blk = block_index(start, size)
+    if blk is None:
+        stride = next((c for k, c in start.terms.items() if k.startswith("load:") and c.mult), None)
+        wider = size.divide(stride) if stride is not None else None
+        if wider is not None and wider > 1:
+            raise Refuse(
+                f"the window `{code(use.size)}` of `{ref}` is {wider} times the stride its start moves by per table "
+                "entry, so the windows of neighbouring entries overlap and no block numbering covers them; store "
+                f"block numbers in units of the window (start at `table[...] * {paren_text(code(use.size))}`)"
+            )
+        if provably_not_block(start, size) or stride is not None:
+            raise Refuse(
+                f"the start `{code(use.start)}` of `{ref}` is not a whole number of windows of `{code(use.size)}` "
+                "(overlapping or misaligned windows); scalar prefetch gathers whole blocks, so store block numbers "
+                f"in the table and start at `table[...] * {paren_text(code(use.size))}`"
+            )
+        raise Refuse(f"cannot prove the start `{code(use.start)}` of `{ref}` is a multiple of `{code(use.size)}`")
+    loads_in = [k for k in blk.atoms if k.startswith("load:")]
+    others = [k for k in blk.atoms if not k.startswith("load:")]
+    if len(loads_in) != 1:
+        raise Refuse(f"the start `{code(use.start)}` of `{ref}` reads {len(loads_in)} table entries; scalar prefetch picks a block by one")
+    if others:
+        raise Refuse(
+            f"the start `{code(use.start)}` of `{ref}` also moves with `{code(blk.atom_exprs[others[0]])}`; "
+            "only a table entry (times the window) can pick the block"
+        )
+    return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
+
+
+def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
+    """The one table block every access of `ref` in the kernel reads (its other dims whole)."""
+    ctx = analysis.ctx
+    by_sub: dict[int, list[IndexUse]] = {}
+    for u in uses:
+        by_sub.setdefault(id(u.subscript), []).append(u)
+    found: Optional[Gather] = None
+    allowed: set[int] = set()
+    for node in walk(site.kernel):
+        if not isinstance(node, cst.Subscript):
+            continue
+        base = ref_base(node)
+        if base is None or base.value != ref or not _is_kernel_param(analysis, site, node, ref):
+            continue
+        sub_uses = by_sub.get(id(node), [])
+        line = ctx.span(node).line
+        if len(sub_uses) != 1:
+            raise Refuse(
+                f"`{ref}` is also accessed without the data-dependent window (line {line}); after the rewrite "
+                "the kernel sees only the gathered block"
+                if not sub_uses
+                else f"`{ref}` has data-dependent windows in more than one dimension (line {line})"
+            )
+        gather = _use_gather(analysis, site, sub_uses[0], ngrid)
+        for n, el in enumerate(node.slice):
+            if n != gather.dim and not _whole(el):
+                raise Refuse(
+                    f"`{ref}` is indexed along dim {n} as well (`{code(el)}`, line {line}); pallas-fix gathers blocks "
+                    "that span the ref's other dims"
+                )
+        entry = (gather.dim, code(gather.size), gather.read.key(), gather.mult, gather.offset)
+        if found is None:
+            found = gather
+            found_entry = entry
+        elif entry != found_entry:
+            raise Refuse(f"`{ref}` is read at different table blocks in one grid step (line {line})")
+        found.subscripts.append(node)
+        allowed.add(id(base))
+    if found is None:
+        raise Refuse(f"no data-dependent window on `{ref}` in the kernel")
+    _check_other_mentions(analysis, site, ref, allowed, found.dim)
+    return found
+
+
+def check_not_written(analysis, site, ref: str) -> None:
+    """The gathered input is only read: its block is a fresh copy in every grid step."""
+    ctx = analysis.ctx
+    for write in kernel_writes(analysis, site):
+        if write.ref == ref:
+            raise Refuse(
+                f"the kernel writes the input `{ref}` through {write_words(ctx, write)} (line {ctx.span(write.entry).line}); "
+                "a gathered block is a fresh copy in every grid step, so later steps would not see the write"
+            )
+
+
+def _is_kernel_param(analysis, site, node: cst.CSTNode, name: str) -> bool:
+    """`name` at `node` is the kernel's own parameter (no nested function rebinds it)."""
+    fn = analysis.ctx.enclosing_function(node)
+    env = analysis.detection.envs.get(fn) or analysis.detection.envs.get(site.kernel)
+    owner = env.owner(name) if env is not None else None
+    return owner is not None and owner.scope is site.kernel and name in owner.params
+
+
+def _whole(el: cst.SubscriptElement) -> bool:
+    s = el.slice
+    if isinstance(s, cst.Index):
+        return isinstance(s.value, cst.Ellipsis)
+    return isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
+
+
+def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int) -> None:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and the other dims' sizes."""
+    ctx, env = analysis.ctx, analysis.detection.envs.get(site.kernel)
+    for node in walk(site.kernel):
+        if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
+            continue
+        if not _is_kernel_param(analysis, site, node, ref):
+            continue
+        kind, d = mention_kind(ctx, node, env)
+        if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
+            continue
+        if kind == "shape":
+            raise shape_refusal(ref)
+        raise Refuse(f"`{ref}` is used outside its data-dependent window (line {ctx.span(node).line})")
+
+
+def check_table(analysis, site, table: str) -> None:
+    """The kernel only reads `table` one scalar at a time and never writes it: scalar-prefetch
+    operands live in SMEM and are read-only."""
+    ctx = analysis.ctx
+    env = analysis.detection.envs.get(site.kernel)
+    for write in kernel_writes(analysis, site):
+        if write.ref != table:
+            continue
+        line = ctx.span(write.entry).line
+        verb = "may write" if write.opaque else "writes"
+        raise Refuse(
+            f"the kernel {verb} the table `{table}` through {write_words(ctx, write)} (line {line}); a scalar-prefetch "
+            "table is read-only, so compute the table before the pallas_call"
+        )
+    for node in walk(site.kernel):
+        if not isinstance(node, cst.Name) or node.value != table or not _is_kernel_param(analysis, site, node, table):
+            continue
+        kind, _ = mention_kind(ctx, node, env)
+        if kind in ("param", "meta", "shape"):
+            continue
+        parent = ctx.parent(node)
+        local = analysis.detection.envs.get(ctx.enclosing_function(node)) or env
+        if isinstance(parent, cst.Subscript) and parent.value is node and _scalar_read(local, parent):
+            continue
+        raise Refuse(
+            f"the kernel uses the table `{table}` other than by reading one entry at a time (`{ctx.code(parent)}`, "
+            f"line {ctx.span(node).line}); scalar-prefetch operands live in SMEM and are read as scalars"
+        )
+
+
+def _scalar_read(env, sub: cst.Subscript) -> bool:
+    for el in sub.slice:
+        s = el.slice
+        if not isinstance(s, cst.Index) or isinstance(s.value, cst.Ellipsis) or env.ds_parts(s.value) is not None:
+            return False
+        if env.value(s.value).vtype in ("array", "array1"):
+            return False
+    return True
+
+
+def _render(index: BlockIndexExpr, names: dict[object, str]) -> str:
+    """`i + 1`, `1 - j`, `2 * i - 3`: a sum of grid indices as a person writes it."""
+    plus, minus = [], []
+    for axis, mult in index.axes.items():
+        term = names[axis] if abs(mult) == 1 else f"{abs(mult)} * {names[axis]}"
+        (plus if mult > 0 else minus).append(term)
+    if index.offset > 0 or not (plus or minus):
+        plus.append(str(index.offset))
+    elif index.offset < 0:
+        minus.append(str(-index.offset))
+    text = " + ".join(plus) if plus else f"-{minus.pop(0)}"
+    return text + "".join(f" - {m}" for m in minus)
+
+
+def block_text(gather: Gather, table_param: str, names: dict[object, str]) -> str:
+    """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`."""
+    items = [_render(e, names) for e in gather.read.index]
+    load = f"{table_param}[{', '.join(items)}]"
+    text = load if gather.mult == 1 else f"{gather.mult} * {load}"
+    if gather.offset:
+        text += f" + {gather.offset}" if gather.offset > 0 else f" - {-gather.offset}"
+    return text
+
+
+def table_out_of_range(cs, bounds, gather: Gather) -> Optional[str]:
+    """Why the table is read past its end (or before its start) in some grid step, when the sizes
+    at the call prove it; None otherwise."""
+    for d, index in enumerate(gather.read.index):
+        full = cs.shape_dim(gather.table, d)
+        if full is None:
+            continue
+        low = high = Poly.const(index.offset)
+        for axis, mult in index.axes.items():
+            if not isinstance(axis, int):
+                return None
+            span = (bounds.poly(cs.grid[axis]) - Poly.const(1)).scale(mult)
+            if mult > 0:
+                high = high + span
+            else:
+                low = low + span
+        if bounds.prover.nonneg(Poly.const(-1) - low) or bounds.prover.nonneg(high - bounds.poly(full)):
+            what = _render(index, {n: f"pl.program_id({n})" for n in index.axes})
+            return (
+                f"the table index `{what}` of `{gather.table}` along dim {d} runs outside `{code(full)}` entries "
+                "over the grid; read the table inside its bounds"
+            )
+    return None

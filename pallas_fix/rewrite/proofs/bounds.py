@@ -1,0 +1,258 @@
+"""Prove that the blocks a plan writes at a pallas_call stay inside their arrays.
+
+The original kernel slices a whole ref with `pl.ds(i * bs, bs)`; a window past the end is clamped
+(the interpreter moves it back inside), while a BlockSpec block past the end is a partial block:
+padded on read, masked on write. So a rewrite is the same program only when every block the new
+grid visits lies inside the array, and when a block nests in an existing block it must divide it.
+`Bounds` proves those from the code (analysis.loops.proofs) or raises `CallSiteError` saying what the
+user could add: a trip count `n // bs`, or `assert n % bs == 0` before the pallas_call.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.loops.symbolic import Poly, Symbols
+from pallas_fix.core.model import KernelSite
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.proofs.example_facts import broken_checks
+from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.translate import Translator
+
+_ONE = Poly.const(1)
+
+
+class Bounds:
+    def __init__(self, cs: CallSite, partial_ok: frozenset = frozenset()) -> None:
+        """`partial_ok`: (param, dim) whose last block may be partial along a `pl.cdiv` grid axis
+        (an unsafe fix that says so, rewrite.proofs.ragged_blocks)."""
+        self.cs = cs
+        self.partial_ok = partial_ok
+        self.symbols = Symbols(cs.ctx)
+        self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
+        facts = Facts()
+        self._read_call_facts(facts)
+        self._read_kernel_facts(facts)
+        self.prover = Prover(self.symbols, facts)
+
+    def _read_call_facts(self, facts: Facts) -> None:
+        """Checks that run before the pallas_call: earlier statements of every enclosing scope."""
+        ctx, call = self.cs.ctx, self.cs.site.call
+        for scope in ctx.scope_chain(call):
+            stmts = ctx.body_statements(scope)
+            holder = next((s for s in stmts if s is call or any(a is s for a in ctx.ancestors(call))), None)
+            before = stmts[: stmts.index(holder)] if holder is not None else stmts
+            broken = broken_checks(self.symbols, before, call)
+            self.broken.extend(broken.values())
+            read_facts(self.symbols, [s for s in before if id(s) not in broken], call, facts)
+
+    def _read_kernel_facts(self, facts: Facts) -> None:
+        """The kernel's own top-level checks run when it is traced, before any block is read."""
+        kernel, env = self.cs.site.kernel, self.cs.env
+        if kernel is None or env is None:
+            return
+        translator = Translator(self.cs.ctx, self.cs.site, self.cs.kernel_shape_dim, self.cs.kernel_rank)
+        stmts = self.cs.ctx.body_statements(kernel)
+        read_facts(self.symbols, stmts, self.cs.site.call, facts, lambda e: translator(e, env))
+
+    def poly(self, expr: cst.BaseExpression) -> Poly:
+        """A call-site expression (as written there, or translated to mean the same there)."""
+        return self.symbols.poly(expr, self.cs.site.call)
+
+    # -- the checks -------------------------------------------------------------------------------
+    def check_blocks(self, blocks: list[RefBlock], trip: Optional[cst.BaseExpression], witnesses: list[RefBlock] = ()) -> None:
+        """Every block is proved inside its array, with one assumption: an input the kernel sees
+        whole along the dim, read in lockstep with a proved operand (the same window and block
+        index in every step), has that operand's extent. The kernel treats them as one length;
+        were the input shorter, the original would read past its end whatever the grid (only the
+        HLO interpreter clamps). Operands the plan leaves alone vouch too: `witnesses` (windows
+        the kernel reads in lockstep) and existing BlockSpecs whose blocks are proved inside."""
+        proven: set[tuple] = self._spec_lockstep({b.param for b in blocks})
+        failed: list[tuple[RefBlock, CallSiteError]] = []
+        for block in [*blocks, *witnesses]:
+            try:
+                self.check_block(block, trip)
+                proven.add(_lockstep(block))
+            except CallSiteError as err:
+                failed.append((block, err))
+        for block, err in failed:
+            if any(block is b for b in blocks) and not (_lockstep(block) in proven and self._whole_input_dim(block)):
+                raise err
+
+    def _spec_lockstep(self, skip: set[str]) -> set[tuple]:
+        """Lockstep keys of the existing BlockSpec dims (of operands not in `skip`) whose blocks
+        provably lie inside their arrays."""
+        keys = set()
+        for slot in self.cs.slots.values():
+            if slot.kind not in ("in", "out") or slot.param in skip:
+                continue
+            try:
+                spec = self.cs.spec_of(slot)
+            except CallSiteError:
+                continue
+            if spec.dims is None or spec.index_exprs is None or not isinstance(spec.index_map, cst.Lambda):
+                continue
+            for e, dim in enumerate(spec.dims):
+                index = _grid_index(self.symbols, spec.index_map, spec.index_exprs[e], len(self.cs.grid))
+                full = self.cs.shape_dim(slot.param, e)
+                if dim.kind == "size" and index is not None and full is not None and self._fits(index, dim.size, full, None):
+                    keys.add((code(dim.size), index.key(), ()))
+        return keys
+
+    def _whole_input_dim(self, block: RefBlock) -> bool:
+        """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""
+        slot = self.cs.slots.get(block.param)
+        seen = self.cs.kernel_shape_dim(block.param, block.dim)
+        if slot is None or slot.kind != "in" or seen is None:
+            return False
+        rank = self.cs.rank(block.param) or 0
+        dims = [self.cs.shape_dim(block.param, e) for e in range(rank)]
+        return any(d is not None and self.poly(d) == self.poly(seen) for d in dims)
+
+    def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip) -> bool:
+        """Blocks of `size` at `index`, over every grid step, lie within [0, full)."""
+        low = high = Poly.const(index.offset)
+        for mult, expr in index.symbolic:  # call-site exprs (BlockIndexExpr.translated)
+            low = high = high + self.poly(expr).scale(mult)
+        for axis, mult in index.axes.items():
+            span = (self.poly(self._extent(axis, trip)) - _ONE).scale(mult)
+            if mult > 0:
+                high = high + span
+            else:
+                low = low + span
+        return self.prover.nonneg(low) and self.prover.nonneg(self.poly(full) - self.poly(size) * (high + _ONE))
+
+    def check_block(self, block: RefBlock, trip: Optional[cst.BaseExpression]) -> None:
+        """Every block of `block.param` the grid visits lies inside the kernel's view of the ref."""
+        size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
+        if size_expr is None:
+            raise CallSiteError(
+                f"cannot tell the size of dim {block.dim} of `{block.param}` at the pallas_call, "
+                "so its blocks cannot be proved to stay inside the array"
+            )
+        partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr, trip) is not None
+        if not partial and not self._fits(block.index, block.size, size_expr, trip):
+            broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
+            raise CallSiteError(_ragged(block, size_expr, [self._extent(a, trip) for a in block.index.axes]) + broken)
+        for dim, axis in block.squeezed.items():
+            self._check_squeezed(block.param, dim, self._extent(axis, trip))
+
+    def cdiv_axis(self, block: RefBlock, extent: Optional[cst.BaseExpression],
+                  trip: Optional[cst.BaseExpression] = None) -> Optional[int | str]:
+        """The grid axis (an existing one, or "new" with `trip` steps) whose steps are
+        `pl.cdiv(extent, size)` blocks `i * size` of the dim: every block starts inside the array
+        and only the last may be partial."""
+        index = block.index
+        if extent is None or block.squeeze or index.offset != 0 or index.symbolic or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
+            return None  # a scalar index has no partial block: it is in bounds or not
+        (axis, mult), = index.axes.items()
+        if mult != 1 or (axis == "new" and trip is None) or (axis != "new" and not (isinstance(axis, int) and axis < len(self.cs.grid))):
+            return None
+        steps = self.prover.substitute(self.poly(self._extent(axis, trip)))
+        text = f"pl.cdiv({code(extent)}, {code(block.size)})"
+        cover = self.prover.substitute(self.symbols.quotient("ceil", self.poly(extent), self.poly(block.size), text))
+        return axis if steps == cover else None
+
+    def _check_squeezed(self, param: str, dim: int, extent: cst.BaseExpression) -> None:
+        """A dim indexed by `pl.program_id(k)` itself: the axis must not outrun the dim."""
+        size = self.cs.kernel_shape_dim(param, dim)
+        if size is None or not self.prover.nonneg(self.poly(size) - self.poly(extent)):
+            raise CallSiteError(
+                f"cannot prove grid extent `{code(extent)}` stays inside dim {dim} of `{param}`"
+                f"{f' (`{code(size)}`)' if size is not None else ''}, which it indexes"
+            )
+
+    def _extent(self, axis: object, trip: Optional[cst.BaseExpression]) -> cst.BaseExpression:
+        if axis == "new":
+            assert trip is not None
+            return trip
+        assert isinstance(axis, int)
+        return self.cs.grid[axis]
+
+    def require_divides(self, size: cst.BaseExpression, outer: cst.BaseExpression, param: str, dim: int) -> None:
+        """A new block nested in an existing block must tile it exactly."""
+        if not self.prover.divides(self.poly(size), self.poly(outer)):
+            raise CallSiteError(
+                f"the window `{code(size)}` does not provably divide the existing block `{code(outer)}` of "
+                f"`{param}` along dim {dim}, so its sub-blocks cannot be numbered across blocks; "
+                f"make the block a multiple of the window or assert `{code(outer)} % {code(size)} == 0`"
+            )
+
+    def check_existing_blocks(self, lam: cst.Lambda, index: cst.BaseExpression, block: cst.BaseExpression,
+                              full: Optional[cst.BaseExpression], param: str, dim: int) -> None:
+        """The existing blocks of `param` along `dim` (`index` of the lambda `lam`'s parameters,
+        of size `block`) lie inside the array, so no partial block is split into sub-blocks."""
+        grid_index = _grid_index(self.symbols, lam, index, len(self.cs.grid))
+        if grid_index is None:
+            raise CallSiteError(f"the index_map of `{param}` along dim {dim} is not a sum of grid indices")
+        if full is None or not self._fits(grid_index, block, full, None):
+            raise CallSiteError(
+                f"cannot prove the existing blocks `{code(block)}` of `{param}` along dim {dim} stay inside "
+                f"the array{f' (`{code(full)}`)' if full is not None else ''}: a partial last block cannot be split"
+            )
+
+
+def _grid_index(symbols: Symbols, lam: cst.Lambda, index: cst.BaseExpression, ngrid: int) -> Optional[BlockIndexExpr]:
+    """An index_map entry as integer multiples of the grid indices (the lambda's first `ngrid`
+    parameters) plus a constant; None for anything else."""
+    p = symbols.poly(index, index)
+    params = {f"{q.name.value}@{id(lam)}": n for n, q in enumerate(lam.params.params[:ngrid])}
+    axes: dict[object, int] = {}
+    for m, c in p.terms:
+        if m and (len(m) != 1 or m[0] not in params):
+            return None
+        if m:
+            axes[params[m[0]]] = c
+    return BlockIndexExpr(axes, p.as_dict().get((), 0))
+
+
+def _lockstep(block: RefBlock) -> tuple:
+    """Blocks read at the same window in every step (along whichever dim of their refs)."""
+    return code(block.size), block.index.key(), tuple(sorted(block.squeezed.items()))
+
+
+def _ragged(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> str:
+    counts = ", ".join(f"`{code(e)}`" for e in extents)
+    dim, size, ref = code(size_expr), code(block.size), block.param
+    what = (f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): with {counts} steps of "
+            f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
+            "block is partial")
+    strides = sorted({abs(m) for m in block.index.axes.values()} | ({abs(block.index.offset)} - {0}))
+    if strides != [1] or block.index.symbolic:
+        # A stepped loop (every other block) or an offset: a plain count would not make it provable.
+        names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
+        return (f"{what}; block `{block.index.render(names)}` (k counts the steps of the new grid axis) is not one "
+                "pallas-fix can bound from these sizes")
+    floor = f"{dim} // {size}"
+    fix = f"assert `{dim} % {size} == 0` before the pallas_call"
+    if floor not in {code(e) for e in extents}:
+        fix = f"make the count `{floor}` or {fix}"
+    return f"{what}; {fix}"
+
+
+def static_window_fits(analysis, site: KernelSite, param: str, dim: int, end: int) -> Optional[bool]:
+    """Does a window ending at `end` lie inside dim `dim` of kernel parameter `param`, as this
+    pallas_call shapes it? True when proved, False when the size is known and too small, None when
+    the code does not tell."""
+    kernel = site.kernel
+    if kernel is None:
+        return None
+    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(kernel))
+    try:
+        size = cs.kernel_shape_dim(param, dim)
+    except CallSiteError:
+        return None
+    if size is None:
+        return None
+    bounds = Bounds(cs)
+    room = bounds.poly(size) - Poly.const(end)
+    if bounds.prover.nonneg(room):
+        return True
+    if bounds.prover.nonneg(Poly.const(-1) - room):
+        return False
+    return None

@@ -1,0 +1,145 @@
+"""Ragged program_id grids: `grid=(pl.cdiv(n, BLOCK),)` with `x_ref[pl.ds(pid * BLOCK, BLOCK)]`
+on whole-array refs, where BLOCK need not divide n.
+
+The original's last program slices past the end of the array. On hardware that is out of
+bounds (TPU VMEM and Triton / Mosaic GPU global memory are not bounds-checked): the original is
+defined only when BLOCK divides n, and there the BlockSpec rewrite is the same program. In
+interpret mode the slice is clamped back inside the array, while a BlockSpec's last block is
+partial (padded on read, masked on write); an elementwise kernel computes the same values
+either way, other kernels may not. So such a lift is an unsafe fix, applied once verification
+on the user's example passes, and its message states the condition.
+
+A kernel that reads its own position (`pid * BLOCK + iota` compared with n, to mask the tail)
+is refused: the clamped window holds other rows than the position says, so the original and
+the partial block disagree exactly where the mask matters.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core import names as N
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.plan import RefBlock
+from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.text.syntax import code
+
+
+def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression] = None,
+                 position_line: Optional[int] = None) -> Optional[str]:
+    """The condition under which lifting `block` is exact, when its only doubt is a partial last
+    block along a `pl.cdiv` grid axis (an existing one, or a new one of `trip` steps: a loop
+    `pl.loop(0, n, step=BLOCK)` or `fori_loop(0, pl.cdiv(n, BLOCK), ...)`); None when that is not
+    the doubt. Raises Refuse when the kernel reads its position: a program id, or for a new axis
+    the loop index outside its windows (`position_line`, the caller's to find)."""
+    extent = cs.kernel_shape_dim(block.param, block.dim)
+    axis = Bounds(cs).cdiv_axis(block, extent, trip)
+    if axis is None or extent is None:
+        return None
+    kernel = cs.site.kernel
+    assert kernel is not None
+    grid = trip if axis == "new" else cs.grid[axis]
+    line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
+    if line is not None:
+        raise Refuse(
+            f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
+            f"{block.dim}, and the kernel reads its position (line {line}): where the original's last window is clamped back inside the array, its rows are "
+            "not the rows the position names, while a BlockSpec hands the last step a partial block; "
+            f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call"
+        )
+    return (f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{code(block.size)}` "
+            f"divides `{code(extent)}`: the original slices past the end there (out of bounds on hardware, clamped in "
+            "interpret mode), the rewrite reads a padded block and masks its write; the two agree when it divides, "
+            "or when the kernel's result for a row depends on that row alone")
+
+
+def position_read(ctx: ModuleContext, kernel: cst.FunctionDef, refs: set[str]) -> Optional[int]:
+    """The line of the first place the kernel uses its grid position other than to pick a window
+    of one of `refs`: a `pl.program_id` (or a name computed from one) read anywhere but in a ref's
+    index or in the value of an assignment to a name that is itself checked."""
+    derived = _position_names(ctx, kernel, refs)
+    for node in walk(kernel):
+        is_pid = isinstance(node, cst.Call) and ctx.imports.is_(node.func, N.PROGRAM_ID)
+        is_name = isinstance(node, cst.Name) and node.value in derived and _is_read(ctx, node)
+        if (is_pid or is_name) and not _feeds_window(ctx, node, refs, derived):
+            return ctx.span(node).line
+    return None
+
+
+def _position_names(ctx: ModuleContext, kernel: cst.FunctionDef, refs: set[str]) -> set[str]:
+    """Names bound (anywhere in the kernel) to a value computed from `pl.program_id`."""
+    names: set[str] = set()
+    assigns = [n for n in walk(kernel) if isinstance(n, cst.Assign)]
+    changed = True
+    while changed:
+        changed = False
+        for a in assigns:
+            if not _reads_position(ctx, a.value, names, refs):
+                continue
+            for t in a.targets:
+                for n in _bound_names(t.target) or []:
+                    if n.value not in names:
+                        names.add(n.value)
+                        changed = True
+    return names
+
+
+def _bound_names(target: cst.BaseExpression) -> Optional[list[cst.Name]]:
+    """The names an assignment target binds (`a`, `a, (b, c)`); None when it stores into a
+    subscript or attribute."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        parts = [_bound_names(e.value) for e in target.elements]
+        return None if any(p is None for p in parts) else [n for p in parts for n in p]  # type: ignore[union-attr]
+    return None
+
+
+def _reads_position(ctx: ModuleContext, expr: cst.CSTNode, names: set[str], refs: set[str]) -> bool:
+    """Is `expr`'s value computed from the position? Data loaded through a window is not: the
+    position only picks where it comes from."""
+    return any(((isinstance(n, cst.Call) and ctx.imports.is_(n.func, N.PROGRAM_ID))
+                or (isinstance(n, cst.Name) and n.value in names)) and not _in_ref_index(ctx, n, refs)
+               for n in walk(expr))
+
+
+def _in_ref_index(ctx: ModuleContext, node: cst.CSTNode, refs: set[str]) -> bool:
+    """`node` is part of the index of a subscript (or `.at[...]` view) of one of `refs`."""
+    for a in ctx.ancestors(node):
+        if isinstance(a, cst.SubscriptElement):
+            sub = ctx.parent(a)
+            base = sub.value if isinstance(sub, cst.Subscript) else None
+            if isinstance(base, cst.Attribute) and base.attr.value == "at":
+                base = base.value
+            return isinstance(base, cst.Name) and base.value in refs
+        if isinstance(a, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _is_read(ctx: ModuleContext, name: cst.Name) -> bool:
+    """Not a binding, an attribute's name or a keyword."""
+    parent = ctx.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    if isinstance(parent, cst.Arg) and parent.keyword is name:
+        return False
+    return not any(isinstance(a, (cst.AssignTarget, cst.Param)) for a in list(ctx.ancestors(name))[:3])
+
+
+def _feeds_window(ctx: ModuleContext, node: cst.CSTNode, refs: set[str], derived: set[str]) -> bool:
+    """`node` sits in the index of a subscript of one of `refs`, or in the value of an assignment
+    whose targets are position names (their own reads are checked in turn)."""
+    if _in_ref_index(ctx, node, refs):
+        return True
+    for a in ctx.ancestors(node):
+        if isinstance(a, cst.Assign):  # a store into a ref (`o_ref[...] = f(pid)`) binds no name: a read
+            bound = [_bound_names(t.target) for t in a.targets]
+            return all(b is not None and all(n.value in derived for n in b) for b in bound)
+        if isinstance(a, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False

@@ -1,0 +1,5 @@
+"""R2, a reduction loop on a sequential grid axis: its carry (leaves, tree, counters, names,
+shapes), moving the carry between scratch refs and names, the kernel side (init, step,
+finalize), grid queries moved into pl.when bodies and the hygiene of moved code.
+
+May import core, analysis and the rewrite rooms text, callsite, blocks, kernel, loops."""

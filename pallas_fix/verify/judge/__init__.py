@@ -1,0 +1,4 @@
+"""The judgement of a run: comparing outputs dtype-aware, the jaxpr oracle of what stays dynamic
+(and its report), and the on-chip footprint per grid step against the backend's limit (PF301).
+
+May import core and rules; not verify.worker (the worker calls the judge, not the other way)."""

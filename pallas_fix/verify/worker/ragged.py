@@ -1,0 +1,225 @@
+"""Ragged variants of an example: the shapes the code allows that do not divide.
+
+Examples are usually written with sizes that divide the block sizes, and those hide the bugs of
+a ragged tail (a partial last block where the original clamped its slice, a mask computed from
+the wrong offset). When the code itself says it allows ragged sizes - it calls ``pl.cdiv`` or it
+compares an ``iota``-derived index with a size (a mask) - each verified example gets a variant
+where the sizes that feed them are made non-multiples, and is verified again on it.
+
+Which sizes: the original entry is traced once (nothing runs) with ``pl.cdiv`` recording its
+integer arguments, and the kernel jaxprs are searched for comparisons of an iota-derived value
+with a constant. A numerator that its divisor divides, or a mask bound that is a multiple of 8,
+is a size to change (``n -> n - 3``, or the next delta that does not divide); every array
+dimension of that size, and every integer argument of that value (unless the value is also a
+divisor: a block size), changes in the variant. A variant the original itself does not run on
+is dropped, not a failure (:func:`runs_on`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from typing import Callable, Iterator, Optional
+
+from pallas_fix.core.examples import ArgSpec, Example, format_value, map_arrays
+from pallas_fix.verify.judge.jaxprs import as_jaxprs, open_jaxpr
+from pallas_fix.verify.judge.ref_indexers import is_var
+
+# Words in a source that say the code may allow sizes that do not divide.
+_RAGGED_WORDS = ("cdiv", "iota")
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
+_DELTAS = (3, 1, 5)
+
+
+def may_be_ragged(source: str) -> bool:
+    """Cheap gate: only sources that mention ``cdiv`` or ``iota`` get variants."""
+    return any(word in source for word in _RAGGED_WORDS)
+
+
+def ragged_variants(fn: Callable, ex: Example) -> list[Example]:
+    """The variants of ``ex`` to verify (all changes at once first, then each change alone when
+    there are several); none when every size the code divides already leaves a remainder."""
+    numerators, divisors = _observed_sizes(fn, ex)
+    changes = {n: m for n, d in numerators if (m := _ragged_size(n, d)) is not None}
+    candidates = [changes] + ([{n: m} for n, m in changes.items()] if len(changes) > 1 else [])
+    variants = []
+    for change in candidates if changes else []:
+        variant = _substitute(ex, change, divisors)
+        if variant is not None and variant.canonical() not in {v.canonical() for v in variants}:
+            variants.append(variant)
+    return variants
+
+
+def _ragged_size(n: int, divisor: Optional[int]) -> Optional[int]:
+    """A size near ``n`` that ``divisor`` does not divide, when ``n`` divides evenly today."""
+    if divisor is not None and (divisor <= 1 or n % divisor):
+        return None
+    if divisor is None and n % 8:
+        return None  # a mask bound that is already not a round size
+    for delta in _DELTAS:
+        m = n - delta
+        if m > 0 and m % (divisor or 8):
+            return m
+    return None
+
+
+# -- observing the sizes -----------------------------------------------------------------------
+def _observed_sizes(fn: Callable, ex: Example) -> tuple[list[tuple[int, Optional[int]]], set[int]]:
+    """([(size, divisor or None for a mask bound)], the divisors) the original uses on ``ex``."""
+    from pallas_fix.verify.worker.calls import Call
+    from pallas_fix.verify.worker.kernel_survey import trace
+
+    import jax
+
+    call = Call(ex)
+    recorded: list[tuple[int, int]] = []
+    jax.clear_caches()  # a jitted entry traced for the verdict would not run its Python again
+    with _recording_cdiv(recorded):
+        jaxpr = trace(call.bind(fn), call.shape_structs())
+    sizes: list[tuple[int, Optional[int]]] = list(recorded)
+    sizes += [(bound, None) for bound in _mask_bounds(jaxpr)]
+    return sizes, {d for _, d in recorded}
+
+
+@contextlib.contextmanager
+def _recording_cdiv(recorded: list) -> Iterator[None]:
+    """``pl.cdiv`` as user code calls it (an attribute of the pallas module), recording the
+    Python-int calls."""
+    from jax.experimental import pallas as pl
+
+    original = pl.cdiv
+
+    def cdiv(a, b):
+        if type(a) is int and type(b) is int:
+            recorded.append((a, b))
+        return original(a, b)
+
+    pl.cdiv = cdiv
+    try:
+        yield
+    finally:
+        pl.cdiv = original
+
+
+def _mask_bounds(jaxpr) -> set[int]:
+    """Integer constants compared with an iota-derived value anywhere in the traced program."""
+    found: set[int] = set()
+    seen: set[int] = set()
+
+    def walk(j) -> None:
+        j = open_jaxpr(j)
+        if id(j) in seen:
+            return
+        seen.add(id(j))
+        derived: set = set()
+        for eqn in j.eqns:
+            ins = [v for v in eqn.invars if is_var(v)]
+            if eqn.primitive.name == "iota" or any(v in derived for v in ins):
+                derived.update(eqn.outvars)
+            if eqn.primitive.name in _COMPARISONS and any(v in derived for v in ins):
+                found.update(b for x in eqn.invars if (b := _int_literal(x)) is not None)
+            for value in eqn.params.values():
+                for sub in as_jaxprs(value):
+                    walk(sub)
+
+    walk(jaxpr)
+    return found
+
+
+def _int_literal(x) -> Optional[int]:
+    if is_var(x) or not hasattr(x, "val"):
+        return None
+    try:
+        value = int(x.val)
+    except (TypeError, ValueError):
+        return None
+    return value if value == x.val and value > 0 else None
+
+
+# -- the variant -------------------------------------------------------------------------------
+def _substitute(ex: Example, change: dict[int, int], divisors: set[int]) -> Optional[Example]:
+    """``ex`` with the changed sizes; None when none of them appears in it."""
+    ints = {n: m for n, m in change.items() if n not in divisors}
+    touched = False
+
+    def shape(spec: ArgSpec) -> ArgSpec:
+        nonlocal touched
+        dims = tuple(change.get(d, d) for d in spec.shape)
+        touched |= dims != spec.shape
+        return replace(spec, shape=dims)
+
+    def value(v):
+        nonlocal touched
+        if type(v) is int and v in ints:
+            touched = True
+            return ints[v]
+        return map_arrays(v, shape)
+
+    args = [value(a) for a in ex.args]
+    kwargs = {k: value(v) for k, v in ex.kwargs.items()}
+    if not touched:
+        return None
+    parts = [format_value(a) for a in args] + [f"{k}={format_value(v)}" for k, v in kwargs.items()]
+    text = f"{ex.entry}({', '.join(parts)})"
+    origin = f"ragged variant of {ex.origin or ex.text}"
+    return Example(entry=ex.entry, args=args, kwargs=kwargs, text=text, origin=origin)
+
+
+def runs_on(fn: Callable, ex: Example, seed: int) -> Optional[str]:
+    """None when the original runs on ``ex`` under the HLO interpreter, else why not."""
+    from pallas_fix.verify.worker.calls import Call, Runner
+    from pallas_fix.verify.worker.failures import summarize_exc
+
+    call = Call(ex, reference=fn)
+    try:
+        Runner(fn, call, True)(call.inputs(seed))
+    except Exception as e:
+        return summarize_exc(e)
+    return None
+
+
+# -- the verdict -------------------------------------------------------------------------------
+def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
+                    verify: Callable[[Example], dict]) -> dict:
+    """``verdict`` (a verified example) checked again on each ragged variant: the first variant
+    that fails decides the verdict; the shapes that ran and those dropped are said either way."""
+    try:
+        variants = ragged_variants(fn, ex)
+    except Exception as e:  # the original traced for the verdict; a failure here is ours
+        verdict["details"].setdefault("notes", []).append(f"ragged variants not derived ({type(e).__name__}: {e})")
+        return verdict
+    if not variants:
+        return verdict
+    ran, dropped = [], []
+    for variant in variants:
+        why = runs_on(fn, variant, seed)
+        if why is not None:
+            dropped.append(f"`{variant.canonical()}` (the original does not run on it: {why})")
+            continue
+        result = verify(variant)
+        if result["status"] != "verified":
+            return _failed_on(verdict, variant, result)
+        ran.append(f"`{variant.canonical()}`")
+        verdict["seconds"] = round(verdict["seconds"] + result["seconds"], 3)
+        verdict["max_abs_err"] = _larger(verdict["max_abs_err"], result["max_abs_err"])
+        verdict["max_rel_err"] = _larger(verdict["max_rel_err"], result["max_rel_err"])
+    verdict["details"]["ragged"] = {"ran": ran, "dropped": dropped}
+    if ran:
+        verdict["message"] += f"; also on the ragged shapes {', '.join(ran)}"
+    if dropped:
+        verdict["message"] += f"; ragged variant{'s' if len(dropped) > 1 else ''} dropped: {'; '.join(dropped)}"
+    return verdict
+
+
+def _failed_on(verdict: dict, variant: Example, result: dict) -> dict:
+    shapes = f"`{variant.canonical()}` (a ragged variant: sizes the code allows that do not divide)"
+    out = dict(result)
+    out["entry"] = verdict["entry"]
+    out["message"] = f"on {shapes}: {result['message']}; the example as given verified"
+    out["seconds"] = round(verdict["seconds"] + result["seconds"], 3)
+    out["details"] = {**verdict["details"], "ragged": {"failed": variant.canonical(), "details": result["details"]}}
+    return out
+
+
+def _larger(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None else max(a, b)
