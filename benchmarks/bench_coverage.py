@@ -134,7 +134,9 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
     histogram = collections.Counter(_DETAILS.sub("…", reason) for r in rows for reason in set(r.refusals))
     if histogram:
         print("refusal reasons (files):")
-        for reason, n in histogram.most_common(15):
+        # Ties in count are ordered by text: set iteration follows string hashing, which changes
+        # between runs, and two runs of the same tree must print the same histogram to be diffed.
+        for reason, n in sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))[:15]:
             print(f"  {n:3}  {reason[:150]}")
 
 
