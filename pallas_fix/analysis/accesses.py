@@ -95,7 +95,17 @@ def _element_load(env: Env, sub: cst.Subscript, elements) -> bool:
     not reported; a read that keeps a dim (`x_ref[r, :]`, `h_ref[idx, 0]`) or any write is."""
     parent = env.ctx.parent(sub)
     written = isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub)
-    return not written and all(_traced_int_scalar(env, sl) for _, sl in elements)
+    return not written and not _contracted(env, sub) and all(_traced_int_scalar(env, sl) for _, sl in elements)
+
+
+def _contracted(env: Env, sub: cst.Subscript) -> bool:
+    """`jnp.dot(x, w_ref[e])`, `x @ w_ref[e]`: the read keeps dims (one expert's weight matrix,
+    as in a loop over experts), so its index is a block index, not a table entry."""
+    parent = env.ctx.parent(sub)
+    if isinstance(parent, cst.BinaryOperation):
+        return isinstance(parent.operator, cst.MatrixMultiply)
+    call = env.ctx.parent(parent) if isinstance(parent, cst.Arg) else None
+    return isinstance(call, cst.Call) and env.ctx.imports.is_(call.func, N.CONTRACTIONS)
 
 
 def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:

@@ -113,6 +113,7 @@ class KernelSite:
     invocation: Optional[cst.Call] = None  # pallas_call(...)(args): the call that runs it
     enclosing: Optional[cst.FunctionDef] = None  # the wrapper function holding the call
     decorated: Optional[cst.FunctionDef] = None  # decorator form: the decorated kernel def
+    factory: Optional[cst.Call] = None  # `make_kernel(tile)`: the call whose returned def is the kernel
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
         """A pallas_call setting, looked up on the call first, then on its grid_spec."""

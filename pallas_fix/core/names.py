@@ -44,6 +44,8 @@ INT_DTYPES = frozenset(
 FLOAT_DTYPES = frozenset(
     "jax.numpy." + t for t in ("float16", "bfloat16", "float32", "float64")
 )
+# Contractions: an argument of one is an array with dims, never a table entry read as a scalar.
+CONTRACTIONS = _alts("jax.numpy.dot", "jax.numpy.matmul", "jax.numpy.einsum", "jax.lax.dot", "jax.lax.dot_general")
 ARRAY_CTORS = _alts("jax.numpy.array", "jax.numpy.asarray")
 BOOL_DTYPES = _alts("jax.numpy.bool_", "jax.numpy.bool")
 # Copy primitives whose ref arguments index memory (detection looks inside their arguments anyway;

@@ -156,6 +156,27 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
     if isinstance(expr, cst.Name):
         site.kernel_name = expr.value
         site.kernel = ctx.resolve_def(expr.value, at)
+    elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+        made = _factory_kernel(ctx, ctx.resolve_def(expr.func.value, at))
+        if made is not None:
+            site.kernel_name, site.kernel, site.factory = made.name.value, made, expr
+
+
+def _factory_kernel(ctx: ModuleContext, factory: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:
+    """The def a kernel factory returns (`def make_kernel(tile): def kernel(...): ...; return
+    kernel`): every `return` of the factory's own body names one def nested directly in it."""
+    if factory is None or not isinstance(factory.body, cst.IndentedBlock):
+        return None
+    nested = {s.name.value: s for s in factory.body.body if isinstance(s, cst.FunctionDef)}
+    returned = {
+        node.value.value if isinstance(node.value, cst.Name) else None
+        for node in walk(factory.body)
+        if isinstance(node, cst.Return) and ctx.enclosing_function(node) is factory
+    }
+    if len(returned) != 1:
+        return None
+    (name,) = returned
+    return nested.get(name) if name is not None else None
 
 
 def _resolve_grid_spec(ctx: ModuleContext, site: KernelSite) -> None:

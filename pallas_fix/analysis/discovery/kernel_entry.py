@@ -41,6 +41,15 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         )
     if site.decorated is kernel:
         return None  # the name is the pallas_call: calling it runs the call, not the body
+    if site.factory is not None:
+        # The kernel's sizes are the factory's parameters, bound at `make_kernel(...)`: a lift
+        # would have to write them at the pallas_call through that call, and other calls of the
+        # factory would get the rewritten body with their own sizes.
+        return (
+            f"kernel `{kernel.name.value}` is returned by the factory `{ctx.code(site.factory).strip()}` and closes over "
+            "its parameters; pallas-fix rewrites kernels passed by name or through functools.partial: bind the sizes "
+            f"with functools.partial(kernel, ...) instead of a factory to get this fix"
+        )
     other = _other_use(ctx, analysis.sites, kernel)
     if other is not None:
         return (
