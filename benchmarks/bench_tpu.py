@@ -15,7 +15,7 @@ it (``safe``), whether it needed the verified unsafe ones (``unsafe``), or wheth
 For every (pair, dtype, size): does each side compile, how far the rewrite's output is from the
 original's (max |a - b| / max |b|; from XLA's where the original did not run), the time of one
 call (the median of ``--repeat`` timed loops of calls after a warm-up: ``tpu_timing.py``), the
-speed ratio (original time / rewrite time: above 1 the rewrite is faster), the bytes one grid step holds on chip (``pallas_fix/verify/footprint.py``,
+speed ratio (original time / rewrite time: above 1 the rewrite is faster), the bytes one grid step holds on chip (``pallas_fix/verify/judge/footprint.py``,
 read off the traced calls) and, where one exists, JAX's hand-written kernel
 (``jax.experimental.pallas.ops.tpu``) and XLA at the same sizes. At the end: the geometric mean of
 the ratios over the cases whose original runs, the chip, the jax version and the date.
@@ -159,8 +159,8 @@ def on_chip_bytes(fn, args, kwargs) -> Optional[int]:
     """Bytes one grid step holds on chip (the largest among the entry's pallas_calls), traced."""
     import jax
 
-    from pallas_fix.verify.footprint import entry_bytes
-    from pallas_fix.verify.kernel_survey import pallas_call_infos
+    from pallas_fix.verify.judge.footprint import entry_bytes
+    from pallas_fix.verify.worker.kernel_survey import pallas_call_infos
 
     try:
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
@@ -279,7 +279,7 @@ def smoke(names, dtypes=("float32",)) -> list[dict]:
     import jax.numpy as jnp
     from jax.experimental.pallas import tpu as pltpu
 
-    from pallas_fix.verify.interpret_mode import forced_interpreter
+    from pallas_fix.verify.worker.interpret_mode import forced_interpreter
 
     results = []
     for name in names:
@@ -332,7 +332,7 @@ def run_tpu(names, sizes, repeat: int, json_path: Optional[str], interpret: bool
     print(f"times: ms per call inside a jitted loop of calls (a trivial op: {loop_ms * 1e3:.1f} us there; "
           f"{call_ms:.3f} ms as a plain call from Python, dispatch and sync)")
     if interpret:
-        from pallas_fix.verify.interpret_mode import forced_interpreter
+        from pallas_fix.verify.worker.interpret_mode import forced_interpreter
 
         with forced_interpreter(True):
             return _table(names, {"small"}, repeat, json_path, small=True)
