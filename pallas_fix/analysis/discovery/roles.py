@@ -69,10 +69,15 @@ def role_params(ctx: ModuleContext, loops: dict[cst.CSTNode, LoopInfo], fn, env:
 
 def _loop_body_params(ctx: ModuleContext, loop: LoopInfo, names: list[str], env: Env) -> Params:
     idx = names.index(loop.index_name) if loop.index_name in names else 0
-    carry = loop if len(names[idx + 1:]) == 1 else None  # one whole carry: maybe an induction variable
-    params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop", carry_loop=carry) for n in names[idx + 1:]}
-    # Parameters functools.partial binds before the index take the partial's arguments.
+    # Parameters functools.partial binds take the partial's arguments, before the index or after
+    # it (`partial(body, x_ref=x_ref)` for `def body(i, h, x_ref)`): the loop passes only the
+    # index and one carry, so of the rest, those the partial leaves free have defaults.
     bound = _partial_bindings(ctx, loop.call, names, env)
+    free = [n for n in names[idx + 1:] if n not in bound]
+    carry = loop if len(names[idx + 1:]) == 1 else None  # one whole carry: maybe an induction variable
+    params = {n: Val(Origin.TRACED, "unknown", f"the carry `{n}` of the loop", carry_loop=carry) for n in free[:1]}
+    for n in free[1:]:
+        params[n] = STATIC
     for n in names[:idx]:
         params[n] = bound.get(n, STATIC)
     for n, v in bound.items():
