@@ -256,7 +256,8 @@ def summarise_real(name: str, rows: list[Row], verify: bool) -> None:
     print(f"\n== {name}: {len(rows)} files")
     print(f"{'file':44} {'label':7} {'find':>4} {'fixed':>5}  {'outcome':10} {'jaxpr accesses':24} verdicts")
     for r in rows:
-        verdicts = ",".join(sorted(set(r.verdicts)))
+        # "no example" is measure's placeholder when no kernel got a rewrite to verify.
+        verdicts = "" if r.verdicts == ["no example"] else ",".join(sorted(set(r.verdicts)))
         print(f"{r.path.name[:44]:44} {r.label or '-':7} {r.findings:4} {r.fixed:5}  {r.outcome:10} "
               f"{_jaxpr_text(r):24} {verdicts}")
     if not rows:
