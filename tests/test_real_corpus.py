@@ -18,7 +18,9 @@ from pallas_fix.verify.examples.sources import collect_examples
 REAL = FIXTURES / "real"
 FILES = sorted(REAL.glob("*.py"))
 
-# The header lines after the docstring, in this order (blind corpora use the same label words).
+# The header lines after the docstring, in this order (blind corpora use the same label words);
+# `# gold:` only where a hand-lifted form is known.
+OPTIONAL = {"gold"}
 HEADER = [
     ("source", re.compile(
         r"^# source: https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+\.py \(function [^)]+\), license \S+")),
@@ -52,9 +54,10 @@ def test_header_in_order(path: Path):
     lines = _header_lines(path.read_text(encoding="utf-8"))
     keys = [key for line in lines for key, rx in HEADER if rx.match(line)]
     first = [keys.index(key) if key in keys else -1 for key, _ in HEADER]
-    missing = [key for (key, _), i in zip(HEADER, first) if i < 0]
+    missing = [key for (key, _), i in zip(HEADER, first) if i < 0 and key not in OPTIONAL]
     assert not missing, f"{path.name}: header lines missing or malformed: {missing}"
-    assert first == sorted(first), f"{path.name}: header lines out of order: {keys}"
+    present = [i for i in first if i >= 0]
+    assert present == sorted(present), f"{path.name}: header lines out of order: {keys}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -73,7 +76,7 @@ def test_parses_with_example_and_main_check(path: Path):
 def test_file_names_name_the_repository():
     """`<repo-short>__<kernel>.py`: the prefix before the double underscore groups a repository."""
     for path in FILES:
-        assert re.fullmatch(r"[a-z0-9-]+__[a-z0-9_]+\.py", path.name), path.name
+        assert re.fullmatch(r"[a-z0-9][a-z0-9_-]*?__[a-z0-9_]+\.py", path.name), path.name
 
 
 def test_a_third_is_held_out():
