@@ -8,19 +8,26 @@ Four corpora:
   the first was in the tuning loop; held out as a whole: no planner work looks at it; its
   refusals were later described to the sessions that built the lifts, without its code),
 - the third blind corpus, tests/fixtures/blind3/ (written by a fresh session while those lifts
-  were built; held out as a whole: no session that builds planners opens it), and
+  were built; held out as a whole: no session that builds planners opens it),
+- the real corpus, tests/fixtures/real/ (kernels condensed from public repositories, each pinned
+  to a commit by its `# source:` line; a third marked `# held-out: yes`; see its README), and
 - JAX's own Pallas kernels, read at run time from the installed jax package
   (jax/experimental/pallas/ops/**).
 
 Per kernel file: findings, whether a rewrite is proposed, what it fixed, and (with --verify) the
 verification verdicts; then the share of fix-labelled blind kernels fixed (and verified), the
-rewrites that changed outputs, and a histogram of refusal reasons.
+rewrites that changed outputs, and a histogram of refusal reasons. A file is FIXED when the
+accepted rewrite (verified, with --verify) removes every finding, PARTIAL when it removes some.
+The real corpus is also reported per repository (files, labels, findings, FIXED/PARTIAL, verified,
+the first refusal of each file not lifted), its held-out files apart, and every file is traced by
+the jaxpr oracle on its example to list kernels with dynamic accesses but no finding.
 
     .venv/bin/python benchmarks/bench_coverage.py                 # proposals only (seconds)
     .venv/bin/python benchmarks/bench_coverage.py --verify        # verify every proposal (minutes)
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind --held-out-only --verify
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind2 --verify
     .venv/bin/python benchmarks/bench_coverage.py --corpus blind3 --verify
+    .venv/bin/python benchmarks/bench_coverage.py --corpus real --verify [--held-out-only]
 """
 
 from __future__ import annotations
@@ -41,9 +48,12 @@ from pallas_fix.frontends.service import Options, analyse_file, rewrite_kernels 
 BLIND = ROOT / "tests" / "fixtures" / "blind"
 BLIND2 = ROOT / "tests" / "fixtures" / "blind2"
 BLIND3 = ROOT / "tests" / "fixtures" / "blind3"
+REAL = ROOT / "tests" / "fixtures" / "real"
 _LABEL = re.compile(r"^#\s*label:\s*(fix|either|refuse)\b", re.M)
 # Refusal texts name the place they refer to (`x_ref`, line numbers): a histogram groups by shape.
 _DETAILS = re.compile(r"`[^`]*`|\b\d+\b")
+_SOURCE = re.compile(r"^#\s*source:\s*https://github\.com/([^/\s]+/[^/\s]+)/blob/[0-9a-f]{40}/", re.M)
+_HELD_OUT = re.compile(r"^#\s*held-out:\s*yes\b", re.M)
 
 
 @dataclass
@@ -56,6 +66,24 @@ class Row:
     verdicts: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     error: Optional[str] = None
+    # Dynamic ref accesses the jaxpr oracle finds at this file's lines, by kind ("slice",
+    # "int_array", "scalar"); None when not traced (real corpus only).
+    jaxpr_accesses: Optional[dict[str, int]] = None
+
+    @property
+    def outcome(self) -> str:
+        """FIXED / PARTIAL (a rewrite that removes every / some findings), refused, no finding."""
+        if self.error:
+            return "error"
+        if not self.findings:
+            return "no finding"
+        if self.proposed and self.fixed >= self.findings:
+            return "FIXED"
+        return "PARTIAL" if self.proposed and self.fixed else "refused"
+
+    @property
+    def lifted(self) -> bool:
+        return self.outcome in ("FIXED", "PARTIAL")
 
     @property
     def verified(self) -> bool:
@@ -74,6 +102,17 @@ def blind_files(held_out_only: bool) -> list[Path]:
     held = readme.split("## Held out", 1)[1] if "## Held out" in readme else ""
     names = set(re.findall(r"`?([\w]+\.py)`?", held))
     return [f for f in files if f.name in names]
+
+
+def real_files(held_out: bool) -> list[Path]:
+    """The real corpus's files held out (`# held-out: yes`) or not."""
+    return [p for p in sorted(REAL.glob("*.py"))
+            if bool(_HELD_OUT.search(p.read_text(encoding="utf-8"))) == held_out]
+
+
+def repository(path: Path) -> str:
+    m = _SOURCE.search(path.read_text(encoding="utf-8"))
+    return m.group(1) if m else "(no source line)"
 
 
 def jax_files() -> list[Path]:
@@ -117,6 +156,11 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
         if r.verdicts:
             outcome += " / " + ",".join(sorted(set(r.verdicts)))
         print(f"{r.path.name[:48]:48} {r.label or '-':7} {r.findings:4} {r.fixed:5}  {outcome}")
+    _summary_lines(rows, verify)
+
+
+def _summary_lines(rows: list[Row], verify: bool) -> None:
+    """Fix-labelled share, differing outputs, wrong-way rewrites, totals and the refusal histogram."""
     labelled = [r for r in rows if r.label == "fix"]
     if labelled:
         line = f"fix-labelled: {sum(1 for r in labelled if r.proposed)} of {len(labelled)} get a rewrite"
@@ -140,11 +184,128 @@ def summarise(name: str, rows: list[Row], verify: bool) -> None:
             print(f"  {n:3}  {reason[:150]}")
 
 
+def _abstract(value):
+    """An example value for tracing: arrays become ShapeDtypeStructs, literals stay."""
+    import jax
+    import jax.numpy as jnp
+
+    from pallas_fix.core.example_values import ArgSpec
+
+    if isinstance(value, ArgSpec):
+        return jax.ShapeDtypeStruct(value.shape, jnp.dtype(value.numpy_dtype))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_abstract(v) for v in value)
+    return value
+
+
+def _is_array(value) -> bool:
+    import jax
+
+    if isinstance(value, (list, tuple)):
+        return any(_is_array(v) for v in value)
+    return isinstance(value, jax.ShapeDtypeStruct)
+
+
+def jaxpr_accesses(path: Path) -> Optional[dict[str, int]]:
+    """Dynamic ref accesses in the kernels the file's examples trace to, at this file's lines, counted
+    by kind (distinct line, kind, dim); None when the file has no example.
+    Array arguments are traced; every other example value (keyword or positional) stays static."""
+    import importlib.util
+
+    from pallas_fix.verify.examples.sources import collect_examples
+    from pallas_fix.verify.judge.oracle import trace_report
+
+    text = path.read_text(encoding="utf-8")
+    examples = collect_examples(path, text, pyproject=False, recorded=False)
+    if not examples:
+        return None
+    spec = importlib.util.spec_from_file_location(f"_real_{path.stem.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines: set[tuple[int, str, int]] = set()
+    for ex in examples:
+        args = [_abstract(a) for a in ex.args]
+        kwargs = {k: _abstract(v) for k, v in ex.kwargs.items()}
+        entry = getattr(module, ex.entry)
+
+        def call(*arrays, args=args, kwargs=kwargs, entry=entry):
+            it = iter(arrays)
+            pos = [next(it) if _is_array(a) else a for a in args]
+            return entry(*pos, **{k: (next(it) if _is_array(v) else v) for k, v in kwargs.items()})
+
+        dynamic = [a for a in args if _is_array(a)] + [v for v in kwargs.values() if _is_array(v)]
+        report = trace_report(call, *dynamic)
+        lines |= {(a.line, a.kind, a.dim) for a in report.accesses
+                  if a.line is not None and a.file and Path(a.file).name == path.name}
+    return dict(collections.Counter(kind for _, kind, _ in lines))
+
+
+def _first_reason(row: Row) -> str:
+    return _DETAILS.sub("…", row.refusals[0])[:110] if row.refusals else "(no refusal text)"
+
+
+def _jaxpr_text(row: Row) -> str:
+    if row.jaxpr_accesses is None:
+        return "-"
+    return " ".join(f"{k}:{n}" for k, n in sorted(row.jaxpr_accesses.items())) or "none"
+
+
+def summarise_real(name: str, rows: list[Row], verify: bool) -> None:
+    """Per file (with the jaxpr oracle's counts), the shared summary, then per repository, the
+    fix/either lift share and where the oracle and the findings disagree."""
+    print(f"\n== {name}: {len(rows)} files")
+    print(f"{'file':44} {'label':7} {'find':>4} {'fixed':>5}  {'outcome':10} {'jaxpr accesses':24} verdicts")
+    for r in rows:
+        # "no example" is measure's placeholder when no kernel got a rewrite to verify.
+        verdicts = "" if r.verdicts == ["no example"] else ",".join(sorted(set(r.verdicts)))
+        print(f"{r.path.name[:44]:44} {r.label or '-':7} {r.findings:4} {r.fixed:5}  {r.outcome:10} "
+              f"{_jaxpr_text(r):24} {verdicts}")
+    if not rows:
+        return
+    _summary_lines(rows, verify)
+    by_repo: dict[str, list[Row]] = collections.defaultdict(list)
+    for r in rows:
+        by_repo[repository(r.path)].append(r)
+    print(f"per repository ({'verified' if verify else 'unverified'} rewrites):")
+    print(f"  {'repository':34} {'files':>5} {'fix/eith/ref':>12} {'find':>4} {'FIXED':>5} {'PART':>4} {'verif':>5}")
+    for repo in sorted(by_repo):
+        rs = by_repo[repo]
+        labels = "/".join(str(sum(1 for r in rs if r.label == lab)) for lab in ("fix", "either", "refuse"))
+        print(f"  {repo[:34]:34} {len(rs):5} {labels:>12} {sum(r.findings for r in rs):4} "
+              f"{sum(1 for r in rs if r.outcome == 'FIXED'):5} {sum(1 for r in rs if r.outcome == 'PARTIAL'):4} "
+              f"{sum(1 for r in rs if r.verified):5}")
+        for r in rs:
+            if r.findings and not r.lifted:
+                print(f"      refused {r.path.name}: {_first_reason(r)}")
+    wanted = [r for r in rows if r.label in ("fix", "either")]
+    if wanted:
+        print(f"fix/either lifted (FIXED or PARTIAL): {sum(1 for r in wanted if r.lifted)} of {len(wanted)}")
+    # Windows (dynamic slices, integer-array indices) need a finding; a scalar index alone may be
+    # the fix form already (a scalar-prefetch table read by program id).
+    windows = [r.path.name for r in rows if not r.findings and r.jaxpr_accesses
+               and (r.jaxpr_accesses.get("slice") or r.jaxpr_accesses.get("int_array"))]
+    scalars = [r.path.name for r in rows if not r.findings and r.jaxpr_accesses and r.path.name not in windows]
+    print(f"dynamic windows in the jaxpr but no finding: {', '.join(windows) or 'none'}")
+    print(f"only scalar indices in the jaxpr and no finding: {', '.join(scalars) or 'none'}")
+    untraced = [r.path.name for r in rows if r.jaxpr_accesses is None]
+    if untraced:
+        print(f"not traced by the oracle: {', '.join(untraced)}")
+
+
+def measure_real(path: Path, verify: bool, opts: Options) -> Row:
+    row = measure(path, verify, opts)
+    try:
+        row.jaxpr_accesses = jaxpr_accesses(path)
+    except Exception as exc:  # a file the oracle cannot trace is listed, not fatal
+        print(f"oracle: {path.name}: {type(exc).__name__}: {exc}"[:200], file=sys.stderr)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", choices=("blind", "blind2", "blind3", "jax", "both", "all"), default="both")
+    ap.add_argument("--corpus", choices=("blind", "blind2", "blind3", "real", "jax", "both", "all"), default="both")
     ap.add_argument("--verify", action="store_true", help="verify every proposed rewrite (slow)")
-    ap.add_argument("--held-out-only", action="store_true", help="only the blind corpus's held-out files")
+    ap.add_argument("--held-out-only", action="store_true", help="only the held-out files (blind and real corpora)")
     ap.add_argument("--backend", default=None, help="override backend detection (e.g. tpu)")
     args = ap.parse_args()
     # Without --verify: the safe fixes plain --apply writes unverified. With it: what plain --apply
@@ -156,6 +317,10 @@ def main() -> None:
         summarise("second blind corpus (held out)", [measure(p, args.verify, opts) for p in sorted(BLIND2.glob("*.py"))], args.verify)
     if args.corpus in ("blind3", "all"):
         summarise("third blind corpus (held out)", [measure(p, args.verify, opts) for p in sorted(BLIND3.glob("*.py"))], args.verify)
+    if args.corpus in ("real", "all"):
+        if not args.held_out_only:
+            summarise_real("real corpus (tuning part)", [measure_real(p, args.verify, opts) for p in real_files(False)], args.verify)
+        summarise_real("real corpus (held out)", [measure_real(p, args.verify, opts) for p in real_files(True)], args.verify)
     if args.corpus in ("jax", "both", "all"):
         summarise("JAX's Pallas ops (installed jax)", [measure(p, args.verify, opts) for p in jax_files()], args.verify)
 

@@ -27,7 +27,7 @@ from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.rules.gpu_interpret.hazards import trigger
 
 FIXTURES = Path(__file__).parent / "fixtures"
-_FAMILIES = ["detect", "traps", "verify", "lsp", "gpu_interpret", "synthesis", "kernel_rewrites", "blind"]
+_FAMILIES = ["detect", "traps", "verify", "lsp", "gpu_interpret", "synthesis", "kernel_rewrites", "blind", "real"]
 
 
 def _parses(path: Path) -> bool:
