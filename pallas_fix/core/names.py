@@ -31,6 +31,8 @@ PROGRAM_ID = _alts(PALLAS + ".program_id")
 NUM_PROGRAMS = _alts(PALLAS + ".num_programs")
 MULTIPLE_OF = _alts(PALLAS + ".multiple_of")
 BLOCK_SPEC = _alts(PALLAS + ".BlockSpec")
+# `BlockSpec()` with nothing set: the whole array, as an absent spec is.
+NO_BLOCK_SPEC = _alts(PALLAS + ".no_block_spec", "jax._src.pallas.core.no_block_spec")
 GRID_SPEC = _alts(PALLAS + ".GridSpec", TPU + ".PrefetchScalarGridSpec")
 PREFETCH_GRID_SPEC = _alts(TPU + ".PrefetchScalarGridSpec")
 PARTIAL = _alts("functools.partial")

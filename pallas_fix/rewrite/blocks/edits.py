@@ -135,11 +135,14 @@ class CallEdits:
                 self.edits[own_spec_node(self.cs, self.cs.site.kw(f"{kind}_specs"))] = _replace_with(c)
                 continue
             self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
-            if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None:
-                # `[spec] * k`: written out, one entry per operand (rewrite.callsite.repeated_specs)
+            if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None or self.cs.is_no_block_spec(container):
+                # `[spec] * k`, or one `pl.no_block_spec` for all: written out, one entry per
+                # operand (rewrite.callsite.repeated_specs)
                 texts = [new_codes[s.index] or code(exprs[s.index]) for s in slots]
                 target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), self.cs.site.call)
-                self.edits[target] = _replace_with("[" + ", ".join(texts) + "]")
+                # The specs mirror out_shape's pytree: one output given as a leaf takes one spec.
+                single = kind == "out" and self.cs.single_output and len(texts) == 1
+                self.edits[target] = _replace_with(texts[0] if single else "[" + ", ".join(texts) + "]")
                 continue
             for s in slots:
                 c = new_codes[s.index]

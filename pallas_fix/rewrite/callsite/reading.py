@@ -169,6 +169,9 @@ class CallSite:
         built = self.built.get(f"{kind}_specs")
         if built is not None:
             return built
+        if self.is_no_block_spec(container):
+            # One `pl.no_block_spec` stands for every operand (a pytree prefix of the specs).
+            return [container] * self._spec_count(kind)  # type: ignore[list-item]
         return repeated_items(self.ctx, container, self.site.call) or (elements(container) if container is not None else None)
 
     def _refuse_if_mutated(self, expr: cst.BaseExpression, what: str) -> None:
@@ -182,7 +185,7 @@ class CallSite:
     def spec_list(self, kind: str) -> Optional[list[Optional[cst.BaseExpression]]]:
         """Spec expressions per slot of `kind` ('in' / 'out'); None entries = absent specs."""
         container = self.in_specs_expr if kind == "in" else self.out_specs_expr
-        count = (len(self.args) - self.num_prefetch) if kind == "in" else len(self.out_shapes)
+        count = self._spec_count(kind)
         if container is None:
             return [None] * count
         items = self.spec_items(kind)
@@ -235,6 +238,12 @@ class CallSite:
             out.append(node)
         return out
 
+    def _spec_count(self, kind: str) -> int:
+        return (len(self.args) - self.num_prefetch) if kind == "in" else len(self.out_shapes)
+
+    def is_no_block_spec(self, expr: Optional[cst.BaseExpression]) -> bool:
+        return expr is not None and self.ctx.imports.is_(self.ctx.resolve_value(expr, self.site.call), N.NO_BLOCK_SPEC)
+
     def _is_block_spec(self, expr: cst.BaseExpression) -> bool:
         expr = self.ctx.resolve_value(expr, self.site.call)
         return isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.BLOCK_SPEC)
@@ -255,6 +264,8 @@ class CallSite:
             raise CallSiteError(f"`{slot.param}` is a {slot.kind} operand; only inputs and outputs have BlockSpecs")
         expr = self.spec_list(slot.kind)[slot.index]
         if expr is None:
+            return Spec(None, None, None)
+        if self.is_no_block_spec(expr):
             return Spec(None, None, None)
         node = self.ctx.resolve_value(expr, self.site.call)
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):
