@@ -345,3 +345,22 @@ def test_main_block_arrays_follow_ordinary_expressions():
         "double(i32[8] in [0, 3))",
     ]
     assert [(u.argument, u.bound_at is not None) for u in reading.unread] == [("a + jnp.ones((3, 128))", False), ("n", True)]
+
+
+def test_a_main_function_the_block_calls_is_read_and_is_no_entry():
+    # `if __name__ == "__main__": main()`: main() takes nothing (no input to draw, nothing of shapes
+    # to say) and would hide the entries it calls; its body is read where the block calls it.
+    source = _HEADER + textwrap.dedent(ENTRIES) + textwrap.dedent("""
+        def main():
+            x = jnp.ones((96, 128), jnp.float32) * 2
+            return double(x, bm=32)
+
+        if __name__ == "__main__":
+            main()
+    """)
+    assert "main" not in [ep.name for ep in entry_points(ast.parse(source))]
+    found = synth.synthesis_candidates(source, "k.py")
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "return double(x, bm=32)" in text)
+    first = next(e for e in found if e.entry == "double")
+    assert (first.text, first.origin) == ("double(f32[96, 128], bm=32)", f"synthesised from the __main__ block, k.py:{line}")
+    assert "main()" not in [e.text for e in found]

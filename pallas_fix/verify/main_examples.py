@@ -10,7 +10,8 @@ through arithmetic with scalars and other arrays (broadcasting, jax.numpy's type
 comparisons, ``@`` / ``dot``, element-wise functions (``jnp.exp``, ``maximum``, ``where``,
 ``clip``, ...), ``.astype``, ``.reshape``, ``.T`` / ``transpose`` / ``swapaxes``, indexing and
 slicing, ``concatenate`` / ``stack``, ``broadcast_to``, ``expand_dims``, reductions and
-``x.at[...].set(...)``. Every call of an entry point in the block (also one nested in an
+``x.at[...].set(...)``. A module function without parameters the block calls (``main()``) is
+read where it is called. Every call of an entry point in the block (also one nested in an
 ``assert``) whose arguments are all known becomes an example, in the order they appear; a call
 with an argument it cannot follow is remembered (:class:`Unread`) so that messages can say
 which. Nothing is imported or run: running the block would run whatever else the script does
@@ -31,6 +32,7 @@ from pallas_fix.verify.array_calls import UNKNOWN as _UNKNOWN
 from pallas_fix.verify.array_calls import ArrayCalls, known
 from pallas_fix.verify.array_values import ArrayValue, is_number
 from pallas_fix.verify.ast_reading import tail
+from pallas_fix.verify.entry_points import takes_arguments
 from pallas_fix.verify.module_constants import module_constants
 
 _OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -67,27 +69,39 @@ class Unread:
                 "which pallas-fix does not follow to a shape")
 
 
-def _module_aliases(tree: ast.Module, module: str) -> set[str]:
-    """The names the module gives ``module`` (``import numpy as np``): numpy's ``random`` draws
-    with ``size=``, and Python's own ``random`` draws no arrays."""
-    names = {module}
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What the block's reader needs to know of the module around it."""
+
+    constants: dict
+    numpy_names: frozenset  # names numpy is imported as: their `random` draws with `size=`
+    python_random: frozenset  # names Python's own `random` is imported as: it draws no arrays
+    procedures: dict  # module-level functions without parameters (a script's `main()`), by name
+
+
+def module_facts(tree: ast.Module) -> ModuleFacts:
+    aliases: dict[str, set[str]] = {"numpy": {"np", "numpy"}, "random": set()}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.asname or a.name for a in node.names if a.name == module}
-    return names
+            for a in node.names:
+                if a.name in aliases:
+                    aliases[a.name].add(a.asname or a.name)
+    procedures = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef) and not takes_arguments(s)}
+    return ModuleFacts(module_constants(tree), frozenset(aliases["numpy"]), frozenset(aliases["random"]), procedures)
 
 
 class MainReader(ArrayCalls):
     """Walks the block's statements with what each name holds."""
 
-    def __init__(self, constants: dict, entries: set[str], path: str,
-                 numpy_names: frozenset = frozenset({"np", "numpy"}), python_random: frozenset = frozenset()):
-        self.env: dict[str, Any] = dict(constants)
+    def __init__(self, module: ModuleFacts, entries: set[str], path: str):
+        self.env: dict[str, Any] = dict(module.constants)
         self.bound_at: dict[str, int] = {}
         self.entries = entries
         self.path = path
-        self.numpy_names = numpy_names
-        self.python_random = python_random
+        self.numpy_names = module.numpy_names
+        self.python_random = module.python_random
+        self.procedures = module.procedures
+        self.entered: set[str] = set()  # procedures read already (each once: no recursion)
         self.found: list[Example] = []
         self.unread: list[Unread] = []
 
@@ -149,10 +163,22 @@ class MainReader(ArrayCalls):
             if root is None:
                 continue
             for node in ast.walk(root):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.entries:
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                    continue
+                if node.func.id in self.entries:
                     ex = self._example(node)
                     if ex is not None:
                         self.found.append(ex)
+                elif node.func.id in self.procedures and node.func.id not in self.entered:
+                    self._enter(self.procedures[node.func.id])
+
+    def _enter(self, fn: ast.FunctionDef) -> None:
+        """``main()``: its body runs where it is called, on the module's names; what it binds
+        stays its own."""
+        self.entered.add(fn.name)
+        saved, saved_lines = dict(self.env), dict(self.bound_at)
+        self.run(fn.body)
+        self.env, self.bound_at = saved, saved_lines
 
     def _example(self, call: ast.Call) -> Optional[Example]:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
@@ -274,11 +300,9 @@ def read_main(tree: ast.Module, entries: set[str], *, path: str) -> MainReading:
     and the calls that gave none because an argument was not followed."""
     found: dict[str, Example] = {}
     out = MainReading()
-    numpy_names = frozenset(_module_aliases(tree, "numpy"))
-    python_random = frozenset(_module_aliases(tree, "random") if any(
-        isinstance(n, ast.Import) and any(a.name == "random" for a in n.names) for n in ast.walk(tree)) else ())
+    module = module_facts(tree)
     for block in main_blocks(tree):
-        reader = MainReader(module_constants(tree), entries, path, numpy_names, python_random)
+        reader = MainReader(module, entries, path)
         reader.run(block.body)
         for ex in reader.found:
             found.setdefault(ex.text, ex)

@@ -22,7 +22,7 @@ from pallas_fix.verify import example_cache
 from pallas_fix.verify.annotation_examples import entry_hints
 from pallas_fix.verify.ast_reading import FUNCTIONS, positional_params
 from pallas_fix.verify.call_facts import ModuleInfo
-from pallas_fix.verify.entry_points import entry_points, module_entry_candidates, reaching_pallas_call
+from pallas_fix.verify.entry_points import entry_points, module_entry_candidates, reaching_pallas_call, takes_arguments
 from pallas_fix.verify.example_candidates import ExampleCandidates, NoCandidateRan, ToVerify, settled_from_cache
 from pallas_fix.verify.example_synthesis import code_candidates
 from pallas_fix.verify.main_examples import read_main
@@ -41,7 +41,8 @@ def _synthesis(source: str, path: str) -> tuple[list[Example], dict[str, str]]:
     hints = entry_hints(source)
     candidates = module_entry_candidates(tree)
     reach = reaching_pallas_call(candidates)
-    callable_from_main = (set(hints) if hints else set(reach)) & set(reach)
+    callable_from_main = {n for n in (set(hints) if hints else set(reach)) & set(reach)
+                          if n in hints or takes_arguments(candidates[n].node)}
     reading = read_main(tree, callable_from_main, path=path)
     mains = reading.examples
     chosen = entry_points(tree, hints)
