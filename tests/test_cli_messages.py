@@ -66,10 +66,11 @@ def _without_examples(tmp_path) -> Path:
     return path
 
 
-def test_the_verification_hint_names_the_entry(capsys, tmp_path):
+def test_the_verification_hint_names_the_entry_with_shapes(capsys, tmp_path):
+    # The same suggestion `pallas-fix verify` makes: the entry, at sizes its blocks divide.
     path = _without_examples(tmp_path)
     _, _, err = run(capsys, "--apply", "--select", "PF101", "--no-synthesise", path)
-    assert "no example call (add `# pallas-fix: example silu(f32[...])`)" in err
+    assert f"no example call for {path} (add `# pallas-fix: example silu(f32[256, 256])`, pass --example" in err
 
 
 @pytest.mark.interp
@@ -97,3 +98,26 @@ def test_exit_zero_keeps_findings_from_failing_a_hook_but_not_usage_errors(capsy
     assert run(capsys, EXAMPLE)[0] == 1
     assert run(capsys, "--exit-zero", EXAMPLE)[0] == 0
     assert run(capsys, "--exit-zero", tmp_path / "missing.py")[0] == 2
+
+
+@pytest.mark.interp
+def test_a_rewrite_no_example_ran_is_written_unverified_says_why_and_exits_1(capsys, tmp_path, monkeypatch):
+    # Issue 25: the safe rewrite used to be written with exit 0 after "no example call (add ...)",
+    # though verification had tried the file's examples and the original rejected them all.
+    monkeypatch.setenv("PALLAS_FIX_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    path = folder / "ln.py"
+    shutil.copy(Path(__file__).parent / "fixtures" / "synthesis" / "main_block_unread_layernorm.py", path)
+    code, out, _ = run(capsys, "verify", path)
+    assert code == 1
+    verdict = out.strip().splitlines()[0]
+    assert verdict.startswith("unverified layernorm: not verified: the original ran on none of the"), verdict
+    code, _, err = run(capsys, "--no-color", "--apply", folder)  # a directory, and the cache says none ran
+    assert code == 1, err
+    assert verdict in err.splitlines()
+    assert re.search(r"^not verified .*ln\.py: kernel _ln_kernel: no example reaches this kernel: the original ran on "
+                     r"none of the examples of layernorm \(see above\); its safe fix is written without a check", err, re.M), err
+    assert err.strip().splitlines()[-1] == ("0 finding(s) in 1 file(s); 1 file(s) written unverified: "
+                                            "the original ran on none of their examples")
+    assert "grid=(" in path.read_text()

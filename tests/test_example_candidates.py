@@ -67,7 +67,8 @@ def test_candidates_not_all_tried_are_not_cached():
     assert all(isinstance(g, ExampleCandidates) for g in synth.synthesised_examples("w.py", source))
     store_choices(groups, [{"index": 0, "outcomes": []}, {"index": None, "outcomes": []}, {"index": 1, "outcomes": []}])
     cached = synth.synthesised_examples("w.py", source)
-    assert [e.text for e in cached] == [groups[0].candidates[0].text, groups[2].candidates[1].text]
+    assert [type(e) for e in cached] == [type(groups[0].candidates[0]), NoCandidateRan, type(groups[0].candidates[0])]
+    assert [cached[0].text, cached[2].text] == [groups[0].candidates[0].text, groups[2].candidates[1].text]
 
 
 def test_settled_candidates_become_their_example_or_say_none_ran():
@@ -89,6 +90,49 @@ def test_an_entry_the_cache_says_none_ran_is_unverified_without_a_worker(monkeyp
     monkeypatch.setattr("pallas_fix.verify.runner._run_job", lambda *a, **k: pytest.fail("started a worker"))
     [v] = verify_sources(source, source, groups, path="m.py")
     assert v.status == "unverified" and v.message.startswith("not verified: the original ran on none of the")
+
+
+def _none_ran_record(group, path: str) -> dict:
+    """The worker's verdict for a group none of whose candidates ran, as it writes it."""
+    outcomes = [{"example": c.text, "outcome": "error", "message": f"TypeError: cannot reshape (at {path}:37)"}
+                for c in group.candidates]
+    return {"type": "verdict", "index": 0, "entry": group.entry, "status": "unverified", "message": "worker's own words",
+            "details": {"example": "", "candidate": {"index": None, "outcomes": outcomes}, "origin": None}}
+
+
+def test_a_run_that_finds_no_example_says_the_same_fresh_cached_and_from_another_directory(monkeypatch):
+    # Issue 25: the first run said "the original ran on none of ...", a later (cached) run and a
+    # directory run "no example call (add ...)". Each now says what the first run said, naming its
+    # own path, and why the __main__ call gave nothing.
+    from pallas_fix.verify import runner
+
+    source = (FIX / "main_block_unread_layernorm.py").read_text()
+    [group] = synth.synthesised_examples("ln.py", source)
+    assert "passes `x` (bound on line" in group.note
+    monkeypatch.setattr(runner, "_run_worker", lambda *a, **k: (False, 0))
+    monkeypatch.setattr(runner, "_read_records", lambda out: [_none_ran_record(group, "ln.py")])
+    [fresh] = verify_sources(source, source, [group], path="ln.py")
+    assert fresh.status == "unverified" and fresh.message.startswith(
+        "not verified: the original ran on none of the 2 example call(s) synthesised for layernorm (first: ")
+    assert "the __main__ block's call of layernorm (ln.py:" in fresh.message
+    assert "`pallas-fix record -- python ln.py`" in fresh.message and "(at ln.py:37)" in fresh.message
+    monkeypatch.setattr(runner, "_run_job", lambda *a, **k: pytest.fail("started a worker"))
+    [cached] = synth.synthesised_examples("ln.py", source)  # what --apply and a second verify get
+    assert isinstance(cached, NoCandidateRan) and cached.message == fresh.message
+    [again] = verify_sources(source, source, [cached], path="ln.py")
+    assert again.message == fresh.message
+    [moved] = synth.synthesised_examples("dir/ln.py", source)
+    assert moved.message == fresh.message.replace("ln.py", "dir/ln.py")
+
+
+def test_without_any_example_verify_suggests_the_files_own_entry():
+    # Not `matmul(f32[256, 512], f32[512, 256])` whatever the file: its entry, with shapes from its
+    # __main__ block (here followed through `* 3 + 1`).
+    source = (Path(__file__).parent / "fixtures" / "synthesis" / "main_block_layernorm.py").read_text()
+    [v] = verify_sources(source, source, [], path="ln.py")
+    assert v.status == "unverified"
+    assert "add `# pallas-fix: example layernorm(f32[1024, 512], f32[512], f32[512])`" in v.message, v.message
+    assert "matmul" not in v.message
 
 
 def test_collect_examples_synthesises_last_and_only_when_asked(tmp_path):

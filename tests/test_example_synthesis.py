@@ -293,3 +293,74 @@ def test_main_calls_come_before_code_candidates_and_each_entry_gets_at_most_four
     assert list(per_entry) == ["scale_rows_small", "scale_rows_large", "scale_rows_bf16"]
     assert all(len(texts) <= synth.MAX_CANDIDATES for texts in per_entry.values())
     assert per_entry["scale_rows_small"][0] == "scale_rows_small(bf16[256, 256], f32[1, 256])"
+
+
+def test_a_main_block_draw_scaled_and_shifted_keeps_its_shape():
+    # `jax.random.normal(k1, (1024, 512), jnp.float32) * 3 + 1`: arithmetic with scalars keeps the
+    # draw's shape and dtype; gamma / beta are 1-D and the wrapper reshapes them (a 2-D guess fails).
+    path = FIX / "main_block_layernorm.py"
+    found = synth.synthesis_candidates(path.read_text(), "ln.py")
+    assert found[0].text == "layernorm(f32[1024, 512], f32[512], f32[512])"
+    assert found[0].origin == f"synthesised from the __main__ block, ln.py:{_line_of(path, '    out = layernorm(')}"
+
+
+ARRAY_EXPRESSIONS = ENTRIES + """
+import numpy as np
+import random
+if __name__ == "__main__":
+    k1, k2 = jax.random.split(jax.random.key(0))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 128), dtype=np.float32)
+    double(a * 2.0 - 1)                                              # scalars keep the shape
+    double((jax.random.normal(k1, (128, 32)) @ jnp.ones((32, 256)))[:, :128].astype(jnp.bfloat16))
+    double(jnp.concatenate([a, a * 2], axis=0).T)                    # (128, 128) then transposed
+    double(jnp.arange(4 * 8).reshape(4, 8)[None, ..., ::2])          # a new axis, a strided slice
+    double(jax.random.randint(k2, (16,), 0, 8) * 2 + 1)              # the range follows: 1..15
+    double(jnp.where(a > 0, a, 0.0).sum(axis=-1, keepdims=True))
+    double(jnp.ones_like(a, dtype=jnp.bfloat16) + jnp.zeros((1, 128), jnp.float32))  # broadcast, promoted
+    double(jnp.stack([a, a], 1), bm=KEY_BM)                          # a module constant
+    x = jnp.exp(jax.random.randint(k2, (8,), 0, 4))
+    x *= 3
+    double(x)
+    double(np.random.randint(5, size=8) % 3)
+    double(a + jnp.ones((3, 128)))                                   # does not broadcast: no example
+    n = random.randint(1, 4)                                         # Python's random draws no array
+    double(a, bm=n)
+"""
+
+
+def test_main_block_arrays_follow_ordinary_expressions():
+    from pallas_fix.verify.examples.main_block import read_main
+
+    reading = read_main(_tree("KEY_BM = 32\n" + ARRAY_EXPRESSIONS), {"double"}, path="k.py")
+    assert [e.text for e in reading.examples] == [
+        "double(f32[64, 128])",
+        "double(bf16[128, 128])",
+        "double(f32[128, 128])",
+        "double(i32[1, 4, 4] in [0, 32))",
+        "double(i32[16] in [1, 16))",
+        "double(f32[64, 1])",
+        "double(f32[64, 2, 128], bm=32)",
+        "double(f32[8])",
+        "double(i32[8] in [0, 3))",
+    ]
+    assert [(u.argument, u.bound_at is not None) for u in reading.unread] == [("a + jnp.ones((3, 128))", False), ("n", True)]
+
+
+def test_a_main_function_the_block_calls_is_read_and_is_no_entry():
+    # `if __name__ == "__main__": main()`: main() takes nothing (no input to draw, nothing of shapes
+    # to say) and would hide the entries it calls; its body is read where the block calls it.
+    source = _HEADER + textwrap.dedent(ENTRIES) + textwrap.dedent("""
+        def main():
+            x = jnp.ones((96, 128), jnp.float32) * 2
+            return double(x, bm=32)
+
+        if __name__ == "__main__":
+            main()
+    """)
+    assert "main" not in [ep.name for ep in entry_points(ast.parse(source))]
+    found = synth.synthesis_candidates(source, "k.py")
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "return double(x, bm=32)" in text)
+    first = next(e for e in found if e.entry == "double")
+    assert (first.text, first.origin) == ("double(f32[96, 128], bm=32)", f"synthesised from the __main__ block, k.py:{line}")
+    assert "main()" not in [e.text for e in found]

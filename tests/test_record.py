@@ -199,7 +199,48 @@ def test_record_without_kernel_calls_writes_nothing_and_passes_the_status_on(cap
     code, err = record(capfd, "--", sys.executable, "-c", check)
     assert code == 5
     assert "pallas-fix record: 0 calls of 0 entries in 0 files recorded; nothing written" in err
+    # ... and says what it records, instead of leaving the user to guess why nothing was
+    assert f"that take arguments and reach a pallas_call, defined in .py files under {project}" in err
+    assert "or the script it runs as __main__" in err
     assert not (project / "pallas-fix-examples.json").exists()
+
+
+# A kernel file that runs itself: its entries are called from its own __main__ block, directly and
+# through a `main()` without parameters (recorded would be `main()`, which says nothing of shapes).
+SELF_RUNNING = KERNEL + '''
+
+def main():
+    silu(jnp.ones((24, 128), jnp.float32), block=8)
+
+
+if __name__ == "__main__":
+    import numpy as np
+
+    x = np.ones((16, 128), np.float32)
+    silu(x, block=8)
+    scale(x, 2.0)
+    main()
+'''
+
+
+def test_record_sees_the_calls_a_kernel_file_makes_when_it_runs_itself(capfd, project):
+    # Issue 25: `pallas-fix record -- python kernel.py` recorded 0 calls: a script run as __main__
+    # is not imported, so the hook never wrapped its functions.
+    (project / "selfrun.py").write_text(SELF_RUNNING)
+    code, err = record(capfd, "--", sys.executable, "selfrun.py")
+    assert code == 0, err
+    expected = ["silu(f32[16, 128], block=8)", "silu(f32[24, 128], block=8)", "scale(f32[16, 128], 2.0)"]
+    assert recording(project)["examples"] == {"selfrun.py": expected}
+    assert "3 calls of 2 entries in 1 file recorded" in err
+    (project / "pallas-fix-examples.json").unlink()
+    code, err = record(capfd, "--", sys.executable, "-m", "selfrun")  # runpy runs it as __main__
+    assert code == 0, err
+    assert recording(project)["examples"] == {"selfrun.py": expected}
+
+
+def test_a_function_without_parameters_is_not_recorded():
+    source = "def main():\n    run(pl.pallas_call(k)(x))\ndef run(x):\n    return pl.pallas_call(k)(x)\n"
+    assert record_hook._recorded_names(source) == ["run"]
 
 
 # -- the hook's pieces -----------------------------------------------------------------------------

@@ -403,6 +403,18 @@ def test_elementwise_rewrite_verified():
 
 
 @pytest.mark.interp
+def test_an_example_whose_call_returns_nothing_verifies_nothing():
+    # A script's `main()` (or a recorded call of one) runs both kernels and returns None: nothing
+    # compares them, so even a wrong rewrite (clipped) must not come out "verified".
+    demo = "\n\ndef demo(x, y):\n    scaled_tanh(x, y)\n"
+    before, after = _src("elementwise_before.py") + demo, _src("elementwise_after_clipped.py") + demo
+    example = parse_example("demo(f32[256, 128], f32[256, 128])", origin="--example")
+    (v,) = verify_sources(before, after, [example], path="k.py", seeds=(0,), tpu_interpret=False)
+    assert v.status == "unverified", v.message
+    assert v.message.startswith("the example `demo(f32[256, 128], f32[256, 128])` (--example) returns no array")
+
+
+@pytest.mark.interp
 def test_matmul_reduction_rewrite_verified():
     (v,) = _verify("matmul_before.py", "matmul_after.py")
     assert v.status == "verified", v.message

@@ -5,7 +5,9 @@ The policy (README, "What --apply writes"):
 - a kernel's rewrite that verification proves equal on an example that reaches the kernel is
   accepted whatever its safety class: verification is how an unsafe fix becomes safe;
 - a kernel no example reaches (or a file with no example) gets only its safe fixes (unsafe ones
-  too with --unsafe-fixes), marked "not verified"; --require-verified refuses those;
+  too with --unsafe-fixes), marked "not verified"; --require-verified refuses those. Where the
+  file had examples but the original ran on none of them (verification was attempted and could
+  not run), the kernel is marked ``unchecked`` too: the CLI says so and exits 1;
 - a kernel whose rewrite fails verification keeps its original text, and the other kernels of the
   file still get theirs;
 - a kernel the original cannot run at all (a one-element slice as a start: no interpreter accepts
@@ -37,6 +39,8 @@ class KernelRewrite:
     applied: tuple[str, ...] = ()  # plan descriptions, when the rewrite was accepted
     verdicts: tuple[Verdict, ...] = ()
     reason: str = ""
+    # written unverified although the file had examples: the original ran on none of them
+    unchecked: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -114,9 +118,11 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         if any(v.ok and reached(v, kernel) for v in verdicts):
             return KernelRewrite(kernel, "verified", tuple(candidate.applied), verdicts), candidate.source
         ran = any(reached(v, kernel) for v in verdicts)
-        unverified_why = _NO_REFERENCE if ran else "no example reaches this kernel"
+        unrun = [v.entry or "the file" for v in verdicts if v.status == "unverified"]
+        unverified_why = _NO_REFERENCE if ran else _none_ran(unrun) if unrun else "no example reaches this kernel"
+        unchecked = not ran and bool(unrun)
     else:
-        verdicts, unverified_why = (), no_verifier_why
+        verdicts, unverified_why, unchecked = (), no_verifier_why, False
     fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
     if fallback.error:
         return KernelRewrite(kernel, "failed", reason=fallback.error), current
@@ -125,7 +131,16 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"{unverified_why}, and {unsafe_left}"), current
     if require_verified:
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"not verified ({unverified_why}) and --require-verified is set"), current
-    return KernelRewrite(kernel, "not verified", tuple(fallback.applied), verdicts, reason=unverified_why), fallback.source
+    return KernelRewrite(kernel, "not verified", tuple(fallback.applied), verdicts, reason=unverified_why,
+                         unchecked=unchecked), fallback.source
+
+
+def _none_ran(entries: list[str]) -> str:
+    """Why a kernel no example reached is unverified when some examples did not run the original
+    at all ("unverified" verdicts: none of an entry's candidates ran, the original did not import):
+    this kernel may be the one they would have reached."""
+    names = ", ".join(dict.fromkeys(entries))
+    return f"no example reaches this kernel: the original ran on none of the examples of {names} (see above)"
 
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:

@@ -21,6 +21,7 @@ from pallas_fix.rules.gpu_interpret.hazards import trigger
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.runner import Verdict, verify_sources
+from pallas_fix.verify.examples.synthesised import suggested_example
 
 if TYPE_CHECKING:
     from pallas_fix.core.example_values import Example
@@ -201,6 +202,14 @@ def write_report(report: FileReport) -> None:
 
 def unknown_codes_message(unknown: list[str]) -> str:
     return f"unknown rule code(s) {', '.join(unknown)}; the codes are {', '.join(sorted(RULES))} (prefixes allowed)"
+
+
+def suggested_example_for(report: FileReport) -> str:
+    """The example call messages suggest for a file without one: its entry point with plausible
+    shapes, as `pallas-fix verify` suggests it
+    (:func:`~pallas_fix.verify.examples.synthesised.suggested_example`), else the report's hint.
+    Read with ast when a message needs it, not for every file analysed."""
+    return suggested_example(report.original or "", report.path) or report.example_hint
 
 
 def example_hint(analysis: CheckResult) -> str:

@@ -60,9 +60,10 @@ from typing import Optional, Sequence
 from pallas_fix.core.example_values import origin_phrase
 from pallas_fix.core.examples import example_to_json
 from pallas_fix.verify.examples.candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
-                                                  settled_from_cache, store_choices)
+                                                  no_example_message, none_ran, settled_from_cache, store_choices)
 from pallas_fix.verify.judge.footprint import format_bytes
 from pallas_fix.verify.judge.footprint_findings import format_finding
+from pallas_fix.verify.examples.synthesised import suggested_example
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -199,17 +200,9 @@ def _footprint(v: Verdict) -> str:
     return f", on-chip per step: {format_bytes(fp['before_bytes'])} → {format_bytes(fp['after_bytes'])}"
 
 
-def _unverified(path: str, seeds: Sequence[int]) -> Verdict:
-    return Verdict(
-        entry="",
-        status="unverified",
-        seeds=list(seeds),
-        message=(
-            f"not verified: no example call for {path} (add a directive such as"
-            " `# pallas-fix: example matmul(f32[256, 512], f32[512, 256])`, pass --example, or"
-            " configure [tool.pallas-fix.examples] in pyproject.toml)"
-        ),
-    )
+def _unverified(path: str, seeds: Sequence[int], source: str) -> Verdict:
+    return Verdict(entry="", status="unverified", seeds=list(seeds),
+                   message=f"not verified: {no_example_message(path, suggested_example(source, path) or 'ENTRY(f32[...])')}")
 
 
 def _worker_env() -> dict:
@@ -277,7 +270,7 @@ def verify_sources(
     """
     seeds = [int(s) for s in seeds]
     if not examples:
-        return [_unverified(path, seeds)]
+        return [_unverified(path, seeds, original_src)]
     settled = settled_from_cache(examples)
     to_run = [e for e in settled if not isinstance(e, NoCandidateRan)]
     ran = iter(_run_job(original_src, rewritten_src, to_run, path=path, timeout_s=timeout_s, seeds=seeds,
@@ -379,6 +372,9 @@ def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, st
             if not v.example and not isinstance(ex, ExampleCandidates):
                 v.example = ex.text
             v.origin = v.details.get("origin", ex.origin)  # the kept candidate's, for candidates
+            choice = v.details.get("candidate") or {}
+            if isinstance(ex, ExampleCandidates) and v.status == "unverified" and "index" in choice and choice["index"] is None:
+                v.message = none_ran(ex, list(choice.get("outcomes") or [])).message  # as a cached run says it
             if v.untouched:
                 v.message += "; the rewrite left this entry's dynamic slices as they were"
             out.append(v)

@@ -64,13 +64,14 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
     exit_code = 0
     all_findings: list[Finding] = []
     verdict_json: list[dict] = []
+    unchecked: list[str] = []  # files written although the original ran on none of their examples
     for report in reports:
-        counted, code = _present(report, opts, fmt, color, err, verdict_json)
+        counted, code = _present(report, opts, fmt, color, err, verdict_json, unchecked)
         all_findings.extend(counted)
         exit_code = max(exit_code, code)
     _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None)
     if fmt is Format.text and not opts.diff_only:
-        err.print(_summary(reports, all_findings, opts))
+        err.print(_summary(reports, all_findings, opts, unchecked))
     if all_findings and exit_code == 0:
         exit_code = 1
     return exit_code
@@ -93,8 +94,11 @@ def _reports(paths: list[str], opts: Options, workers: int, no_ignore: bool) -> 
     return reports
 
 
-def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, verdict_json: list[dict]) -> tuple[list[Finding], int]:
-    """Print one file's findings (and diff, or apply its rewrite): (the findings it counts, exit code)."""
+def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, verdict_json: list[dict],
+             unchecked: list[str]) -> tuple[list[Finding], int]:
+    """Print one file's findings (and diff, or apply its rewrite): (the findings it counts, exit
+    code). A rewrite written unchecked (its examples did not run the original) exits 1: the
+    user should look at the examples."""
     if report.error:
         err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(report.error)}", markup=True)
         return [], 2
@@ -110,10 +114,12 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
     status = "unchanged"
     if report.proposed is not None or any(f.fixable for f in report.findings):
         status, report = apply_file(report, opts, err, verdict_json)
-    if status in ("written", "unchanged"):
+    if status in ("written", "unchecked", "unchanged"):
         if report.remaining and text:
             print(render_text(report.remaining))
-        return report.remaining, 0
+        if status == "unchecked":
+            unchecked.append(report.path)
+        return report.remaining, 1 if status == "unchecked" else 0
     if text:
         print(render_text(report.findings))
     return report.findings, 2 if status == "error" else 1
@@ -130,13 +136,16 @@ def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Option
             print(out)
 
 
-def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
+def _summary(reports: list[FileReport], findings: list[Finding], opts: Options, unchecked: list[str]) -> str:
     """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
     finding the first analysis refused), and the unsafe fixes it writes only once verified (or
-    with --unsafe-fixes)."""
+    with --unsafe-fixes); after `--apply`, the files written without a check although they had
+    examples."""
     checked = sum(1 for r in reports if not r.error)
     summary = f"{len(findings)} finding(s) in {checked} file(s)"
     if opts.apply:
+        if unchecked:
+            summary += f"; {len(unchecked)} file(s) written unverified: the original ran on none of their examples"
         return summary
     fixed = sum(max(0, len(r.findings) - len(r.remaining)) for r in reports if r.proposed is not None)
     unsafe = sum(1 for r in reports for f in r.remaining if f.fixable and f.fix_safety is FixSafety.UNSAFE)

@@ -11,14 +11,16 @@ from pallas_fix.frontends.cli.console import progress as _progress
 from pallas_fix.frontends.files.files import FileError
 from pallas_fix.frontends.kernel_rewrites import KernelRewrite
 from pallas_fix.frontends.report import FileReport
-from pallas_fix.frontends.service import Options, rewrite_kernels, verify_report, write_report
+from pallas_fix.frontends.service import Options, rewrite_kernels, suggested_example_for, verify_report, write_report
+from pallas_fix.verify.examples.candidates import no_example_message
 from pallas_fix.verify.judge.footprint_findings import format_finding
 from pallas_fix.verify.runner import format_verdict
 
 
 def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> tuple[str, FileReport]:
-    """Verify and write one file, kernel by kernel: (written | unchanged | refused | error, the
-    report of what the file now holds)."""
+    """Verify and write one file, kernel by kernel: (written | unchecked | unchanged | refused |
+    error, the report of what the file now holds); unchecked: written, but a kernel's rewrite is
+    unverified although the file had examples, because the original ran on none of them."""
     if report.notebook is not None:
         return _apply_notebook(report, opts, err, verdict_json), report
     rewrite, problem = rewrite_kernels(report, opts, gpu=report.gpu_interpret, progress=_progress)
@@ -39,7 +41,7 @@ def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict])
         return "error", report
     for line in applied:
         err.print(f"fixed {report.path}: {line}")
-    return "written", written
+    return ("unchecked" if any(k.unchecked for k in accepted) else "written"), written
 
 
 def _print_kernel(report: FileReport, kernel: KernelRewrite, err, verdict_json: list[dict]) -> None:
@@ -51,9 +53,13 @@ def _print_kernel(report: FileReport, kernel: KernelRewrite, err, verdict_json: 
     elif kernel.status == "refused":
         err.print(f"[yellow]not written[/]: {_e(report.path)}: {_e(name)}: {_e(kernel.reason)}", markup=True)
     elif kernel.status == "not verified":
-        if kernel.reason in ("no example call", "verification disabled"):
-            hint = f" (add `# pallas-fix: example {report.example_hint}`)" if kernel.reason == "no example call" else ""
-            err.print(f"not verified {report.path}: {kernel.reason}{hint}")
+        if kernel.reason == "no example call":
+            err.print(f"not verified {report.path}: {no_example_message(report.path, suggested_example_for(report))}")
+        elif kernel.reason == "verification disabled":
+            err.print(f"not verified {report.path}: {kernel.reason}")
+        elif kernel.unchecked:
+            err.print(f"[yellow]not verified[/] {_e(report.path)}: {_e(name)}: {_e(kernel.reason)}; its safe fix is written "
+                      "without a check (--require-verified refuses it), and the exit status is 1", markup=True)
         else:
             err.print(f"not verified {report.path}: {name}: {kernel.reason}")
 
@@ -72,9 +78,9 @@ def _print_verdicts(report: FileReport, verdicts: list, err, verdict_json: list[
 
 
 def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> str:
-    """A notebook's rewrite is verified and written as a whole: written | refused | error."""
+    """A notebook's rewrite is verified and written as a whole: written | unchecked | refused | error."""
     refused = _verify_before_writing(report, opts, err, verdict_json)
-    if refused:
+    if refused and refused != "unchecked":
         return refused
     try:
         write_report(report)
@@ -83,11 +89,12 @@ def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[d
         return "error"
     for line in report.applied:
         err.print(f"fixed {report.path}: {line}")
-    return "written"
+    return refused or "written"
 
 
 def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
-    """None when the rewrite may be written; else refused | error (said on stderr)."""
+    """None when the rewrite may be written, "unchecked" when it may although no example ran the
+    original; else refused | error (said on stderr)."""
     verdicts, problem = (None, None)
     if opts.verify:
         verdicts, problem = verify_report(report, opts, gpu=report.gpu_interpret, progress=_progress)
@@ -102,8 +109,12 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
         if opts.require_verified and not all(v.status == "verified" for v in verdicts):
             err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
             return "refused"
+        if not any(v.ok for v in verdicts):
+            err.print(f"[yellow]not verified[/] {_e(report.path)}: the original ran on none of the examples (see above); "
+                      "its rewrite is written without a check, and the exit status is 1", markup=True)
+            return "unchecked"
         return None
-    why = "verification disabled" if not opts.verify else f"no example call (add `# pallas-fix: example {report.example_hint}`)"
+    why = "verification disabled" if not opts.verify else no_example_message(report.path, suggested_example_for(report))
     if opts.require_verified:
         err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified ({_e(why)}) and --require-verified is set", markup=True)
         return "refused"

@@ -2,9 +2,11 @@
 recorded from the user's own runs (tests, scripts), for verification to use.
 
 CMD runs in a subprocess whose environment puts a directory holding the recording hook
-(:mod:`pallas_fix.frontends.cli.record_hook`, copied as ``sitecustomize.py``) first on
-``PYTHONPATH``, so every Python process CMD starts records the calls of the entry functions of
-the kernel modules it imports from under the current directory. Each process writes its records
+(:mod:`pallas_fix.frontends.cli.record_hook`, copied as ``sitecustomize.py``, with
+:mod:`pallas_fix.frontends.cli.record_main` beside it) first on ``PYTHONPATH``, so every Python
+process CMD starts records the calls of the entry functions of the kernel modules it imports
+from under the current directory, and of the kernel file it runs as ``__main__``. A run that
+records no call says what is recorded. Each process writes its records
 to its own file in a temporary directory; once CMD has exited they are merged here, at most N
 examples per entry (distinct array shapes first, in the order they were first seen), and written
 to ``pallas-fix-examples.json`` (:mod:`pallas_fix.verify.examples.recorded` has the format and
@@ -33,6 +35,8 @@ from pallas_fix.verify.examples.recorded import RECORD_FILE, VERSION, read_recor
 __all__ = ["Recording", "merge_records", "record_command", "select_examples"]
 
 _HOOK = Path(__file__).with_name("record_hook.py")
+_MAIN_HOOK = Path(__file__).with_name("record_main.py")  # imported by the hook under this name:
+_MAIN_HOOK_NAME = "pallas_fix_record_main.py"
 
 
 @dataclass
@@ -155,6 +159,7 @@ def record_command(cmd: Sequence[str], output: Optional[str] = None, max_per_ent
         hook_dir.mkdir()
         records.mkdir()
         shutil.copyfile(_HOOK, hook_dir / "sitecustomize.py")
+        shutil.copyfile(_MAIN_HOOK, hook_dir / _MAIN_HOOK_NAME)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(hook_dir)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.update(PALLAS_FIX_RECORD_DIR=str(records), PALLAS_FIX_RECORD_ROOT=os.getcwd(),
@@ -165,6 +170,15 @@ def record_command(cmd: Sequence[str], output: Optional[str] = None, max_per_ent
         shutil.rmtree(work, ignore_errors=True)
     _write(rec, out, old, max(1, max_per_entry))
     return code
+
+
+# Said when nothing was recorded: what would have been.
+_NOTHING_SEEN = (
+    "pallas-fix record: it records the calls of public module-level functions (plain or jitted) that take "
+    "arguments and reach a pallas_call, defined in .py files under {root} (modules the command imports, or the "
+    "script it runs as __main__) and made from outside another recorded call; run it from your project's "
+    "directory, or give the file an example call: `# pallas-fix: example ENTRY(f32[...])`"
+)
 
 
 def _write(rec: Recording, out: Path, old: dict[str, list[str]], limit: int) -> None:
@@ -191,6 +205,8 @@ def _write(rec: Recording, out: Path, old: dict[str, list[str]], limit: int) -> 
         print(f"pallas-fix record: {path} is not under {base}; its calls are not written", file=err)
     if not new:
         print(summary + "; nothing written", file=err)
+        if not calls:
+            print(_NOTHING_SEEN.format(root=Path.cwd()), file=err)
         return
     fresh = sum(1 for rel, texts in new.items() for t in texts if t not in old.get(rel, []))
     doc = {"version": VERSION, "examples": merge_records(old, new, limit)}

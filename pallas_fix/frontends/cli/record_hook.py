@@ -13,7 +13,9 @@ What it does, in a process whose environment has ``PALLAS_FIX_RECORD_DIR``:
   module has run, its public module-level functions that reach a ``pallas_call`` (read with
   :mod:`ast`: a function naming ``pallas_call``, or naming one that does) are replaced by
   recording wrappers. Plain functions get a ``functools.wraps`` wrapper; other callables (jitted
-  functions) a proxy that forwards every attribute (``.lower``, ``.trace``, ``__wrapped__``);
+  functions) a proxy that forwards every attribute (``.lower``, ``.trace``, ``__wrapped__``).
+  The script run as ``__main__`` (``python kernel.py``) is imported by no finder: the module
+  copied next to this one (:mod:`pallas_fix.frontends.cli.record_main`) wraps its names instead;
 * a wrapper calls through unchanged. When the call is not nested inside another recorded call and
   returns without raising, it records the arguments in the example grammar: arrays (anything with
   an integer ``.shape`` and a known ``.dtype``: numpy and jax arrays, tracers, ShapeDtypeStructs)
@@ -250,7 +252,8 @@ def _mentions(node):
 
 def _recorded_names(source):
     """The public module-level names bound by a ``def`` or an assignment from a call (``jax.jit(f)``)
-    that reach a ``pallas_call``."""
+    that reach a ``pallas_call``; not a ``def`` without parameters (a script's ``main()``): its
+    call has no shapes to record, and would hide the calls of the entries it makes."""
     tree = ast.parse(source)
     nodes = {}
     for stmt in tree.body:
@@ -270,7 +273,9 @@ def _recorded_names(source):
         more = {name for name, used in uses.items() if name not in reach and used & reach}
         grown = bool(more)
         reach |= more
-    return sorted(n for n in reach if not n.startswith("_"))
+    takes_nothing = {n for n, node in nodes.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and not any(getattr(node.args, a) for a in ("posonlyargs", "args", "vararg", "kwonlyargs", "kwarg"))}
+    return sorted(n for n in reach if not n.startswith("_") and n not in takes_nothing)
 
 
 def _is_kernel_file(name, origin):
@@ -290,8 +295,8 @@ def _is_kernel_file(name, origin):
     return path, source
 
 
-def _patch(module, path, names):
-    space = module.__dict__
+def _patch(space, path, names):
+    """Wrap ``names`` in a module's namespace (those that are functions not wrapped yet)."""
     for name in names:
         obj = space.get(name)
         if obj is None or isinstance(obj, type) or not callable(obj) or getattr(obj, "__pallas_fix_recorded__", False):
@@ -313,7 +318,7 @@ def _wrap_loader(spec):
     def exec_and_patch(module):
         exec_module(module)
         try:
-            _patch(module, path, _recorded_names(source))
+            _patch(module.__dict__, path, _recorded_names(source))
         except Exception:
             pass
 
@@ -374,6 +379,9 @@ def _install():
         atexit.register(_write_at_exit)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
+        import pallas_fix_record_main  # copied next to this file: watches the script run as __main__
+
+        pallas_fix_record_main.watch(sys.modules[__name__])
     except Exception:
         pass
 

@@ -30,7 +30,7 @@ from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel
-from pallas_fix.rewrite.callsite.repeated_specs import repeated_items
+from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
 
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
@@ -169,8 +169,7 @@ class CallSite:
         built = self.built.get(f"{kind}_specs")
         if built is not None:
             return built
-        if self.is_no_block_spec(container):
-            # One `pl.no_block_spec` stands for every operand (a pytree prefix of the specs).
+        if no_block_spec(self.ctx, container, self.site.call):
             return [container] * self._spec_count(kind)  # type: ignore[list-item]
         return repeated_items(self.ctx, container, self.site.call) or (elements(container) if container is not None else None)
 
@@ -241,9 +240,6 @@ class CallSite:
     def _spec_count(self, kind: str) -> int:
         return (len(self.args) - self.num_prefetch) if kind == "in" else len(self.out_shapes)
 
-    def is_no_block_spec(self, expr: Optional[cst.BaseExpression]) -> bool:
-        return expr is not None and self.ctx.imports.is_(self.ctx.resolve_value(expr, self.site.call), N.NO_BLOCK_SPEC)
-
     def _is_block_spec(self, expr: cst.BaseExpression) -> bool:
         expr = self.ctx.resolve_value(expr, self.site.call)
         return isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.BLOCK_SPEC)
@@ -265,7 +261,7 @@ class CallSite:
         expr = self.spec_list(slot.kind)[slot.index]
         if expr is None:
             return Spec(None, None, None)
-        if self.is_no_block_spec(expr):
+        if no_block_spec(self.ctx, expr, self.site.call):
             return Spec(None, None, None)
         node = self.ctx.resolve_value(expr, self.site.call)
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):

@@ -1,4 +1,5 @@
-"""Spec lists written as one spec repeated: `in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2`.
+"""Spec lists written as one spec repeated: `in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)] * 2`,
+or one `pl.no_block_spec` standing for every operand (a pytree prefix of the specs).
 
 Each operand's slot reads the one repeated spec. A plan that changes some of them cannot edit
 that spec in place (it would change every slot), so the list is written out, one entry per
@@ -12,6 +13,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.core import names as N
 from pallas_fix.rewrite.text.syntax import elements
 
 
@@ -28,3 +30,8 @@ def repeated_items(ctx: ModuleContext, expr: Optional[cst.BaseExpression], at: c
         if items is not None and isinstance(count, cst.Integer):
             return items * int(count.evaluated_value)
     return None
+
+
+def no_block_spec(ctx: ModuleContext, expr: Optional[cst.BaseExpression], at: cst.CSTNode) -> bool:
+    """`pl.no_block_spec`: `BlockSpec()` with nothing set, the whole array, as an absent spec is."""
+    return expr is not None and ctx.imports.is_(ctx.resolve_value(expr, at), N.NO_BLOCK_SPEC)

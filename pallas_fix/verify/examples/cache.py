@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-SYNTHESIS_VERSION = 1
+SYNTHESIS_VERSION = 2
 
 
 def cache_dir() -> Path:

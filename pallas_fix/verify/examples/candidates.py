@@ -22,8 +22,8 @@ from typing import Optional, Sequence, Union
 from pallas_fix.core.examples import Example, ExampleSyntaxError, example_to_json, parse_example
 from pallas_fix.verify.examples import cache as example_cache
 
-__all__ = ["ExampleCandidates", "NoCandidateRan", "candidates_to_json", "kept_from_payload", "none_ran_message",
-           "settled_from_cache", "store_choices"]
+__all__ = ["ExampleCandidates", "NoCandidateRan", "candidates_to_json", "kept_from_payload", "no_example_message",
+           "none_ran", "none_ran_message", "settled_from_cache", "store_choices"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +35,9 @@ class ExampleCandidates:
     key: str  # the example cache key of the file's text
     path: str  # the file, as the origins name it
     groups_in_file: int  # how many entries of the file have candidates: all settle, or none is cached
+    # why the __main__ block gave no candidate for this entry (an argument it does not follow), for
+    # the message when none of the others runs either
+    note: str = ""
 
     @property
     def text(self) -> str:  # what the worker tries first: named when the worker never got to it
@@ -67,7 +70,14 @@ _PATH = "<path>"
 def _to_cache(kept: list[Example], outcomes: list[dict], path: str) -> dict:
     return {"examples": [{"text": e.text, "origin": (e.origin or "").replace(f", {path}:", f", {_PATH}:")}
                          for e in kept],
-            "outcomes": outcomes}
+            "outcomes": [_moved(o, f"(at {path}:", f"(at {_PATH}:") for o in outcomes]}
+
+
+def _moved(outcome: dict, old: str, new: str) -> dict:
+    """An outcome whose message names the file (``(at k.py:37)``, where the original failed)
+    naming it another way: the cache keeps ``<path>``, a reader gets its own path back."""
+    message = outcome.get("message")
+    return {**outcome, "message": message.replace(old, new)} if isinstance(message, str) else outcome
 
 
 def kept_from_payload(payload: dict, path: str) -> Optional[list[Example]]:
@@ -80,16 +90,28 @@ def kept_from_payload(payload: dict, path: str) -> Optional[list[Example]]:
         return None
 
 
-def none_ran_message(entry: str, tried: Sequence[dict]) -> str:
-    """Why an entry has no example: none of its candidates ran (``tried``: the outcomes)."""
+def none_ran_message(entry: str, tried: Sequence[dict], note: str = "", path: str = "") -> str:
+    """Why an entry has no example: none of its candidates ran (``tried``: the outcomes); ``note``:
+    why its ``__main__`` call gave none (then recording the script's run gives the exact call)."""
     first = f" (first: {tried[0]['example']}: {tried[0].get('message', '')[:200]})" if tried else ""
+    record = f"`pallas-fix record -- python {path}`" if note and path else "`pallas-fix record -- CMD`"
     return (f"not verified: the original ran on none of the {len(tried)} example call(s) synthesised for "
-            f"{entry}{first}; add a directive such as `# pallas-fix: example {entry}(...)` or pass --example")
+            f"{entry}{first}{'; ' + note if note else ''}; add `# pallas-fix: example {entry}(...)` with shapes "
+            f"the original runs on, pass --example, or record the calls of a run with {record}")
 
 
-def _none_ran(group: ExampleCandidates, outcomes: list[dict]) -> NoCandidateRan:
+def no_example_message(path: str, suggestion: str) -> str:
+    """Why a file has no example at all, and the example call to add (named after its entry)."""
+    return (f"no example call for {path} (add `# pallas-fix: example {suggestion}`, pass --example, list it in "
+            "[tool.pallas-fix.examples] in pyproject.toml, or record a run's calls with `pallas-fix record -- CMD`)")
+
+
+def none_ran(group: ExampleCandidates, outcomes: list[dict]) -> NoCandidateRan:
+    """The entry of ``group`` ran on none of its candidates (``outcomes``: what the worker tried,
+    fresh or cached); its message is the same either way."""
     texts = {c.text for c in group.candidates}
-    return NoCandidateRan(group.entry, none_ran_message(group.entry, [o for o in outcomes if o.get("example") in texts]))
+    tried = [o for o in outcomes if o.get("example") in texts]
+    return NoCandidateRan(group.entry, none_ran_message(group.entry, tried, group.note, group.path))
 
 
 def settled_from_cache(examples: Sequence[ToVerify]) -> list[Union[ToVerify, NoCandidateRan]]:
@@ -102,7 +124,9 @@ def settled_from_cache(examples: Sequence[ToVerify]) -> list[Union[ToVerify, NoC
             out.append(ex)
             continue
         mine = [e for e in kept if e.entry == ex.entry]
-        out.append(mine[0] if mine else _none_ran(ex, list(payload.get("outcomes") or [])))
+        outcomes = [_moved(o, f"(at {_PATH}:", f"(at {ex.path}:") for o in payload.get("outcomes") or []
+                    if isinstance(o, dict)]
+        out.append(mine[0] if mine else none_ran(ex, outcomes))
     return out
 
 

@@ -6,8 +6,9 @@ does (calls it, jits it, hands it on). Entry points are module-level ``def``s, d
 to a jitted function (``matmul = jax.jit(_matmul, static_argnums=2)``); methods are out of scope.
 Examples call the outermost ones: a public function that no other public entry point reaches,
 then, for kernels no such function reaches, the outermost of the rest. Two wrappers of one
-kernel (another block size each) are two entry points. ``# pallas-fix: entry NAME`` hints
-restrict the choice to the hinted names. Read with :mod:`ast` only.
+kernel (another block size each) are two entry points; a function without parameters (a
+script's ``main()``) is none. ``# pallas-fix: entry NAME`` hints restrict the choice to the
+hinted names. Read with :mod:`ast` only.
 """
 
 from __future__ import annotations
@@ -156,6 +157,12 @@ def _outermost(names: list[str], reach: dict[str, set[str]]) -> list[str]:
     return roots or names[:1]
 
 
+def takes_arguments(fn: ast.FunctionDef) -> bool:
+    """Has ``fn`` any parameter (a function without one takes no example input)?"""
+    a = fn.args
+    return bool(a.posonlyargs or a.args or a.vararg or a.kwonlyargs or a.kwarg)
+
+
 def entry_points(tree: ast.Module, hints: Iterable[str] = ()) -> list[EntryPoint]:
     """The entry points examples call, in source order (see the module docstring)."""
     candidates = module_entry_candidates(tree)
@@ -163,7 +170,9 @@ def entry_points(tree: ast.Module, hints: Iterable[str] = ()) -> list[EntryPoint
     hinted = [h for h in dict.fromkeys(hints) if h in reach]
     if hinted:
         return [candidates[h] for h in hinted]
-    ordered = sorted(reach, key=lambda n: candidates[n].line)
+    # A function without parameters (a script's `main()`) is no entry: its call draws no input,
+    # and it would hide the entries it calls, which do.
+    ordered = sorted((n for n in reach if takes_arguments(candidates[n].node)), key=lambda n: candidates[n].line)
     chosen: list[str] = []
     uncovered = list(ordered)
     for pool in ([n for n in ordered if not n.startswith("_")], ordered):

@@ -323,6 +323,9 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
     v["max_abs_err"], v["max_rel_err"] = _error_bounds(compared)
     if failures:
         return _failure_message(failures)
+    if not compared:  # `main()` returning None: both ran, nothing showed they compute the same
+        return "unverified", (f"{_the_example(call)} returns no array, so there was no output to compare; "
+                              "give an example call of a function that returns the kernel's result")
     return _success_message(seeds_run, original_broken)
 
 
