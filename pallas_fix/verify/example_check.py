@@ -223,6 +223,9 @@ def _run_interpreter(name: str, interp: Any, f_rew: Callable, call: Call, runs: 
     return _InterpreterRun("ok", None, compared)
 
 
+_FAILS_TOO = "original fails too"
+
+
 def _judge_by_original(name: str, interp: Any, f_orig: Callable, call: Call, seed: int,
                        run: _InterpreterRun, notes: list[str]) -> _InterpreterRun:
     """A rewrite that raises under a backend interpreter fails only if the original ran there, or
@@ -237,7 +240,7 @@ def _judge_by_original(name: str, interp: Any, f_orig: Callable, call: Call, see
         rewrite = run.outcome.removeprefix("error: ")
         if _failure_kind(original) == _failure_kind(rewrite):
             notes.append(f"{name} could not compare: the original fails there the same way ({_failure_kind(original)})")
-            return _InterpreterRun(f"original fails too: {original}", None, run.compared)
+            return _InterpreterRun(f"{_FAILS_TOO}: {original}", None, run.compared)
         failure = _Failure(name, "error", f"{run.failure.message}; the original fails there differently: {original}")
         return _InterpreterRun(run.outcome, failure, run.compared)
     return run
@@ -280,16 +283,23 @@ def _failure_message(failures: list[_Failure]) -> tuple[str, str]:
 
 
 def _success_message(seeds_run: dict[str, list[int]], original_broken: Optional[str]) -> tuple[str, str]:
+    """`seeds_run`: the interpreters whose outputs were compared (not one where the original fails
+    the same way), with their seeds."""
     groups: dict[str, list[str]] = {}
     for name, ss in seeds_run.items():
         groups.setdefault(str(ss), []).append(name)
     which = ", ".join(f"seeds {k} ({', '.join(names)})" for k, names in groups.items())
-    if original_broken is not None:
-        return "unverified", (
-            f"the original cannot run in any interpreter ({original_broken}), so there is nothing to compare "
-            f"against; the rewrite runs and agrees across interpreters on {which}"
-        )
-    return "verified", f"outputs match on {which}"
+    if original_broken is None:
+        return "verified", f"outputs match on {which}"
+    # Say which interpreters ran the rewrite: "agrees across interpreters" of one is no check.
+    names = list(seeds_run)
+    if len(names) > 1:
+        ran = f"the rewrite runs in {', '.join(names[:-1])} and {names[-1]}, and their outputs agree on {which}"
+    else:
+        ran = f"the rewrite runs in {names[0]} (seeds {seeds_run[names[0]]}); no other interpreter ran it to compare with"
+    return "unverified", (
+        f"the original cannot run in any interpreter ({original_broken}), so there is nothing to compare against; {ran}"
+    )
 
 
 def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: list[int],
@@ -323,7 +333,8 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
     v["max_abs_err"], v["max_rel_err"] = _error_bounds(compared)
     if failures:
         return _failure_message(failures)
-    return _success_message(seeds_run, original_broken)
+    compared_in = {n: ss for n, ss in seeds_run.items() if not details["outcomes"][n].startswith(_FAILS_TOO)}
+    return _success_message(compared_in, original_broken)
 
 
 def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_interpret: Optional[bool],
