@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding
-from pallas_fix.engine import FixResult, analyze_source, fix_source, planned_kernels
+from pallas_fix.engine import START_FIXES, FixResult, analyze_source, fix_source, planned_kernels
 from pallas_fix.verify.runner import Verdict
 
 # (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run
@@ -117,7 +117,7 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         unverified_why = _NO_REFERENCE if ran else "no example reaches this kernel"
     else:
         verdicts, unverified_why = (), no_verifier_why
-    fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
+    fallback = _unverified_fixes(current, path, config, kernel, allow_unsafe, start_only=unverified_why == _NO_REFERENCE)
     if fallback.error:
         return KernelRewrite(kernel, "failed", reason=fallback.error), current
     if not fallback.changed:
@@ -126,6 +126,17 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
     if require_verified:
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"not verified ({unverified_why}) and --require-verified is set"), current
     return KernelRewrite(kernel, "not verified", tuple(fallback.applied), verdicts, reason=unverified_why), fallback.source
+
+
+def _unverified_fixes(current, path, config, kernel, allow_unsafe, *, start_only: bool) -> FixResult:
+    """The fixes written without verification. When the original ran nowhere, only its start fixes
+    (what makes it run): the rest is then verified against the start-fixed text, and is not
+    written unless it runs in every interpreter that text runs in."""
+    if start_only:
+        started = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel}, codemods=set(START_FIXES))
+        if started.error or started.changed:
+            return started
+    return fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
 
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:
