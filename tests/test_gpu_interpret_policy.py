@@ -29,6 +29,7 @@ import pair_harness as H
 from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.frontends.cli import main
+from pallas_fix.verify.runner import format_verdict
 
 SEED = Path(__file__).resolve().parent / "fixtures" / "gpu_interpret_policy" / "seed_gather.py"
 
@@ -204,3 +205,62 @@ def test_an_interpreter_where_the_original_fails_the_same_way_is_not_named_as_ag
     assert "gpu-interpret could not compare: the original fails there the same way" in v.message
     matched = v.message.split(";")[0]
     assert matched.startswith("outputs match on") and "gpu-interpret" not in matched, v.message
+    assert "gpu-interpret" in v.interpreters  # it ran, ...
+    assert "gpu-interpret" not in format_verdict(v), format_verdict(v)  # ... but the line names those that compared
+
+
+MIXED = '''
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+# pallas-fix: example both(f32[8, 128])
+
+
+def row_sum_kernel(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[i] = jnp.sum(x_ref[i, :])
+
+
+def double_kernel(x_ref, o_ref):
+    def body(r, c):
+        o_ref[pl.ds(r * 2, 2), :] = x_ref[pl.ds(r * 2, 2), :] * 2.0
+        return c
+
+    lax.fori_loop(0, 4, body, None)
+
+
+def both(x):
+    sums = pl.pallas_call(
+        row_sum_kernel,
+        out_shape=jax.ShapeDtypeStruct((x.shape[0],), x.dtype),
+        grid=(x.shape[0],),
+        compiler_params=plgpu.CompilerParams(),
+    )(x)
+    doubled = pl.pallas_call(
+        double_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=plgpu.CompilerParams(),
+    )(x)
+    return sums, doubled
+'''
+
+
+@pytest.mark.interp
+def test_a_kernel_gpu_interpret_mode_gets_wrong_is_rewritten_beside_one_it_runs(tmp_path, capsys):
+    """`row_sum_kernel` reads pl.program_id in a grid: GPU interpret mode computes it wrongly, so
+    it is not presumed to run there and gets its BlockSpecs. `double_kernel` runs there and keeps
+    its loop. Verification runs GPU interpret mode for the module: the rewrite of `row_sum_kernel`
+    raises there, but the original's outputs were wrong there, so that is no failure, and the
+    verdict names only the interpreters that compared."""
+    path = tmp_path / "mixed.py"
+    path.write_text(MIXED)
+    with pytest.raises(SystemExit):
+        main(["--apply", str(path)])
+    err = capsys.readouterr().err
+    assert re.search(r"^verified both: .* \(interpret\)", err, re.M), err
+    text = path.read_text()
+    assert "pl.BlockSpec((None, x.shape[1]), lambda i: (i, 0))" in text, text
+    assert "lax.fori_loop(0, 4, body, None)" in text, text
