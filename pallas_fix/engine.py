@@ -23,14 +23,14 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
-from pallas_fix.rules.gpu_interpret.hazards import HAZARDS, trigger
+from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.dynamic_index.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.line_width import fit_width
 from pallas_fix.rules.registry import classify
 
-__all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
+__all__ = ["START_FIXES", "CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
 
 MAX_ROUNDS = 32
 
@@ -128,11 +128,11 @@ def check(analysis: Analysis) -> CheckResult:
 
 # Start fixes (a one-element slice or a float used as a start, a traced constant) come before
 # lifts: a lift planned around a start that no interpreter accepts gives a kernel none runs.
-_START_FIXES = ("scalar-start", "traced-constant")
+START_FIXES = ("scalar-start", "traced-constant")
 
 
 def _plan_rank(plan: FixPlan) -> int:
-    return 0 if plan.codemod in _START_FIXES or plan.before_lifts else 1
+    return 0 if plan.codemod in START_FIXES or plan.before_lifts else 1
 
 
 def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcome]]:
@@ -144,10 +144,8 @@ def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcom
             continue
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
-    why = trigger(analysis)
-    if why is not None:
-        outcomes = _screen_for_gpu_interpret(analysis, outcomes, why)
-    return outcomes
+    # A plan that would stop a kernel running in GPU interpret mode, where it runs, becomes a refusal.
+    return screen_for_gpu_interpret(analysis, outcomes)
 
 
 def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
@@ -160,54 +158,6 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
     if refusals:
         return dataclasses.replace(finding, refusal="; ".join(refusals))
     return finding
-
-
-# -- --target gpu-interpret -------------------------------------------------------------------------
-def hazard_counts(source: str, path: str, config: Config) -> dict[str, int]:
-    """PF2xx findings per code in `source`, without planning fixes (for screening plans)."""
-    return _counts(kernel_findings(analyze(source, path, config)))
-
-
-def _counts(findings: list[Finding]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for f in findings:
-        counts[f.code] = counts.get(f.code, 0) + 1
-    return counts
-
-
-def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]], why: str) -> dict[Anchor, list[Outcome]]:
-    """Where kernels run in GPU interpret mode (`why`: --target gpu-interpret, or the module uses
-    it), refuse plans whose result has more PF2xx hazards: a rewrite must not stop running in an
-    interpreter the original ran in."""
-    if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
-        return outcomes
-    before = _counts(kernel_findings(analysis))  # what hazard_counts of the same text gives
-    verdicts: dict[int, Outcome] = {}
-    screened: dict[Anchor, list[Outcome]] = {}
-    for key, items in outcomes.items():
-        kept = []
-        for outcome in items:
-            if isinstance(outcome, FixPlan):
-                if id(outcome) not in verdicts:
-                    verdicts[id(outcome)] = _screen(analysis, outcome, before, why)
-                outcome = verdicts[id(outcome)]
-            kept.append(outcome)
-        screened[key] = kept
-    return screened
-
-
-def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int], why: str) -> Outcome:
-    try:
-        after_source = plan.rewrite(analysis.ctx.module).code  # type: ignore[union-attr]
-        after = hazard_counts(after_source, analysis.path, analysis.config)
-    except Exception:  # the engine reports a failing rewrite when it applies it
-        return plan
-    added = sorted(code for code, n in after.items() if n > before.get(code, 0))
-    if not added:
-        return plan
-    what = "; ".join(f"{HAZARDS[c].what} ({c})" for c in added)
-    anyway = "" if why == "--target gpu-interpret" else "; for kernels you compile, --target compiled lifts it anyway"
-    return Refusal(plan.codemod, f"{plan.codemod} would add {what}, which GPU interpret mode cannot run ({why}){anyway}")
 
 
 # -- fixing -----------------------------------------------------------------------------------------

@@ -363,6 +363,9 @@ class Family:
     cli_select: Optional[str] = None  # `pallas-fix --apply --no-verify --select X` must agree
     applied_within: Optional[frozenset] = None  # every applied plan is one of these codemods
     tpu_pairs: frozenset = frozenset()  # pairs checked with `--backend tpu` (Config(backend=TPU))
+    # Mosaic GPU pairs whose lift GPU interpret mode cannot run: checked with `--target compiled`
+    # (by default such a kernel is presumed to run in GPU interpret mode and the lift is refused).
+    compiled_pairs: frozenset = frozenset()
 
     @property
     def path(self) -> Path:
@@ -379,7 +382,8 @@ class Family:
         from pallas_fix.core.model import Backend
 
         backend = Backend.TPU if name in self.tpu_pairs else None
-        return Config(target=self.target or "default", backend=backend)
+        target = "compiled" if name in self.compiled_pairs else self.target
+        return Config(target=target or "default", backend=backend)
 
     def needs_unsafe(self, name: str) -> bool:
         return self.unsafe or name in self.unsafe_pairs
@@ -392,7 +396,7 @@ class Family:
             out["codemods"] = {self.codemod}
             out["unsafe"] = self.needs_unsafe(name) if unsafe is None else unsafe
             return out
-        if self.target or name in self.tpu_pairs:
+        if self.target or name in self.tpu_pairs or name in self.compiled_pairs:
             out["config"] = self.config(name)
         if unsafe if unsafe is not None else self.needs_unsafe(name):
             out["unsafe"] = True
@@ -419,12 +423,16 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
-               unsafe_pairs=frozenset({"stepped_loop_unsafe"})),
+               unsafe_pairs=frozenset({"stepped_loop_unsafe"}),
+               compiled_pairs=frozenset({"augassign_start_mgpu", "extent_squeezed_rows_mgpu", "helper_slice_named_tuple",
+                                         "reverse_shifted_mgpu_bf16", "scalar_row_and_window_mgpu", "scalar_rows_softmax_mgpu",
+                                         "varargs_popped_optional_mgpu", "varargs_star_inputs_mgpu"})),
         Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",),
                unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
-               min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",)),
+               min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",),
+               compiled_pairs=frozenset({"extent_squeezed_row_sum_mgpu", "induction_plloop_mgpu", "result_method_call_mosaic_gpu"})),
         Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
                unsafe_pairs=frozenset({"nested", "partial"}), refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,
                interp_skips_unsafe_and_reference=True, one_verdict=True, libcst_refusal=True, cli_select="PF104"),

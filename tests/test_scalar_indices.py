@@ -14,6 +14,7 @@ import pytest
 
 import pair_harness as H
 from pallas_fix.analysis.loops.windows import window_of
+from pallas_fix.core.config import Config
 from pallas_fix.engine import analyze_source, fix_source
 
 _HEAD = """\
@@ -190,7 +191,9 @@ def _rows_source(backend: str, rank: int) -> str:
 )
 def test_backend_decides_where_a_dim_may_squeeze(backend, rank, lifted):
     source = _rows_source(backend, rank)
-    result = fix_source(source, "rows.py", codemods={"lift-loop"})
+    # --target compiled: a Mosaic GPU loop kernel is otherwise presumed to run in GPU interpret
+    # mode, where no lift is written; the squeeze rules are about compiled kernels.
+    result = fix_source(source, "rows.py", Config(target="compiled"), codemods={"lift-loop"})
     if lifted:
         assert "None, x.shape[1]" in result.source, result.source
         assert "o_ref[...] = x_ref[...] * 2.0" in result.source

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding
-from pallas_fix.engine import FixResult, analyze_source, fix_source, planned_kernels
+from pallas_fix.engine import START_FIXES, FixResult, analyze_source, fix_source, planned_kernels
 from pallas_fix.verify.runner import Verdict
 
 # (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run
@@ -123,7 +123,7 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         unchecked = not ran and bool(unrun)
     else:
         verdicts, unverified_why, unchecked = (), no_verifier_why, False
-    fallback = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
+    fallback = _unverified_fixes(current, path, config, kernel, allow_unsafe, start_only=unverified_why == _NO_REFERENCE)
     if fallback.error:
         return KernelRewrite(kernel, "failed", reason=fallback.error), current
     if not fallback.changed:
@@ -141,6 +141,17 @@ def _none_ran(entries: list[str]) -> str:
     this kernel may be the one they would have reached."""
     names = ", ".join(dict.fromkeys(entries))
     return f"no example reaches this kernel: the original ran on none of the examples of {names} (see above)"
+
+
+def _unverified_fixes(current, path, config, kernel, allow_unsafe, *, start_only: bool) -> FixResult:
+    """The fixes written without verification. When the original ran nowhere, only its start fixes
+    (what makes it run): the rest is then verified against the start-fixed text, and is not
+    written unless it runs in every interpreter that text runs in."""
+    if start_only:
+        started = fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel}, codemods=set(START_FIXES))
+        if started.error or started.changed:
+            return started
+    return fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
 
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:

@@ -17,7 +17,7 @@ from pallas_fix.frontends.files.files import FileError, read_source, write_sourc
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
-from pallas_fix.rules.gpu_interpret.hazards import trigger
+from pallas_fix.rules.gpu_interpret.policy import verifies_in_gpu_interpret
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.runner import Verdict, verify_sources
@@ -96,7 +96,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     except SourceError as exc:
         return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
     report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis),
-                     gpu_interpret=trigger(analysis.analysis) is not None)
+                     gpu_interpret=verifies_in_gpu_interpret(analysis.analysis))
     if not any(f.fixable for f in analysis.findings):
         return report
     fixed = fix_source(src.text, path, config, analysis=analysis)
@@ -122,12 +122,13 @@ def examples_for(path: str, text: Optional[str], opts: Options) -> tuple[list[Ex
 
 
 def runs_in_gpu_interpret(path: str, source: str, opts: Options) -> bool:
-    """The module's kernels run in GPU interpret mode (it passes InterpretGPUParams, or the target
-    says so), so verification runs that interpreter too, as `--apply` does."""
+    """The module's kernels run in GPU interpret mode (the target or the module says so, or it has a
+    Mosaic GPU kernel that runs there as it is), so verification runs that interpreter too, as
+    `--apply` does."""
     if opts.target == "gpu-interpret":
         return True
     try:
-        return trigger(analyze_source(source, path, config_for(path, opts), reach=True).analysis) is not None
+        return verifies_in_gpu_interpret(analyze_source(source, path, config_for(path, opts), reach=True).analysis)
     except (ConfigError, SourceError):
         return False
 

@@ -64,6 +64,7 @@ from pallas_fix.verify.examples.candidates import (ExampleCandidates, NoCandidat
 from pallas_fix.verify.judge.footprint import format_bytes
 from pallas_fix.verify.judge.footprint_findings import format_finding
 from pallas_fix.verify.examples.synthesised import suggested_example
+from pallas_fix.verify.worker.interpreters import compared_in
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -179,6 +180,8 @@ def format_verdict(v: Verdict) -> str:
 def _verdict_line(v: Verdict) -> str:
     interps = f" ({', '.join(v.interpreters)})" if v.interpreters else ""
     if v.status == "verified":
+        compared = compared_in(v.interpreters, v.details.get("outcomes") or {})  # not one that checked nothing
+        interps = f" ({', '.join(compared)})" if compared else ""
         if v.dynamic_slices_before is None and v.dynamic_slices_after is None:
             counts = "dynamic slices not counted"
         else:

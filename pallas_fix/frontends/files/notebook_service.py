@@ -28,7 +28,7 @@ from pallas_fix.frontends.files.notebook import (
 )
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.output.diff import unified_diff
-from pallas_fix.rules.gpu_interpret.hazards import trigger
+from pallas_fix.rules.gpu_interpret.policy import verifies_in_gpu_interpret
 
 
 def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
@@ -60,7 +60,7 @@ def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
         rewrite, notes = _rewrite(path, src, nb, vm, fix_source(vm.text, path, config))
     notes = vm.warnings + notes
     fields = {"findings": findings, "remaining": findings, "fix_error": "; ".join(notes) if notes else None,
-              "gpu_interpret": trigger(analysis.analysis) is not None, **rewrite}
+              "gpu_interpret": verifies_in_gpu_interpret(analysis.analysis), **rewrite}
     return replace(report, **fields)
 
 

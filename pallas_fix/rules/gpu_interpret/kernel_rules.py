@@ -35,21 +35,33 @@ def kernel_findings(analysis: Analysis) -> list[Finding]:
     if why is None or analysis.ctx is None or analysis.detection is None:
         return []
     scope = KernelScope.of(analysis)
-    issues = [issue for site in analysis.sites for check in SITE_CHECKS for issue in check(scope, site)]
+    return _findings(scope, _issues(scope), why)
+
+
+def kernel_hazards(analysis: Analysis) -> list[Issue]:
+    """Every PF2xx hazard of the module, whether or not anything says it runs in GPU interpret
+    mode (gpu_interpret_policy asks this of Mosaic GPU kernels it presumes run there). One issue
+    per code and node, like the findings."""
+    if analysis.ctx is None or analysis.detection is None:
+        return []
+    return _issues(KernelScope.of(analysis))
+
+
+def _issues(scope: KernelScope) -> list[Issue]:
+    """One issue per code and node (a node reached from two sites is reported once)."""
+    issues = [issue for site in scope.analysis.sites for check in SITE_CHECKS for issue in check(scope, site)]
     issues += [issue for check in MODULE_CHECKS for issue in check(scope)]
-    return _findings(scope, issues, why)
+    seen: set[tuple[str, int]] = set()
+    distinct = []
+    for issue in issues:
+        if (issue.code, id(issue.node)) not in seen:
+            seen.add((issue.code, id(issue.node)))
+            distinct.append(issue)
+    return distinct
 
 
 def _findings(scope: KernelScope, issues: list[Issue], why: str) -> list[Finding]:
-    """One finding per code and node (a node reached from two sites is reported once)."""
-    seen: set[tuple[str, int]] = set()
-    out: list[Finding] = []
-    for issue in issues:
-        if (issue.code, id(issue.node)) in seen:
-            continue
-        seen.add((issue.code, id(issue.node)))
-        out.append(_finding(scope, issue, why))
-    return out
+    return [_finding(scope, issue, why) for issue in issues]
 
 
 def _finding(scope: KernelScope, issue: Issue, why: str) -> Finding:

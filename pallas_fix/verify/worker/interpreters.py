@@ -13,6 +13,14 @@ HLO = "interpret"
 TPU = "tpu-interpret"
 GPU = "gpu-interpret"
 MAX_CORES = 16
+# The outcome of an interpreter where the rewrite raised and the original did not pass either:
+# it ran both, but compared nothing, so no verdict may name it among those whose outputs matched.
+FAILS_TOO = "original fails too"
+
+
+def compared_in(names: list[str], outcomes: dict) -> list[str]:
+    """The interpreters of `names` that compared the rewrite with the reference."""
+    return [n for n in names if not str(outcomes.get(n, "")).startswith(FAILS_TOO)]
 
 
 def interpret_gpu_params():

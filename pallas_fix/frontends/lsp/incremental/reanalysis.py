@@ -26,7 +26,6 @@ from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.discovery.discovery import discover
 from pallas_fix.analysis.result import analyze_sites, parse_error
 from pallas_fix.core.config import Config
-from pallas_fix.core.names import GPU_INTERPRET_WORDS
 from pallas_fix.core.model import Finding, KernelSite, Span
 from pallas_fix.engine import CheckResult, check
 from pallas_fix.frontends.lsp.incremental.blocks import Block, block_at, split_blocks
@@ -34,7 +33,7 @@ from pallas_fix.frontends.lsp.incremental.splice import spliced_parse
 from pallas_fix.frontends.lsp.incremental.units import (
     Key, Offer, Unit, assign_findings, block_of, group_sites, offers_of, shared, site_blocks,
 )
-from pallas_fix.rules.gpu_interpret.hazards import TARGET as GPU_TARGET
+from pallas_fix.rules.gpu_interpret.policy import needs_whole_module
 
 _LINE_REF = re.compile(r"\b(lines?\s+)(\d+)")
 _FILE_PLACE = re.compile(r":\d+:\d+")
@@ -91,7 +90,7 @@ def _within(own: Optional[frozenset[int]], blocks: frozenset[int]) -> bool:
 
 
 def eligible(text: str, config: Config) -> bool:
-    return "pallas_call" in text and config.target != GPU_TARGET and not any(w in text for w in GPU_INTERPRET_WORDS)
+    return "pallas_call" in text and not needs_whole_module(text, config)
 
 
 def check_sites(m: UnitMap, sites: list[KernelSite]) -> CheckResult:
