@@ -419,10 +419,10 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
-               unsafe_pairs=frozenset({"stepped_loop_unsafe"})),
+               unsafe_pairs=frozenset({"stepped_loop_unsafe", "stepped_loop_reads_position_guarded"})),
         Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",),
-               unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16"})),
+               unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16", "pid_residual_rms_guarded"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",)),
         Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
