@@ -70,7 +70,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
     axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
-    doubt = None
+    doubt, guards = None, ()
     try:
         edits = CallEdits(cs, blocks, axis).build()
     except CallSiteError as unproved:
@@ -79,11 +79,11 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         try:
             doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
         except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
-            edits, doubt = guarded_edits(cs, blocks, axis, unproved=refused)
+            edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=refused)
         else:
             doubt = next((d for d in doubts.values() if d is not None), None)
             if doubt is None:  # no partial block is exact here: a shape fact the code leaves unsaid may be
-                edits, doubt = guarded_edits(cs, blocks, axis, unproved=unproved)
+                edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=unproved)
             else:
                 edits = CallEdits(cs, blocks, axis, partial_ok=frozenset((b.param, b.dim) for b in blocks if doubts[b.param])).build()
     # After the call's own checks, whose reasons (a resident accumulator) say more where both apply.
@@ -108,7 +108,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     if doubt is not None:
-        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 

@@ -140,7 +140,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
         f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
     )
-    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
+                   guards=tuple(g.failing() for g, _why in call_edits.guards))
 
 
 def _no_carry(region: LoopRegion) -> Carry:

@@ -325,18 +325,19 @@ def _add_lambda_param(position: int, name: str) -> Edit:
 
 
 def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
-                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], str]:
+                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], str, tuple[str, ...]]:
     """The last resort when the blocks are not proved inside their arrays (`unproved`, the
     plain proof's error, raised again when this fails too): the edits with checks written into
     the wrapper that make the proof go through (rewrite.proofs.guards), and what the fix message
-    says about them. An example call of the file that breaks a needed check is named instead."""
+    says about them, and the checks (each the condition under which it raises, `FixPlan.guards`).
+    An example call of the file that breaks a needed check is named instead."""
     calls = CallEdits(cs, blocks, new_axis, witnesses, guarding=True)
     try:
         edits = calls.build()
     except CallSiteError:
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    return edits, guards_note(calls.guards)
+    return edits, guards_note(calls.guards), tuple(g.failing() for g, _why in calls.guards)
 
 
 def guards_note(guards: list) -> str:
