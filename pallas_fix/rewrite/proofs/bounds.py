@@ -20,6 +20,7 @@ from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
+from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.guards import Guard, as_guard, breaks_example, candidates, placement, traced_names
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
@@ -107,7 +108,9 @@ class Bounds:
         extents = [self.poly(self._extent(a, trip)) for a in block.index.axes]
         broken = []
         texts = (code(size_expr), code(block.size))
-        for combo in candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts):
+        exact = self._exact_bound(block, size_expr, trip)
+        bound = list(self._fit_polys(block.index, block.size, size_expr, trip))
+        for combo in candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts, exact):
             traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
             guards = [as_guard(self.symbols, fact, places, traced) for fact in combo]
             if any(g is None for g in guards):
@@ -117,6 +120,8 @@ class Bounds:
                 facts = g.add_to(facts)
             if not self._fits(block.index, block.size, size_expr, trip, Prover(self.symbols, facts)):
                 continue
+            if rejects_a_good_call(self.symbols, self.prover.facts, bound, guards) is not None:
+                continue  # too strong: it would reject a call whose windows all fit (rewrite.proofs.necessity)
             how = [b for b in (breaks_example(self.symbols, g, example_values(self.cs.ctx, self.cs.site.call), evaluate) for g in guards) if b]
             if how:
                 broken.extend(how)
@@ -164,10 +169,25 @@ class Bounds:
         dims = [self.cs.shape_dim(block.param, e) for e in range(rank)]
         return any(d is not None and self.poly(d) == self.poly(seen) for d in dims)
 
+    def _exact_bound(self, block: RefBlock, size_expr: cst.BaseExpression, trip) -> Optional[tuple]:
+        """`full >= count * size` as a candidate guard, for blocks `i * size` over one axis."""
+        index = block.index
+        if index.offset or index.symbolic or len(index.axes) != 1 or list(index.axes.values()) != [1]:
+            return None
+        (axis,) = index.axes
+        extent = self._extent(axis, trip)
+        count = self.poly(extent) * self.poly(block.size)
+        return ("at_least", self.poly(size_expr), count, code(size_expr), f"{_paren(extent)} * {_paren(block.size)}")
+
     def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip,
               prover: Optional[Prover] = None) -> bool:
         """Blocks of `size` at `index`, over every grid step, lie within [0, full)."""
         prover = prover or self.prover
+        low, room = self._fit_polys(index, size, full, trip)
+        return prover.nonneg(low) and prover.nonneg(room)
+
+    def _fit_polys(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip) -> tuple[Poly, Poly]:
+        """(first block's start, room left after the last block): both >= 0 when every block fits."""
         low = high = Poly.const(index.offset)
         for mult, expr in index.symbolic:  # call-site exprs (BlockIndexExpr.translated)
             low = high = high + self.poly(expr).scale(mult)
@@ -177,7 +197,7 @@ class Bounds:
                 high = high + span
             else:
                 low = low + span
-        return prover.nonneg(low) and prover.nonneg(self.poly(full) - self.poly(size) * (high + _ONE))
+        return low, self.poly(full) - self.poly(size) * (high + _ONE)
 
     def check_block(self, block: RefBlock, trip: Optional[cst.BaseExpression]) -> None:
         """Every block of `block.param` the grid visits lies inside the kernel's view of the ref."""
@@ -261,6 +281,11 @@ def _grid_index(symbols: Symbols, lam: cst.Lambda, index: cst.BaseExpression, ng
         if m:
             axes[params[m[0]]] = c
     return BlockIndexExpr(axes, p.as_dict().get((), 0))
+
+
+def _paren(expr: cst.BaseExpression) -> str:
+    text = code(expr)
+    return text if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)) else f"({text})"
 
 
 def _lockstep(block: RefBlock) -> tuple:

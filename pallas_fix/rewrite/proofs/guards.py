@@ -35,23 +35,28 @@ _MAX_CANDIDATES = 12
 
 @dataclass(frozen=True)
 class Guard:
-    kind: str  # "divides": `left % right == 0`; "equal": `left == right`
+    kind: str  # "divides": `left % right == 0`; "equal": `left == right`; "at_least": `left >= right`
     left: str  # call-site source text
     right: str
     left_poly: Poly
     right_poly: Poly
 
     def fact(self) -> str:
-        return f"{self.left} % {self.right} == 0" if self.kind == "divides" else f"{self.left} == {self.right}"
+        op = {"divides": "%", "equal": "==", "at_least": ">="}[self.kind]
+        return f"{self.left} % {self.right} == 0" if self.kind == "divides" else f"{self.left} {op} {self.right}"
 
     def failing(self) -> str:
         """The condition under which the check raises."""
-        return f"{self.left} % {self.right}" if self.kind == "divides" else f"{self.left} != {self.right}"
+        if self.kind == "divides":
+            return f"{self.left} % {self.right}"
+        return f"{self.left} {'!=' if self.kind == 'equal' else '<'} {self.right}"
 
     def add_to(self, facts: Facts) -> Facts:
         out = replace(facts, divides=list(facts.divides), equal=dict(facts.equal), nonneg=list(facts.nonneg))
         if self.kind == "divides":
             out.divides.append((self.right_poly, self.left_poly))
+        elif self.kind == "at_least":
+            out.nonneg.append(self.left_poly - self.right_poly)
         else:
             single = self.left_poly.monomial()
             assert single is not None
@@ -60,13 +65,11 @@ class Guard:
 
     def message(self) -> str:
         """The error's text: the fact, with the values the call gave, where they can be shown."""
-        if self.kind == "divides":
-            words = "must be a multiple of"
-        else:
-            words = "must equal"
+        words = {"divides": "must be a multiple of", "equal": "must equal", "at_least": "must be at least"}[self.kind]
         if any(ch in t for t in (self.left, self.right) for ch in "'\"{}\\"):
             return repr(f"{self.left} {words} {self.right}")
-        return f'f"{self.left} ({{{self.left}}}) {words} {self.right} ({{{self.right}}})"'
+        shown = [f"{t} ({{{t}}})" if _is_atomic(t) else t for t in (self.left, self.right)]  # values of plain names
+        return f'f"{shown[0]} {words} {shown[1]}"'
 
     def statement(self, use_assert: bool) -> str:
         if use_assert:
@@ -78,11 +81,12 @@ Fact = tuple  # (kind, left Poly, right Poly, left text or None, right text or N
 
 
 def candidates(symbols: Symbols, substitute: Callable[[Poly], Poly], full: Poly, size: Poly,
-               extents: list[Poly], texts: tuple[str, str]) -> list[tuple[Fact, ...]]:
+               extents: list[Poly], texts: tuple[str, str], exact: Optional[Fact] = None) -> list[tuple[Fact, ...]]:
     """Facts that may make blocks of `size` stepped over `extents` fit `full` (spelled `texts` at
     the call), single ones first, then an equality with a divisibility: that `size` divides
     `full`; that a `pl.cdiv(num, den)` count is exact; that `full` equals the extent a count
-    divides."""
+    divides; last `exact`, the bound itself (`full >= count * size`), which rejects no call the
+    original keeps inside the array but reads less plainly."""
     divides: list[Fact] = []
     equal: list[Fact] = []
     single = full.monomial()
@@ -99,7 +103,7 @@ def candidates(symbols: Symbols, substitute: Callable[[Poly], Poly], full: Poly,
     divides = list({(f[1], f[2]): f for f in reversed(divides)}.values())[::-1]
     equal = list({(f[1], f[2]): f for f in reversed(equal)}.values())[::-1]
     combos = [(f,) for f in [*equal, *divides]] + [(e, d) for e in equal for d in divides]
-    return combos[:_MAX_CANDIDATES]
+    return combos[:_MAX_CANDIDATES] + ([(exact,)] if exact is not None else [])
 
 
 def _quotient_parts(text: str) -> tuple[Optional[str], Optional[str]]:
@@ -141,7 +145,7 @@ def as_guard(symbols: Symbols, fact: tuple[str, Poly, Poly], places: list[cst.CS
         text = next((t for t in (spelled, symbols.text(poly)) if t and _reads_back(symbols, t, poly, places, traced)), None)
         if text is None:
             return None
-        texts.append(text if _is_atomic(text) else f"({text})")
+        texts.append(text if _is_atomic(text) or kind != "divides" else f"({text})")  # `%` binds as `*` does
     return Guard(kind, texts[0], texts[1], left, right)
 
 
@@ -196,9 +200,10 @@ def breaks_example(symbols: Symbols, guard: Guard, examples, evaluate) -> Option
         a, b = (evaluate(symbols, p, values) for p in (guard.left_poly, guard.right_poly))
         if a is None or b is None:
             continue
-        ok = (b != 0 and a % b == 0) if guard.kind == "divides" else a == b
+        ok = (b != 0 and a % b == 0) if guard.kind == "divides" else (a == b if guard.kind == "equal" else a >= b)
         if not ok:
-            shown = f"{a} % {b} == {a % b if b else '?'}" if guard.kind == "divides" else f"{a} == {b}"
+            op = "==" if guard.kind == "equal" else ">="
+            shown = f"{a} % {b} == {a % b if b else '?'}" if guard.kind == "divides" else f"{a} {op} {b}"
             return f"`{guard.fact()}` is {shown} in the example `{call}`"
     return None
 
