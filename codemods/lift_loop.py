@@ -28,7 +28,7 @@ import libcst as cst
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
@@ -70,17 +70,22 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
     axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
-    doubt = None
+    doubt, guards = None, ()
     try:
         edits = CallEdits(cs, blocks, axis).build()
-    except CallSiteError:
+    except CallSiteError as unproved:
         # A stepped or `pl.cdiv` trip count whose last window runs past the end (rewrite.proofs.ragged_blocks).
         position = ctx.span(region.statement).line if region.index_needed(lifted) else None
-        doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
-        doubt = next((d for d in doubts.values() if d is not None), None)
-        if doubt is None:
-            raise
-        edits = CallEdits(cs, blocks, axis, partial_ok=frozenset((b.param, b.dim) for b in blocks if doubts[b.param])).build()
+        try:
+            doubts = {b.param: ragged_doubt(cs, b, trip, position) for b in blocks}
+        except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
+            edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=refused)
+        else:
+            doubt = next((d for d in doubts.values() if d is not None), None)
+            if doubt is None:  # no partial block is exact here: a shape fact the code leaves unsaid may be
+                edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=unproved)
+            else:
+                edits = CallEdits(cs, blocks, axis, partial_ok=frozenset((b.param, b.dim) for b in blocks if doubts[b.param])).build()
     # After the call's own checks, whose reasons (a resident accumulator) say more where both apply.
     for group in outputs:
         check_group_written_before_read(ctx, region.body, group, cs.aliased)
@@ -103,7 +108,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     if doubt is not None:
-        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 

@@ -65,7 +65,7 @@ from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
-from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
@@ -113,7 +113,9 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         raise Refuse(f"the loop's step count `{guard}` depends on pl.program_id, and the code after it reads a counter "
                      "that would have to say how many steps ran; count them from the bound instead")
     semantics = _semantics(analysis, region, site, carry, access, embedded)
-    call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics))
+    # guarding: blocks the code does not prove inside their arrays may be proved by a shape fact
+    # written into the wrapper as a check (rewrite.proofs.guards); a reduction is unsafe anyway.
+    call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics), guarding=True)
     scratch, space = scratch_spelling(ctx, site.backend)
     if carry.scratch:
         add_scratch(cs, call_edits, [f"{scratch.text}.{'SMEM' if l.scalar else space}({code(l.shape)}, {code(l.dtype)})"
@@ -136,8 +138,10 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
+        f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
     )
-    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
+                   guards=tuple(g.failing() for g, _why in call_edits.guards))
 
 
 def _no_carry(region: LoopRegion) -> Carry:

@@ -31,7 +31,7 @@ from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, CallEdits, RefBlock, dead_assignments
+from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
@@ -110,14 +110,19 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
     check_squeezed_reads(analysis, site, [block])
     witnesses = _lockstep_witnesses(analysis, cs, ref)
-    doubt = None
+    doubt, guards = None, ()
     try:
         edits = CallEdits(cs, [block], None, witnesses).build()
-    except CallSiteError:
-        doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)
-        if doubt is None:
-            raise
-        edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
+    except CallSiteError as unproved:
+        try:
+            doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)
+        except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
+            edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
+        else:
+            if doubt is None:  # a shape fact the code leaves unsaid may prove it, written as a check
+                edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=unproved)
+            else:
+                edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
     removed = set()
@@ -137,7 +142,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
 
     description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
     if doubt is not None:
-        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 

@@ -30,6 +30,9 @@ class FixPlan:
     # Applied with the start fixes, before any lift (engine._plan_rank): R6 when it first reads a
     # table entry's one-element slice as a scalar, which a lift would otherwise block.
     before_lifts: bool = False
+    # The checks a guarded fix writes into the wrapper (rewrite.proofs.guards), each as the
+    # condition under which it raises (`skv % block_k`): front ends name them (the LSP's title).
+    guards: tuple[str, ...] = ()
 
 
 @dataclass

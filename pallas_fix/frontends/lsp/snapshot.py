@@ -41,6 +41,7 @@ class FixInfo:
 
     codemod: str
     safety: FixSafety
+    guards: tuple[str, ...] = ()  # the checks a guarded fix adds to the wrapper (rewrite.proofs.guards)
     edits: Optional[list[Edit]] = None
     failed: Optional[str] = None  # why computing the edits failed; the fix is then not offered
 
@@ -199,6 +200,10 @@ def diagnostics(snap: Snapshot) -> list[types.Diagnostic]:
 
 # -- fixes -----------------------------------------------------------------------------------------
 def quick_fix_title(f: Finding, fix: FixInfo) -> str:
+    """A guarded fix (never safe, so never preferred) names the checks it adds to the wrapper."""
+    if fix.guards:
+        checks = ", ".join(f"`if {g}: raise`" for g in fix.guards)
+        return f"Fix {f.code}: {fix.codemod} (unsafe; adds {checks})"
     return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)")
 
 

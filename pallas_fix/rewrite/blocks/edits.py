@@ -22,6 +22,7 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
@@ -43,9 +44,10 @@ class CallEdits:
     """Collects the call-site edits for one plan."""
 
     def __init__(self, cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
-                 partial_ok: frozenset = frozenset()) -> None:
+                 partial_ok: frozenset = frozenset(), guarding: bool = False) -> None:
         """`witnesses`: blocks of operands the plan leaves alone, read in lockstep with `blocks`
-        (see Bounds.check_blocks); `partial_ok`: blocks allowed a partial last block (Bounds)."""
+        (see Bounds.check_blocks); `partial_ok`: blocks allowed a partial last block (Bounds);
+        `guarding`: blocks may be proved by checks written into the wrapper (`self.guards`)."""
         self.cs = cs
         self.blocks = {b.param: b for b in blocks}
         self.witnesses = list(witnesses)
@@ -54,7 +56,7 @@ class CallEdits:
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
-        self.bounds = Bounds(cs, partial_ok)
+        self.bounds = Bounds(cs, partial_ok, guarding)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
@@ -240,6 +242,21 @@ class CallEdits:
         trip = self.new_axis.trip if self.new_axis is not None else None
         self.bounds.check_blocks(list(self.blocks.values()), trip, self.witnesses)
 
+    @property
+    def guards(self) -> list:
+        """(guard, what the original did without it) for each check the proof needed."""
+        return self.bounds.guards
+
+    def write_guards(self) -> None:
+        """The checks the bounds proof assumed, before the statement that runs the pallas_call
+        (rewrite.proofs.guards)."""
+        if not self.guards:
+            return
+        anchor = placement(self.cs.ctx, self.cs.site)
+        assert anchor is not None  # Bounds guards only where there is a place
+        use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
+        self.edits[anchor] = guard_edit([g for g, _why in self.guards], use_assert, self.edits.get(anchor))
+
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""
         if self.new_axis is not None and self.cs.site.kernel is not None:
@@ -250,6 +267,7 @@ class CallEdits:
         self.write_specs()
         self.extend_index_maps()
         self.check_bounds()
+        self.write_guards()
         self.renumber_axes()
         self.write_semantics()
         self.write_keywords()
@@ -307,3 +325,26 @@ def _add_lambda_param(position: int, name: str) -> Edit:
         return node.with_changes(params=node.params.with_changes(params=params))
 
     return edit
+
+
+def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
+                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], str, tuple[str, ...]]:
+    """The last resort when the blocks are not proved inside their arrays (`unproved`, the
+    plain proof's error, raised again when this fails too): the edits with checks written into
+    the wrapper that make the proof go through (rewrite.proofs.guards), and what the fix message
+    says about them, and the checks (each the condition under which it raises, `FixPlan.guards`).
+    An example call of the file that breaks a needed check is named instead."""
+    calls = CallEdits(cs, blocks, new_axis, witnesses, guarding=True)
+    try:
+        edits = calls.build()
+    except CallSiteError:
+        refused = calls.bounds.broken_guard
+        raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
+    return edits, guards_note(calls.guards), tuple(g.failing() for g, _why in calls.guards)
+
+
+def guards_note(guards: list) -> str:
+    checks = "; ".join(f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`" for g, _why in guards)
+    whys = "; ".join(dict.fromkeys(why for _g, why in guards))
+    return (f"guarded: adds {checks} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
+            f"for every call that passes it, and one that does not fails at trace time); {whys}")

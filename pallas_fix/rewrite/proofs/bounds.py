@@ -19,7 +19,9 @@ from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.proofs.example_facts import broken_checks
+from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
+from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
+from pallas_fix.rewrite.proofs.guards import Guard, as_guard, breaks_example, candidates, placement, traced_names
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
@@ -28,11 +30,16 @@ _ONE = Poly.const(1)
 
 
 class Bounds:
-    def __init__(self, cs: CallSite, partial_ok: frozenset = frozenset()) -> None:
+    def __init__(self, cs: CallSite, partial_ok: frozenset = frozenset(), guarding: bool = False) -> None:
         """`partial_ok`: (param, dim) whose last block may be partial along a `pl.cdiv` grid axis
-        (an unsafe fix that says so, rewrite.proofs.ragged_blocks)."""
+        (an unsafe fix that says so, rewrite.proofs.ragged_blocks). `guarding`: a block the code
+        does not prove inside its array may be proved by a shape fact written into the wrapper as
+        a check (rewrite.proofs.guards); the facts chosen are `self.guards`."""
         self.cs = cs
         self.partial_ok = partial_ok
+        self.guarding = guarding
+        self.guards: list[tuple[Guard, str]] = []  # (guard, what the original did without it)
+        self.broken_guard: Optional[str] = None  # why the guard a proof needed was refused
         self.symbols = Symbols(cs.ctx)
         self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
         facts = Facts()
@@ -82,7 +89,55 @@ class Bounds:
                 failed.append((block, err))
         for block, err in failed:
             if any(block is b for b in blocks) and not (_lockstep(block) in proven and self._whole_input_dim(block)):
-                raise err
+                if not self.guarding:
+                    raise err
+                self._guard_block(block, trip, err)
+
+    def _guard_block(self, block: RefBlock, trip: Optional[cst.BaseExpression], err: CallSiteError) -> None:
+        """Prove `block` inside its array with a guard (rewrite.proofs.guards), or raise `err`
+        (with the guard an example breaks named)."""
+        try:
+            self.check_block(block, trip)  # a guard chosen for another block may prove it
+            return
+        except CallSiteError:
+            pass
+        size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
+        places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
+        if size_expr is None or block.squeeze or placement(self.cs.ctx, self.cs.site) is None:
+            raise err
+        extents = [self.poly(self._extent(a, trip)) for a in block.index.axes]
+        broken = []
+        texts = (code(size_expr), code(block.size))
+        exact = self._exact_bound(block, size_expr, trip)
+        bound = list(self._fit_polys(block.index, block.size, size_expr, trip))
+        for combo in candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts, exact):
+            traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
+            guards = [as_guard(self.symbols, fact, places, traced) for fact in combo]
+            if any(g is None for g in guards):
+                continue
+            facts = self.prover.facts
+            for g in guards:
+                facts = g.add_to(facts)
+            if not self._fits(block.index, block.size, size_expr, trip, Prover(self.symbols, facts)):
+                continue
+            if rejects_a_good_call(self.symbols, self.prover.facts, bound, guards) is not None:
+                continue  # too strong: it would reject a call whose windows all fit (rewrite.proofs.necessity)
+            how = [b for b in (breaks_example(self.symbols, g, example_values(self.cs.ctx, self.cs.site.call), evaluate) for g in guards) if b]
+            if how:
+                broken.extend(how)
+                continue
+            self.prover = Prover(self.symbols, facts)
+            side = "read of" if self.cs.slots[block.param].kind == "in" else "write to"
+            why = (f"without it the original's last {side} `{block.param}` runs past the end of its dim {block.dim} "
+                   "(clamped in interpret mode, out of bounds on hardware) where a BlockSpec block is partial")
+            self.guards.extend((g, why) for g in guards if all(g != h for h, _w in self.guards))
+            self.check_block(block, trip)  # the squeezed dims, under the new facts
+            return
+        if broken:
+            self.broken_guard = (f"pallas-fix does not add that check itself: {broken[0]}, which the original runs "
+                                 "(a check must not reject a call the original handles)")
+            raise CallSiteError(f"{err}; {self.broken_guard}") from None
+        raise err
 
     def _spec_lockstep(self, skip: set[str]) -> set[tuple]:
         """Lockstep keys of the existing BlockSpec dims (of operands not in `skip`) whose blocks
@@ -114,8 +169,25 @@ class Bounds:
         dims = [self.cs.shape_dim(block.param, e) for e in range(rank)]
         return any(d is not None and self.poly(d) == self.poly(seen) for d in dims)
 
-    def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip) -> bool:
+    def _exact_bound(self, block: RefBlock, size_expr: cst.BaseExpression, trip) -> Optional[tuple]:
+        """`full >= count * size` as a candidate guard, for blocks `i * size` over one axis."""
+        index = block.index
+        if index.offset or index.symbolic or len(index.axes) != 1 or list(index.axes.values()) != [1]:
+            return None
+        (axis,) = index.axes
+        extent = self._extent(axis, trip)
+        count = self.poly(extent) * self.poly(block.size)
+        return ("at_least", self.poly(size_expr), count, code(size_expr), f"{_paren(extent)} * {_paren(block.size)}")
+
+    def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip,
+              prover: Optional[Prover] = None) -> bool:
         """Blocks of `size` at `index`, over every grid step, lie within [0, full)."""
+        prover = prover or self.prover
+        low, room = self._fit_polys(index, size, full, trip)
+        return prover.nonneg(low) and prover.nonneg(room)
+
+    def _fit_polys(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip) -> tuple[Poly, Poly]:
+        """(first block's start, room left after the last block): both >= 0 when every block fits."""
         low = high = Poly.const(index.offset)
         for mult, expr in index.symbolic:  # call-site exprs (BlockIndexExpr.translated)
             low = high = high + self.poly(expr).scale(mult)
@@ -125,7 +197,7 @@ class Bounds:
                 high = high + span
             else:
                 low = low + span
-        return self.prover.nonneg(low) and self.prover.nonneg(self.poly(full) - self.poly(size) * (high + _ONE))
+        return low, self.poly(full) - self.poly(size) * (high + _ONE)
 
     def check_block(self, block: RefBlock, trip: Optional[cst.BaseExpression]) -> None:
         """Every block of `block.param` the grid visits lies inside the kernel's view of the ref."""
@@ -209,6 +281,11 @@ def _grid_index(symbols: Symbols, lam: cst.Lambda, index: cst.BaseExpression, ng
         if m:
             axes[params[m[0]]] = c
     return BlockIndexExpr(axes, p.as_dict().get((), 0))
+
+
+def _paren(expr: cst.BaseExpression) -> str:
+    text = code(expr)
+    return text if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)) else f"({text})"
 
 
 def _lockstep(block: RefBlock) -> tuple:

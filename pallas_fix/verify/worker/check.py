@@ -19,7 +19,7 @@ from pallas_fix.core.examples import Example
 from pallas_fix.verify.judge import oracle
 from pallas_fix.verify.judge.compare import LeafResult, compare_leaves
 from pallas_fix.verify.worker.calls import Call, Runner, output_leaves
-from pallas_fix.verify.worker.failures import NON_SCALAR_START, summarize_exc, user_frame
+from pallas_fix.verify.worker.failures import NON_SCALAR_START, raised_by_user, summarize_exc, user_frame
 from pallas_fix.verify.judge.footprint import footprint_record
 from pallas_fix.verify.judge.footprint_findings import footprint_findings
 from pallas_fix.verify.worker.interpret_mode import reset_interpreters
@@ -91,6 +91,9 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
         if original_error is not None:  # the example does not fit the code, the rewrite aside
             raise _Abort(f"{_the_example(call)} does not trace the original either; check the example: "
                          f"{summarize_exc(original_error)}{user_frame(original_error)}")
+        # A check the user's code raises where the original traced: the rewrite's own guard
+        # (rewrite.proofs.guards) rejecting a call outside its contract; ragged variants drop it.
+        v["details"]["rejected_by_check"] = isinstance(trace_error, (ValueError, AssertionError)) and raised_by_user(trace_error)
         raise _Abort(f"tracing the rewrite failed: {summarize_exc(trace_error)}{user_frame(trace_error)}")
     after, note = _dynamic_counts(call.bind(f_rew), structs, jaxpr_rew)
     v["dynamic_slices_after"] = after[0] if after else None

@@ -61,6 +61,16 @@ def summarize_exc(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"
 
 
+def raised_by_user(e: BaseException) -> bool:
+    """The innermost frame of `e` is the user's (original or rewritten) code: an explicit check."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return bool(tb) and _is_user_file(tb[-1].filename)
+
+
+def _is_user_file(filename: str) -> bool:
+    return "_pallas_fix_verify_" in filename or "/original/" in filename or "/rewritten/" in filename
+
+
 def user_frame(e: BaseException) -> str:
     """`` (at kernel.py:12)``: the innermost frame in the user's (original or rewritten) code."""
     tb = traceback.extract_tb(e.__traceback__)

@@ -1,0 +1,265 @@
+"""Guards: the shape facts a lift needs that the code leaves unsaid, written into the wrapper as
+checks before the pallas_call.
+
+A bounds proof (rewrite.proofs.bounds) fails when a new grid's last block may run past the end of
+an array: the code never says that `residual.shape[0] == x.shape[0]` (the grid counts `x`'s rows,
+the blocks read `residual`'s), or that `block_k` divides `skv` (the grid is `pl.cdiv(skv,
+block_k)`). Every caller may satisfy it, yet the original's slice would be clamped where a
+BlockSpec block is partial. A Pallas expert states such a fact as a check in the wrapper, as JAX's
+own TPU kernels do (`if n % bn: raise ValueError(...)`). `find_guard` looks for one such fact (an
+equality of two extents, a divisibility, or both) that makes the proof go through, and `Guard`
+writes it in the file's style just before the statement that runs the pallas_call.
+
+Which facts qualify: only ones about expressions the pallas_call itself needs as Python ints at
+trace time (array dims, grid extents, block sizes), never values loaded from refs; and only where
+the guard's text means, where it is written, exactly what the proof assumed: every guard is parsed
+back and read again at the pallas_call and at the call that runs it, and a name rebound in
+between, or an expression pallas-fix cannot read, drops the candidate. A guard an example call of
+the file breaks is refused with the fact named (rewrite.proofs.example_facts); the fix that
+carries a guard is unsafe, written by plain `--apply` only once verified on an example (which
+then passes the guard, or the rewrite would raise there and fail verification).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.loops.proofs import Facts
+from pallas_fix.analysis.loops.symbolic import Poly, Symbols
+
+_MAX_CANDIDATES = 12
+
+
+@dataclass(frozen=True)
+class Guard:
+    kind: str  # "divides": `left % right == 0`; "equal": `left == right`; "at_least": `left >= right`
+    left: str  # call-site source text
+    right: str
+    left_poly: Poly
+    right_poly: Poly
+
+    def fact(self) -> str:
+        op = {"divides": "%", "equal": "==", "at_least": ">="}[self.kind]
+        return f"{self.left} % {self.right} == 0" if self.kind == "divides" else f"{self.left} {op} {self.right}"
+
+    def failing(self) -> str:
+        """The condition under which the check raises."""
+        if self.kind == "divides":
+            return f"{self.left} % {self.right}"
+        return f"{self.left} {'!=' if self.kind == 'equal' else '<'} {self.right}"
+
+    def add_to(self, facts: Facts) -> Facts:
+        out = replace(facts, divides=list(facts.divides), equal=dict(facts.equal), nonneg=list(facts.nonneg))
+        if self.kind == "divides":
+            out.divides.append((self.right_poly, self.left_poly))
+        elif self.kind == "at_least":
+            out.nonneg.append(self.left_poly - self.right_poly)
+        else:
+            single = self.left_poly.monomial()
+            assert single is not None
+            out.equal.setdefault(single[0][0], self.right_poly)
+        return out
+
+    def message(self) -> str:
+        """The error's text: the fact, with the values the call gave, where they can be shown."""
+        words = {"divides": "must be a multiple of", "equal": "must equal", "at_least": "must be at least"}[self.kind]
+        if any(ch in t for t in (self.left, self.right) for ch in "'\"{}\\"):
+            return repr(f"{self.left} {words} {self.right}")
+        shown = [f"{t} ({{{t}}})" if _is_atomic(t) else t for t in (self.left, self.right)]  # values of plain names
+        return f'f"{shown[0]} {words} {shown[1]}"'
+
+    def statement(self, use_assert: bool) -> str:
+        if use_assert:
+            return f"assert {self.fact()}, {self.message()}\n"
+        return f"if {self.failing()}:\n    raise ValueError({self.message()})\n"
+
+
+Fact = tuple  # (kind, left Poly, right Poly, left text or None, right text or None): texts as the code spells them
+
+
+def candidates(symbols: Symbols, substitute: Callable[[Poly], Poly], full: Poly, size: Poly,
+               extents: list[Poly], texts: tuple[str, str], exact: Optional[Fact] = None) -> list[tuple[Fact, ...]]:
+    """Facts that may make blocks of `size` stepped over `extents` fit `full` (spelled `texts` at
+    the call), single ones first, then an equality with a divisibility: that `size` divides
+    `full`; that a `pl.cdiv(num, den)` count is exact; that `full` equals the extent a count
+    divides; last `exact`, the bound itself (`full >= count * size`), which rejects no call the
+    original keeps inside the array but reads less plainly."""
+    divides: list[Fact] = []
+    equal: list[Fact] = []
+    single = full.monomial()
+    for extent in extents:
+        for key in _quotients(symbols, substitute(extent)):
+            atom = symbols.atoms[key]
+            num_text, den_text = _quotient_parts(atom.text)
+            if atom.kind == "ceil":
+                divides.append(("divides", atom.num, atom.den, num_text, den_text))
+            if single is not None and single[1] == 1 and len(single[0]) == 1 and atom.num != full:
+                equal.append(("equal", full, atom.num, texts[0], num_text))
+                divides.append(("divides", atom.num, atom.den, num_text, den_text))
+    divides.append(("divides", full, size, *texts))  # after the counts' own spelling (`skv % block_k`)
+    divides = list({(f[1], f[2]): f for f in reversed(divides)}.values())[::-1]
+    equal = list({(f[1], f[2]): f for f in reversed(equal)}.values())[::-1]
+    combos = [(f,) for f in [*equal, *divides]] + [(e, d) for e in equal for d in divides]
+    return combos[:_MAX_CANDIDATES] + ([(exact,)] if exact is not None else [])
+
+
+def _quotient_parts(text: str) -> tuple[Optional[str], Optional[str]]:
+    """`a // b` or `pl.cdiv(a, b)` as written: the texts of a and b."""
+    try:
+        expr = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return None, None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.FloorDivide):
+        parts = [expr.left, expr.right]
+    elif isinstance(expr, cst.Call) and len(expr.args) == 2:
+        parts = [a.value for a in expr.args]
+    else:
+        return None, None
+    return tuple(cst.Module([]).code_for_node(p) for p in parts)  # type: ignore[return-value]
+
+
+def _quotients(symbols: Symbols, p: Poly) -> list[str]:
+    keys = [k for m, _c in p.terms for k in m]
+    return [k for k in dict.fromkeys(keys) if k in symbols.atoms and symbols.atoms[k].kind in ("floor", "ceil")
+            and symbols.atoms[k].num is not None and symbols.atoms[k].den is not None]
+
+
+def as_guard(symbols: Symbols, fact: tuple[str, Poly, Poly], places: list[cst.CSTNode],
+             traced: frozenset = frozenset()) -> Optional[Guard]:
+    """The fact as a guard whose two sides, written as source, read back to the same polynomials
+    at every one of `places` (the pallas_call and the call that runs it); None otherwise, or when
+    it reads one of the `traced` names (a `jax.jit` argument not declared static) other than
+    through its `.shape`."""
+    kind, left, right, *written = fact
+    if kind == "equal" and (left.monomial() is None or left.monomial()[0][0].startswith("?")):
+        return None
+    texts = []
+    for poly, spelled in zip((left, right), written):
+        opaque = any(k.startswith("?") for m, _c in poly.terms for k in m)  # an expression pallas-fix cannot read
+        if opaque or not poly.terms:
+            return None
+        # As the code spells it (`skv`) where that means the same there, else as pallas-fix reads it.
+        text = next((t for t in (spelled, symbols.text(poly)) if t and _reads_back(symbols, t, poly, places, traced)), None)
+        if text is None:
+            return None
+        texts.append(text if _is_atomic(text) or kind != "divides" else f"({text})")  # `%` binds as `*` does
+    return Guard(kind, texts[0], texts[1], left, right)
+
+
+def _is_atomic(text: str) -> bool:
+    """Needs no parentheses as an operand of `%` or `!=`."""
+    expr = cst.parse_expression(text)
+    return isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
+
+
+def _reads_back(symbols: Symbols, text: str, poly: Poly, places: list[cst.CSTNode], traced: frozenset) -> bool:
+    try:
+        expr = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return False
+    if _bare_names(expr) & traced:
+        return False
+    return all(symbols.poly(expr, at) == poly for at in places)
+
+
+def _bare_names(expr: cst.CSTNode) -> set[str]:
+    """Names read as values, not only for their `.shape` (which is static even when traced)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "shape":
+        return set()
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    return {n for child in expr.children for n in _bare_names(child)}
+
+
+def traced_names(ctx, fn: Optional[cst.FunctionDef]) -> frozenset:
+    """Parameters of a `jit`-decorated wrapper that are traced: every one not named in the
+    decorator's `static_argnames` / `static_argnums` (any decorator mentioning `jit` counts)."""
+    if fn is None:
+        return frozenset()
+    jits = [d.decorator for d in fn.decorators if "jit" in ctx.code(d.decorator)]
+    if not jits:
+        return frozenset()
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    names = set(params) | {p.name.value for p in fn.params.kwonly_params}
+    for deco in jits:
+        for node in _walk(deco):
+            if isinstance(node, cst.SimpleString):
+                names.discard(node.evaluated_value)
+            elif isinstance(node, cst.Integer) and int(node.evaluated_value) < len(params):
+                names.discard(params[int(node.evaluated_value)])
+    return frozenset(names)
+
+
+def breaks_example(symbols: Symbols, guard: Guard, examples, evaluate) -> Optional[str]:
+    """How an example call of the file breaks `guard` (`skv % block_k == 0` is 100 % 32 in
+    `f(...)`), or None when every example that fixes its values satisfies it."""
+    for call, values in examples:
+        a, b = (evaluate(symbols, p, values) for p in (guard.left_poly, guard.right_poly))
+        if a is None or b is None:
+            continue
+        ok = (b != 0 and a % b == 0) if guard.kind == "divides" else (a == b if guard.kind == "equal" else a >= b)
+        if not ok:
+            op = "==" if guard.kind == "equal" else ">="
+            shown = f"{a} % {b} == {a % b if b else '?'}" if guard.kind == "divides" else f"{a} {op} {b}"
+            return f"`{guard.fact()}` is {shown} in the example `{call}`"
+    return None
+
+
+def placement(ctx, site) -> Optional[cst.SimpleStatementLine]:
+    """The statement the guards go before: the one that runs the pallas_call (its operands
+    exist there), a plain statement of the wrapper function, after the statement that builds the
+    call when the two differ and stand in one block. None when there is no such place: the
+    decorator form, a call at module level, or one built and run in different blocks."""
+    if site.enclosing is None or site.decorated is not None:
+        return None
+    holders = [_statement_of(ctx, n) for n in (site.call, site.invocation) if n is not None]
+    if any(h is None for h in holders):
+        return None
+    first, last = holders[0], holders[-1]
+    if first is not last:
+        parent = ctx.parent(first)
+        siblings = list(getattr(parent, "body", ())) if parent is not None else []
+        if not any(s is first for s in siblings) or not any(s is last for s in siblings):
+            return None
+        if [id(s) for s in siblings].index(id(first)) > [id(s) for s in siblings].index(id(last)):
+            return None
+    return last if ctx.enclosing_function(last) is site.enclosing else None
+
+
+def _statement_of(ctx, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
+    for a in (node, *ctx.ancestors(node)):
+        if isinstance(a, cst.SimpleStatementLine):
+            return a
+        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement)):
+            return None
+    return None
+
+
+def uses_asserts(ctx, fn: cst.FunctionDef) -> bool:
+    """The wrapper states its checks with `assert` (and raises nothing itself)."""
+    nodes = list(_walk(fn))
+    return any(isinstance(n, cst.Assert) for n in nodes) and not any(isinstance(n, cst.Raise) for n in nodes)
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def guard_edit(guards: list[Guard], use_assert: bool, existing=None):
+    """An edit of the anchor statement that puts the guards' checks before it."""
+    checks = [cst.parse_statement(g.statement(use_assert)) for g in guards]
+
+    def edit(node: cst.CSTNode):
+        out = existing(node) if existing is not None else node
+        rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+        if rest and hasattr(rest[0], "leading_lines"):  # comments above the call stay above the checks
+            checks[0] = checks[0].with_changes(leading_lines=rest[0].leading_lines)
+            rest[0] = rest[0].with_changes(leading_lines=())
+        return cst.FlattenSentinel([*checks, *rest])
+
+    return edit

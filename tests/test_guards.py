@@ -1,0 +1,239 @@
+"""Guarded lifts (rewrite.proofs.guards): a bounds proof that needs a shape fact the code leaves
+unsaid writes it into the wrapper as a check, and the traps such a check must not fall into.
+
+The golden pairs are in tests/fixtures/codemods/*/ (`*_guarded_*`, run by test_codemod_pairs.py);
+here: where a check goes, in which style, what the fix says, and the cases where no check may be
+written (an example it breaks, a name rebound between the check and the call, a jit argument that
+is traced, a kernel two pallas_calls share, a recorded example the check rejects).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pallas_fix.core.model import FixSafety
+from pallas_fix.engine import analyze_source, fix_source
+
+_KERNEL = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+{example}
+
+def add_kernel(x_ref, residual_ref, o_ref, residual_out_ref, *, rows):
+    i = pl.program_id(0)
+    window = pl.ds(i * rows, rows)
+    h = x_ref[window, :] + residual_ref[window, :]
+    residual_out_ref[window, :] = h
+    o_ref[window, :] = h * 2.0
+
+'''
+
+_WRAPPER = '''
+def fused_add(x, residual, rows=16):
+{pre}    return pl.pallas_call(
+        functools.partial(add_kernel, rows=rows),
+        grid=(x.shape[0] // rows,),
+        out_shape=(
+            jax.ShapeDtypeStruct(x.shape, x.dtype),
+            jax.ShapeDtypeStruct(residual.shape, residual.dtype),
+        ),
+    )(x, residual)
+'''
+
+_EXAMPLE = "# pallas-fix: example fused_add(f32[64, 128], f32[64, 128])"
+
+
+def _source(example: str = _EXAMPLE, pre: str = "", wrapper: str = _WRAPPER) -> str:
+    return _KERNEL.format(example=example) + wrapper.format(pre=pre)
+
+
+def _guarded_plans(source: str) -> list:
+    return [p for p in analyze_source(source, "k.py").plans if p.guards]
+
+
+_BOUND = "residual.shape[0] < (x.shape[0] // rows) * rows"
+
+
+def test_the_missing_bound_is_written_before_the_call_in_the_wrappers_names():
+    fixed = fix_source(_source(), "k.py", unsafe=True)
+    assert fixed.error is None, fixed.error
+    lines = fixed.source.splitlines()
+    check = lines.index(f"    if {_BOUND}:")
+    assert "raise ValueError(" in lines[check + 1] and "must be at least" in lines[check + 1]
+    assert lines[check + 2] == "    return pl.pallas_call("
+    assert "64" not in lines[check] + lines[check + 1]  # the wrapper's names, never the example's numbers
+    assert "pl.ds" not in fixed.source
+
+
+def test_a_guarded_fix_is_unsafe_and_says_which_check_it_adds_and_why():
+    plans = _guarded_plans(_source())
+    assert [p.guards for p in plans] == [(_BOUND,)]
+    plan = plans[0]
+    assert plan.safety is FixSafety.UNSAFE
+    assert f"adds `if {_BOUND}: raise ValueError(...)`" in plan.description
+    assert "the original's last write to `residual_out_ref` runs past the end" in plan.description
+    # Without unsafe fixes the guarded lift is offered, not written.
+    plain = fix_source(_source(), "k.py")
+    assert "raise ValueError" not in plain.source and "residual_out_ref[window, :]" in plain.source
+
+
+def test_a_wrapper_that_states_its_checks_with_assert_gets_an_assert():
+    pre = "    assert x.ndim == 2\n"
+    fixed = fix_source(_source(pre=pre), "k.py", unsafe=True)
+    assert "    assert residual.shape[0] >= (x.shape[0] // rows) * rows, f\"residual.shape[0] (" in fixed.source
+    assert "raise ValueError" not in fixed.source
+
+
+def test_no_check_that_an_example_of_the_file_breaks():
+    example = "# pallas-fix: example fused_add(f32[64, 128], f32[48, 128])"
+    source = _source(example=example)
+    assert not _guarded_plans(source)
+    fixed = fix_source(source, "k.py", unsafe=True)
+    assert "raise ValueError" not in fixed.source
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal]
+    assert any("`residual.shape[0] >= (x.shape[0] // rows) * rows` is 48 >= 64 in the example" in r for r in reasons), reasons
+
+
+def test_no_check_stronger_than_the_bound_a_longer_input_the_original_handles_passes():
+    """`residual.shape[0] == x.shape[0]` proves the blocks inside too, but rejects a longer
+    `residual`, whose first rows the original reads and writes correctly; nor `nb % 2 == 0` for a
+    loop over every other block, where an odd count still fits (rewrite.proofs.necessity)."""
+    guards = [g for p in _guarded_plans(_source()) for g in p.guards]
+    assert guards and not any("!=" in g for g in guards)
+    stepped = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def even_kernel(x_ref, o_ref):
+    nb = x_ref.shape[0] // 32
+
+    @pl.loop(0, nb, step=2)
+    def _(r):
+        rows = pl.ds(r * 32, 32)
+        o_ref[rows, :] = jnp.tanh(x_ref[rows, :])
+
+
+def tanh_even_blocks(x):
+    return pl.pallas_call(even_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), input_output_aliases={0: 0})(x)
+'''
+    assert not _guarded_plans(stepped)
+    assert fix_source(stepped, "k.py", unsafe=True).source == stepped
+
+
+def test_no_check_on_a_name_rebound_between_the_call_and_the_statement_that_runs_it():
+    wrapper = '''
+def fused_add(x, residual, rows=16):
+    call = pl.pallas_call(
+        functools.partial(add_kernel, rows=rows),
+        grid=(x.shape[0] // rows,),
+        out_shape=(
+            jax.ShapeDtypeStruct(x.shape, x.dtype),
+            jax.ShapeDtypeStruct(residual.shape, residual.dtype),
+        ),
+    )
+    residual = residual * 2.0
+    return call(x, residual)
+'''
+    source = _source(wrapper=wrapper)
+    assert not _guarded_plans(source)
+    assert "raise ValueError" not in fix_source(source, "k.py", unsafe=True).source
+
+
+def test_no_check_on_a_jit_argument_that_is_traced():
+    source = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# pallas-fix: example attend(f32[128, 64], f32[256, 64], 256, block_k=64)
+
+
+def attend_kernel(q_ref, k_ref, o_ref, *, block_k, skv):
+    q = q_ref[...]
+
+    def body(j, acc):
+        k = k_ref[pl.ds(j * block_k, block_k), :]
+        return acc + jnp.dot(q, k.T, preferred_element_type=jnp.float32).sum(axis=1, keepdims=True)
+
+    acc = jax.lax.fori_loop(0, pl.cdiv(skv, block_k), body, jnp.zeros((q.shape[0], 1), jnp.float32))
+    o_ref[...] = acc
+
+
+@functools.partial(jax.jit, static_argnames=("block_k",))
+def attend(q, k, skv, block_k=64):
+    kernel = functools.partial(attend_kernel, block_k=block_k, skv=skv)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((q.shape[0], 1), jnp.float32),
+        compiler_params=pltpu.CompilerParams(),
+    )(q, k)
+'''
+    assert not any("skv" in g for p in _guarded_plans(source) for g in p.guards)
+    assert "if skv" not in fix_source(source, "k.py", unsafe=True).source
+    # The same wrapper with `skv` declared static gets the check.
+    static = source.replace('static_argnames=("block_k",)', 'static_argnames=("block_k", "skv")')
+    assert [p.guards for p in _guarded_plans(static)] == [("k.shape[0] < pl.cdiv(skv, block_k) * block_k",)]
+
+
+def test_no_check_for_a_kernel_two_pallas_calls_share_at_different_shapes():
+    wrapper = _WRAPPER + '''
+
+def fused_add_wide(x, residual):
+    return pl.pallas_call(
+        functools.partial(add_kernel, rows=8),
+        grid=(x.shape[0] // 8,),
+        out_shape=(
+            jax.ShapeDtypeStruct(x.shape, x.dtype),
+            jax.ShapeDtypeStruct((2 * residual.shape[0], residual.shape[1]), residual.dtype),
+        ),
+    )(x, residual)
+'''
+    source = _source(wrapper=wrapper)
+    assert not _guarded_plans(source)
+    assert fix_source(source, "k.py", unsafe=True).source == source
+
+
+def test_the_language_server_names_the_check_in_a_non_preferred_quick_fix_title():
+    from pallas_fix.frontends.lsp.incremental.units import offers_of
+    from pallas_fix.frontends.lsp.snapshot import FixInfo, quick_fix_title
+
+    result = analyze_source(_source(), "k.py")
+    offers = offers_of(result, result.findings, allow_unsafe=True)
+    guarded = [(f, FixInfo(*offers[(f.span.line, f.span.column)])) for f in result.findings
+               if offers.get((f.span.line, f.span.column), (None, None, ()))[2]]
+    assert len(guarded) == 1
+    finding, fix = guarded[0]
+    assert not fix.safe  # so never the preferred quick fix, and never in fix-all
+    assert quick_fix_title(finding, fix) == (
+        f"Fix PF103: program-id-blocks (unsafe; adds `if {_BOUND}: raise`)")
+    assert not offers_of(result, result.findings, allow_unsafe=False).get((finding.span.line, finding.span.column))
+
+
+@pytest.mark.interp
+def test_a_check_the_recorded_example_breaks_fails_verification_and_is_not_written(tmp_path: Path):
+    """No example in the file (synthesis would make the two inputs alike); the recorded call gives
+    `residual` fewer rows than `x`, which the original runs (clamping) and the check rejects."""
+    path = tmp_path / "k.py"
+    source = _source(example="")
+    path.write_text(source)
+    recorded = {"version": 1, "examples": {"k.py": ["fused_add(f32[64, 128], f32[48, 128])"]}}
+    (tmp_path / "pallas-fix-examples.json").write_text(json.dumps(recorded))
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", "--unsafe-fixes", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert path.read_text() == source, out
+    assert "must be at least" in out and "recorded" in out, out
