@@ -266,3 +266,30 @@ def provably_not_block(start: Affine, size: Coeff) -> bool:
         if coeff.mult and coeff.provably_not_multiple(size):
             return True
     return any(c.mult and c.provably_not_multiple(size) for c in _merge_const(start.const))
+
+
+_FOLDS = ("lax.div", "lax.rem", "jnp.floor_divide", "jnp.remainder", "jnp.mod")
+
+
+def folded_index(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
+    """The first quotient or remainder of a traced value that `expr` is computed from, through
+    single assignments: `i_nh // H`, `i_nh % H`, `lax.div(t, nn)`, `lax.rem(t, nn)`. Such an index
+    splits one grid or loop index into two, which `decompose` does not model; windows.py names it
+    in the refusal."""
+    if depth > 16:
+        return None
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, (cst.FloorDivide, cst.Modulo)) and h.is_dynamic(expr.left):
+            return expr
+        return folded_index(expr.left, h, depth + 1) or folded_index(expr.right, h, depth + 1)
+    if isinstance(expr, cst.UnaryOperation):
+        return folded_index(expr.expression, h, depth + 1)
+    if isinstance(expr, cst.Call):
+        if h.code(expr.func).endswith(_FOLDS) and expr.args and h.is_dynamic(expr.args[0].value):
+            return expr
+        stripped = h.strip(expr)
+        return folded_index(stripped, h, depth + 1) if stripped is not None else None
+    if isinstance(expr, cst.Name) and h.is_dynamic(expr):
+        value = h.inline(expr)
+        return folded_index(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
+    return None
