@@ -28,7 +28,7 @@ import libcst as cst
 from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits, packed_tuple
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
@@ -92,7 +92,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     new_axis_pos = len(cs.grid)
     for b in blocks:
         for sub, dims in b.subscripts:
-            edits[sub] = block_subscript_edit(b, dims)
+            edits[sub] = block_subscript_edit(b, dims, packed_tuple(analysis, sub, dims))
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (new_axis_pos, trip)}, pl.text))
     edits.update(region.inline_edits(f"{pl.text}.program_id({new_axis_pos})", lifted))

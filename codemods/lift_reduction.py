@@ -65,7 +65,7 @@ from pallas_fix.core.model import Backend, FixSafety, IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
-from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note
+from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note, packed_tuple
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
@@ -123,7 +123,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     edits = call_edits.build()
     for b in blocks:
         for sub, dims in b.subscripts:
-            edits[sub] = block_subscript_edit(b, dims)
+            edits[sub] = block_subscript_edit(b, dims, packed_tuple(analysis, sub, dims))
     pl = imports.spelling(ctx, imports.PALLAS)
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (len(cs.grid), trip)}, pl.text))
     step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded)

@@ -31,7 +31,8 @@ from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits
+from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
+                                             packed_tuple, touched_element_ids)
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
@@ -127,8 +128,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
     removed = set()
     for sub, dims in block.subscripts:
-        edits[sub] = block_subscript_edit(block, dims)
-        removed |= {id(el) for n, el in enumerate(sub.slice) if n in dims or n in squeezed}
+        edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
+        removed |= touched_element_ids(sub, dims | set(squeezed))
     removed |= drop_unread_slices(ctx, helpers, removed, edits)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     if site.kernel not in edits:

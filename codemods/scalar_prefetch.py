@@ -48,7 +48,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend, FixSafety, IndexUse
 from pallas_fix.core.plans import FixPlan, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit
+from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
@@ -168,8 +168,8 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
     edits = call.build()
     removed: set[int] = set()
     for sub in gather.subscripts:
-        edits[sub] = kernel_subscript_edit({gather.dim})
-        removed.add(id(sub.slice[gather.dim]))
+        edits[sub] = kernel_subscript_edit({gather.dim}, packed=packed_tuple(analysis, sub, {gather.dim}))
+        removed |= touched_element_ids(sub, {gather.dim})
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     for stmt in dead_assignments(ctx, functions, removed):
         remove_statement(edits, stmt, siblings_of(ctx, stmt))

@@ -22,7 +22,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import caller_start, home_env, index_tuple, passed_through
 from pallas_fix.analysis.discovery.operand_refs import operand_ref
 from pallas_fix.analysis.values.provenance import Env
@@ -253,7 +253,11 @@ def rewritable_in_place(use: IndexUse) -> bool:
         written = sub.slice[use.dim].slice
         if written is use.element or (isinstance(written, cst.Index) and written.value is use.element):
             return True
-    if use.dim != 0 or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return False
+    if _packed_in_place(use) or _inlinable_tuple(use) is not None:
+        return True  # the edit spells the tuple out in the subscript (rewrite.blocks.kernel_edits)
+    if use.dim != 0:
         return False
     ctx = use.env.ctx  # type: ignore[attr-defined]
     holder = ctx.parent(use.element)
@@ -261,6 +265,58 @@ def rewritable_in_place(use: IndexUse) -> bool:
     if not isinstance(packed, (cst.Tuple, cst.List)) or packed.elements[0] is not holder:
         return False
     return all(_whole_dim(ctx, e.value) for e in packed.elements[1:])
+
+
+def _packed_in_place(use: IndexUse) -> bool:
+    """`k_ref[(0, pl.ds(t0, bt), slice(None))]`: the same subscript as `k_ref[0, pl.ds(t0, bt), :]`,
+    with the use's element one of the tuple's own."""
+    value = use.subscript.slice[0].slice.value  # type: ignore[attr-defined]
+    return isinstance(value, cst.Tuple) and any(e.value is use.element for e in value.elements)
+
+
+def _inlinable_tuple(use: IndexUse) -> Optional[cst.Tuple]:
+    env: Env = use.env  # type: ignore[assignment]
+    packed = inlinable_tuple(env.ctx, env, use.subscript, frozenset({use.dim}))
+    return packed if packed is not None and any(e.value is use.element for e in packed.elements) else None
+
+
+def inlinable_tuple(ctx: ModuleContext, env: Optional[Env], sub: cst.Subscript, dims: frozenset[int]) -> Optional[cst.Tuple]:
+    """The tuple a one-name subscript `k_ref[idx]` stands for, when writing its elements in the
+    subscript itself (all but `dims`, which a rewrite replaces) means the same: `idx` is bound
+    once, to a tuple written in the function that holds the subscript, and the elements kept read
+    no name the function (or one around it) binds (so they mean the same where the subscript is, and outlive the
+    tuple's binding once it is dead)."""
+    if env is None or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    name = sub.slice[0].slice.value
+    if not isinstance(name, cst.Name) or env.owner(name.value) is not env or name.value in env.params:
+        return None
+    packed = env.single_assignment(name.value)
+    if not isinstance(packed, cst.Tuple) or ctx.scope_of(packed) is not ctx.scope_of(sub):
+        return None
+    if any(isinstance(e, cst.StarredElement) for e in packed.elements):
+        return None
+    bound: set[str] = set()
+    scope: Optional[Env] = env
+    while scope is not None:  # names bound here or in an enclosing kernel function
+        bound |= set(scope.bindings())
+        scope = scope.parent
+    for dim, e in enumerate(packed.elements):
+        if dim not in dims and any(isinstance(n, cst.Name) and n.value in bound for n in walk(e.value)):
+            return None
+    return packed
+
+
+def packed_refusal(use: IndexUse) -> str:
+    """Why a window inside an index tuple cannot be rewritten where it is written."""
+    sub = use.subscript
+    name = sub.slice[0].slice.value if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) else None
+    env: Env = use.env  # type: ignore[assignment]
+    if isinstance(name, cst.Name) and env.owner(name.value) is env and isinstance(env.single_assignment(name.value), cst.Tuple):
+        return (f"its index tuple `{name.value}` holds, beside the window, an index that reads a name the kernel "
+                f"binds, so it cannot be spelled out in the subscript; write the indices in the subscript itself")
+    return ("its index tuple is built elsewhere (a helper's parameter, another function) and has other dims "
+            "that are not whole (`slice(None)`); write the slices in the subscript itself")
 
 
 def _whole_dim(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:

@@ -114,6 +114,9 @@ class KernelSite:
     enclosing: Optional[cst.FunctionDef] = None  # the wrapper function holding the call
     decorated: Optional[cst.FunctionDef] = None  # decorator form: the decorated kernel def
     factory: Optional[cst.Call] = None  # `make_kernel(tile)`: the call whose returned def is the kernel
+    # `if transpose: def kernel(...) ... else: def kernel(...)`: every def of the kernel's name in
+    # its scope, the kernel among them, when there are several (discovery makes one site for each)
+    variants: tuple[cst.FunctionDef, ...] = ()
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
         """A pallas_call setting, looked up on the call first, then on its grid_spec."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
 import libcst as cst
@@ -31,8 +32,24 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
         if site is None:
             continue
         site.backend, site.backend_reason = _backend(ctx, site, backend_override)
-        sites.append(site)
+        sites += _variant_sites(ctx, site)
     return sites
+
+
+def _variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
+    """The site, or one site per def when the kernel's name is defined more than once in its scope
+    (`if transpose: def kernel(...) ... else: def kernel(...)`): which def the call runs is decided
+    when the wrapper runs, so every def is analysed (and none rewritten: kernel_entry)."""
+    kernel = site.kernel
+    if kernel is None or site.factory is not None or site.decorated is not None:
+        return [site]
+    scope = ctx.scope_of(kernel)
+    defs = tuple(d for d in ctx.nodes_of(cst.FunctionDef)
+                 if d.name.value == kernel.name.value and ctx.scope_of(d) is scope)  # type: ignore[attr-defined]
+    if len(defs) < 2 or len({id(ctx.parent(d)) for d in defs}) < len(defs):
+        return [site]  # one def, or a def redefined in one block (only the last one runs)
+    site.variants = defs  # type: ignore[assignment]
+    return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in defs]
 
 
 def _is_partial_of_pallas_call(ctx: ModuleContext, call: cst.Call) -> bool:

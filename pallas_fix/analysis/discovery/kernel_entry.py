@@ -39,6 +39,14 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "not the whole kernel (the decorator may run code, or write refs, around it); pallas-fix only rewrites "
             "kernels whose body is all that runs"
         )
+    if len(site.variants) > 1:
+        lines = ", ".join(str(ctx.span(d).line) for d in site.variants)
+        return (
+            f"kernel `{kernel.name.value}` is defined {len(site.variants)} times in one scope (lines {lines}), so which "
+            "body the pallas_call runs is chosen when the wrapper runs (a static flag); pallas-fix rewrites one body "
+            "with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
+            "pallas_call (the same flag choosing between them) to get this fix"
+        )
     if site.decorated is kernel:
         return None  # the name is the pallas_call: calling it runs the call, not the body
     if site.factory is not None:

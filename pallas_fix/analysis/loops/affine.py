@@ -266,3 +266,43 @@ def provably_not_block(start: Affine, size: Coeff) -> bool:
         if coeff.mult and coeff.provably_not_multiple(size):
             return True
     return any(c.mult and c.provably_not_multiple(size) for c in _merge_const(start.const))
+
+
+_FOLDS = ("lax.div", "lax.rem", "jnp.floor_divide", "jnp.remainder", "jnp.mod")
+
+
+def folded_index(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
+    """The first quotient or remainder of a traced value that `expr` is computed from, through
+    single assignments: `i_nh // H`, `i_nh % H`, `lax.div(t, nn)`, `lax.rem(t, nn)`, where the
+    divided value is a grid or loop index itself and the divisor is static (`(r * r) % n` is not
+    one). Such an index splits one grid or loop index into two, which `decompose` does not model;
+    windows.py names it in the refusal."""
+    if depth > 16:
+        return None
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, (cst.FloorDivide, cst.Modulo)) and _splits_index(expr.left, expr.right, h):
+            return expr
+        return folded_index(expr.left, h, depth + 1) or folded_index(expr.right, h, depth + 1)
+    if isinstance(expr, cst.UnaryOperation):
+        return folded_index(expr.expression, h, depth + 1)
+    if isinstance(expr, cst.Call):
+        if h.code(expr.func).endswith(_FOLDS) and len(expr.args) == 2 and _splits_index(expr.args[0].value, expr.args[1].value, h):
+            return expr
+        stripped = h.strip(expr)
+        return folded_index(stripped, h, depth + 1) if stripped is not None else None
+    if isinstance(expr, cst.Name) and h.is_dynamic(expr):
+        value = h.inline(expr)
+        return folded_index(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
+    return None
+
+
+def _splits_index(value: cst.BaseExpression, divisor: cst.BaseExpression, h: Hooks) -> bool:
+    """`value` is one grid or loop index itself (its iteration number, counted from 0 by 1) and
+    `divisor` is static: their quotient and remainder are two indices folded into one."""
+    if h.is_dynamic(divisor):
+        return False
+    aff = decompose(value, h)
+    if aff is None or any(c.mult for c in aff.const):
+        return False
+    terms = [c for c in aff.terms.values() if c.mult]
+    return len(terms) == 1 and terms[0] == Coeff(1)

@@ -8,8 +8,8 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.loops.affine import symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
-from pallas_fix.analysis.accesses import rewritable_in_place
+from pallas_fix.analysis.loops.affine import folded_index, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.accesses import packed_refusal, rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.values.provenance import Env
 
@@ -91,7 +91,7 @@ def window_of(use: IndexUse) -> Window:
     if use.starred:
         return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
     if not rewritable_in_place(use):
-        return Window(None, None, None, False, "its index tuple has other dims that are not whole (`slice(None)`); write the slices in the subscript itself")
+        return Window(None, None, None, False, packed_refusal(use))
     if use.kind == "scalar":
         return scalar_window(use)
     if use.kind != "ds" or use.start is None:
@@ -121,7 +121,7 @@ def window_of(use: IndexUse) -> Window:
                     f"`{env.ctx.code(use.start)}`: consecutive windows overlap",
                 )
     if start is None or size is None:
-        return Window(start, size, None, False, "the start is not an affine function of the index")
+        return Window(start, size, None, False, fold_reason(use.start, hooks) or "the start is not an affine function of the index")
     blk = block_index(start, size)
     if blk is not None:
         return Window(start, size, blk, False)
@@ -146,6 +146,18 @@ def window_of(use: IndexUse) -> Window:
 _ONE = Coeff(1)
 
 
+def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:
+    """Why a start computed from a quotient or remainder of a traced index (`i_nh % H`,
+    `lax.div(t, nn)`) is refused, and what to write instead; None for other starts."""
+    fold = folded_index(expr, hooks)
+    if fold is None:
+        return None
+    return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one grid index (or loop "
+            "index) into two; pallas-fix writes index_maps as sums of grid indices and does not prove blocks of "
+            "divided indices: give each part its own grid axis (a grid `(B, H)` read with two `pl.program_id`s) or, "
+            "for a flat loop over tiles, its own loop (two nested loops) to get this fix")
+
+
 def scalar_window(use: IndexUse) -> Window:
     """A scalar index `a * i + b` is a window of size 1, and every integer start is a block index
     of a size-1 block: the start itself, once it is affine in loop indices and program ids with
@@ -153,9 +165,11 @@ def scalar_window(use: IndexUse) -> Window:
     a number pallas-fix can write)."""
     env: Env = use.env  # type: ignore[assignment]
     assert use.start is not None
-    start = decompose(use.start, hooks_for(env))
+    hooks = hooks_for(env)
+    start = decompose(use.start, hooks)
     if start is None:
-        return Window(None, _ONE, None, False, f"the scalar index `{env.ctx.code(use.start)}` is not an affine function of the index")
+        return Window(None, _ONE, None, False, fold_reason(use.start, hooks)
+                      or f"the scalar index `{env.ctx.code(use.start)}` is not an affine function of the index")
     symbolic = [c for c in [*start.terms.values(), *start.const] if c.mult and c.factors]
     if symbolic:
         return Window(start, _ONE, None, False,

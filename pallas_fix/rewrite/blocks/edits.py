@@ -27,7 +27,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, S
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
-from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit
+from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.callsite.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.callsite.operand_groups import refuse_shared_tail, whole_tail_specs
@@ -36,7 +36,7 @@ from pallas_fix.rewrite.text.syntax import code, names_in, paren_text
 
 __all__ = [
     "BlockIndexExpr", "CallEdits", "NewAxis", "RefBlock", "code", "dead_assignments", "insert_keywords",
-    "kernel_subscript_edit", "paren_text",
+    "kernel_subscript_edit", "packed_tuple", "paren_text", "touched_element_ids",
 ]
 
 

@@ -4,21 +4,26 @@ goes with it."""
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import libcst as cst
 
 from pallas_fix.core import names as N
+from pallas_fix.analysis.accesses import inlinable_tuple
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.rewrite.text.edits import Edit
 
 
-def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset()) -> Edit:
+def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset(), packed: Optional[cst.Tuple] = None) -> Edit:
     """Replace the elements at `dims` by full slices and remove those at `drop` (squeezed dims);
-    `x[:, :]` -> `x[...]`; `x.at[...]` -> `x`."""
+    `x[:, :]` -> `x[...]`; `x.at[...]` -> `x`. A subscript whose dims are packed in one tuple,
+    written in place or (`packed`) bound to the name it holds, is first spelled out:
+    `k_ref[(0, pl.ds(t, bt), slice(None))]` is `k_ref[0, pl.ds(t, bt), :]`."""
 
     def edit(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Subscript)
         elements = []
-        for n, el in enumerate(node.slice):
+        for n, el in enumerate(_spelled_out(node, packed)):
             if n in drop:
                 continue
             if n in dims:
@@ -39,6 +44,44 @@ def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset()) ->
         return node.with_changes(slice=elements)
 
     return edit
+
+
+def _spelled_out(node: cst.Subscript, packed: Optional[cst.Tuple]) -> Sequence[cst.SubscriptElement]:
+    """The subscript's elements, one per dim: a packed tuple's elements become the subscript's own
+    (`slice(None)` written `:`)."""
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return node.slice
+    value = node.slice[0].slice.value
+    tuple_ = value if isinstance(value, cst.Tuple) else packed if isinstance(value, cst.Name) else None
+    if tuple_ is None:
+        return node.slice
+    return [cst.SubscriptElement(_as_slice(e.value)) for e in tuple_.elements]
+
+
+def _as_slice(expr: cst.BaseExpression) -> cst.BaseSlice:
+    whole = (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "slice"
+        and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Name) and expr.args[0].value.value == "None"
+    )
+    return cst.Slice(lower=None, upper=None) if whole else cst.Index(expr)
+
+
+def packed_tuple(analysis, sub: cst.Subscript, dims: set[int]) -> Optional[cst.Tuple]:
+    """The tuple `sub`'s one name stands for, when it can be spelled out in the subscript with
+    `dims` rewritten (analysis.accesses.inlinable_tuple)."""
+    env = analysis.detection.envs.get(analysis.ctx.scope_of(sub))
+    return inlinable_tuple(analysis.ctx, env, sub, frozenset(dims))
+
+
+def touched_element_ids(sub: cst.Subscript, dims: set[int]) -> set[int]:
+    """The subscript elements a rewrite of `dims` removes: those at `dims`, or, for a tuple packed
+    in place, its elements at `dims`, or, for a name packing one, the name itself."""
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and dims:
+        value = sub.slice[0].slice.value
+        if isinstance(value, cst.Tuple):
+            return {id(e) for n, e in enumerate(value.elements) if n in dims}
+        return {id(sub.slice[0])}
+    return {id(el) for n, el in enumerate(sub.slice) if n in dims}
 
 
 def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:

@@ -11,10 +11,10 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.varargs import binds_from_star
-from pallas_fix.analysis.loops.windows import loop_key, window_of
+from pallas_fix.analysis.loops.windows import fold_reason, hooks_for, loop_key, window_of
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, RefBlock
+from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, RefBlock, touched_element_ids
 from pallas_fix.rewrite.kernel.extent_reads import extent_read
 from pallas_fix.rewrite.kernel.ref_views import RefName, alias_bindings, resolve_ref_name, through_view_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import check_kept_scalars, windows_to_lift
@@ -136,7 +136,7 @@ def block_index_of(group: AccessGroup, loop: LoopInfo, ref: str):
     for sub in group.subscripts:
         uses = group.uses[id(sub)]
         if len(uses) != 1:
-            raise Refuse(f"`{ref}` is sliced by the loop index in more than one dimension")
+            raise Refuse(f"`{ref}` is sliced by the loop index in more than one dimension{_fold_note(uses)}")
         use = uses[0]
         window = window_of(use)
         block = window.block or window.symbolic_block  # lifted_block writes a symbolic offset
@@ -163,6 +163,16 @@ def block_index_of(group: AccessGroup, loop: LoopInfo, ref: str):
     return use.dim, use.size, use.env, index
 
 
+def _fold_note(uses) -> str:
+    """` (the window on dim 1 is computed from `lax.rem(t, nn)`...)` when a flat loop over tiles
+    splits its index into a quotient and a remainder (windows.fold_reason), else ""."""
+    for u in uses:
+        reason = fold_reason(u.start, hooks_for(u.env)) if u.start is not None else None
+        if reason:
+            return f" (the window on dim {u.dim} {reason.removeprefix('it ')})"
+    return ""
+
+
 def lifted_block(group, loop: LoopInfo, ref: str, translate, tidy=lambda size: size) -> RefBlock:
     """The block every lifted access of `ref` shares, its size written at the call site (`tidy`
     simplifies it)."""
@@ -186,7 +196,7 @@ def lifted_block(group, loop: LoopInfo, ref: str, translate, tidy=lambda size: s
 
 def lifted_element_ids(blocks) -> set[int]:
     """The subscript elements the blocks' rewrite removes (their windows become whole blocks)."""
-    return {id(el) for b in blocks for sub, dims in b.subscripts for n, el in enumerate(sub.slice) if n in dims}
+    return {i for b in blocks for sub, dims in b.subscripts for i in touched_element_ids(sub, dims)}
 
 
 def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional[int]]:

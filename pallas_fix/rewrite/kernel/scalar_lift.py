@@ -192,12 +192,13 @@ def check_squeezable(cs: CallSite, ref: str, dims) -> None:
                          "index a block of several rows there instead (`pl.ds(b * 8, 8)`)")
 
 
-def block_subscript_edit(block, dims: set[int]):
+def block_subscript_edit(block, dims: set[int], packed=None):
     """The kernel-side edit of one lifted access: a window becomes the whole block
-    (rewrite.blocks.kernel_edits), a squeezed dim's scalar disappears from the subscript."""
+    (rewrite.blocks.kernel_edits), a squeezed dim's scalar disappears from the subscript.
+    `packed`: the tuple a one-name subscript stands for (kernel_edits.packed_tuple)."""
     if block.squeeze:
-        return kernel_subscript_edit(set(), frozenset(dims) | frozenset(block.squeezed))
-    return kernel_subscript_edit(dims, frozenset(block.squeezed))
+        return kernel_subscript_edit(set(), frozenset(dims) | frozenset(block.squeezed), packed)
+    return kernel_subscript_edit(dims, frozenset(block.squeezed), packed)
 
 
 def check_squeezed_reads(analysis, site, blocks, bounds=()) -> None:

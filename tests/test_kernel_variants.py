@@ -1,0 +1,47 @@
+"""A kernel defined once per arm of a static `if` is analysed in every def (and not rewritten); a
+def redefined in one block is not a variant: only the last one runs."""
+
+from __future__ import annotations
+
+import textwrap
+
+from pallas_fix.engine import analyze_source
+
+_KERNEL = """
+    def kernel(x_ref, o_ref):
+        @pl.loop(0, x_ref.shape[0] // 16)
+        def _(i):
+            o_ref[pl.ds(i * 16, 16), :] = x_ref[pl.ds(i * 16, 16), :] * {factor}
+"""
+
+
+def _module(first_indent: str, second_indent: str, head: str, middle: str) -> str:
+    one = textwrap.indent(textwrap.dedent(_KERNEL.format(factor="2.0")), first_indent)
+    two = textwrap.indent(textwrap.dedent(_KERNEL.format(factor="3.0")), second_indent)
+    return (
+        "import jax\nfrom jax.experimental import pallas as pl\n\n\n"
+        "def run(x, transpose=False):\n"
+        f"{head}{one}{middle}{two}"
+        "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n"
+    )
+
+
+def _lines(src: str, text: str) -> set[int]:
+    return {n for n, line in enumerate(src.splitlines(), 1) if text in line}
+
+
+def test_both_arms_of_a_static_if_are_findings_and_refused():
+    src = _module("        ", "        ", "    if transpose:\n", "    else:\n")
+    findings = analyze_source(src, "k.py").findings
+    assert {f.span.line for f in findings} == _lines(src, "o_ref[pl.ds(i * 16, 16), :] =")
+    assert len(_lines(src, "o_ref[pl.ds(i * 16, 16), :] =")) == 2
+    assert findings and all(not f.fixable for f in findings)
+    assert all("defined 2 times in one scope" in (f.refusal or "") for f in findings), [f.refusal for f in findings]
+
+
+def test_a_def_redefined_in_one_block_is_not_a_variant():
+    src = _module("    ", "    ", "", "")
+    findings = analyze_source(src, "k.py").findings
+    last = max(_lines(src, "o_ref[pl.ds(i * 16, 16), :] ="))
+    assert {f.span.line for f in findings} == {last}
+    assert not any("defined 2 times" in (f.refusal or "") for f in findings)
