@@ -66,6 +66,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock
+from pallas_fix.rewrite.blocks.grid_params import pipelined
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
@@ -137,7 +138,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
-    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+    return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
+                   pipelined=pipelined(cs, scratch=bool(carry.scratch)))
 
 
 def _no_carry(region: LoopRegion) -> Carry:

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.core.model import FixSafety, IndexUse, KernelSite
+from pallas_fix.core.speed import Pipelined
 
 # What an outcome is attached to: a dynamic index (`use_key`) or a whole pallas_call (`site_key`).
 Anchor = tuple[int, int]
@@ -30,6 +31,9 @@ class FixPlan:
     # Applied with the start fixes, before any lift (engine._plan_rank): R6 when it first reads a
     # table entry's one-element slice as a scalar, which a lift would otherwise block.
     before_lifts: bool = False
+    # A lift of a call already pipelined on other grid axes (core.speed): on TPU it may only trade
+    # speed for memory; `--apply` decides from the example's footprint, the editor says so.
+    pipelined: Optional[Pipelined] = None
 
 
 @dataclass

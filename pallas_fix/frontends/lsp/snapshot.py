@@ -41,6 +41,7 @@ class FixInfo:
 
     codemod: str
     safety: FixSafety
+    note: str = ""  # what the source says of the fix's speed on TPU (core.speed), or ""
     edits: Optional[list[Edit]] = None
     failed: Optional[str] = None  # why computing the edits failed; the fix is then not offered
 
@@ -199,7 +200,7 @@ def diagnostics(snap: Snapshot) -> list[types.Diagnostic]:
 
 # -- fixes -----------------------------------------------------------------------------------------
 def quick_fix_title(f: Finding, fix: FixInfo) -> str:
-    return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)")
+    return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)") + (f" ({fix.note})" if fix.note else "")
 
 
 def _plan_for(analysis: CheckResult, key: Key, allow_unsafe: bool):
@@ -305,7 +306,7 @@ def hover_text(f: Finding, fix: Optional[FixInfo], markdown: bool) -> str:
     rule = RULES.get(f.code)
     doc = describe(f.code) if rule else f.code
     status = (
-        f"fix: {fix.codemod} ({fix.safety.value})"
+        f"fix: {fix.codemod} ({fix.safety.value})" + (f"; {fix.note}" if fix.note else "")
         if fix is not None
         else (f"no fix: {f.refusal}" if f.refusal else ("fix available with unsafe fixes enabled" if f.fixable else "no fix"))
     )

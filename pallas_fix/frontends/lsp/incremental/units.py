@@ -22,7 +22,9 @@ from pallas_fix.engine import CheckResult, applicable
 from pallas_fix.frontends.lsp.incremental.blocks import Block, block_at
 
 Key = tuple[int, int]  # a finding's (1-based line, 0-based column)
-Offer = tuple[str, FixSafety]  # the codemod a fix offered for a finding runs, and its safety
+# The codemod a fix offered for a finding runs, its safety, and what the source says of its speed
+# on TPU ("" or core.speed.Pipelined.note(): a lift of a call already pipelined).
+Offer = tuple[str, FixSafety, str]
 
 
 @dataclass
@@ -44,8 +46,9 @@ def offers_of(result: CheckResult, findings: list[Finding], allow_unsafe: bool) 
         if not (f.fixable and f.fix_safety is not None and f.fix_id):
             continue
         key = (f.span.line, f.span.column)
-        if (f.fix_safety is FixSafety.SAFE or allow_unsafe) and applicable(result.plans, allow_unsafe, only={key}):
-            out[key] = (f.fix_id, f.fix_safety)
+        plans = applicable(result.plans, allow_unsafe, only={key}) if f.fix_safety is FixSafety.SAFE or allow_unsafe else []
+        if plans:
+            out[key] = (f.fix_id, f.fix_safety, plans[0].pipelined.note() if plans[0].pipelined is not None else "")
     return out
 
 
