@@ -226,7 +226,8 @@ def test_a_window_mosaic_cannot_prove_aligned_is_pf302_in_the_original():
     findings = [f for f in analyze_source(UNALIGNED.read_text(), str(UNALIGNED)).findings if f.code == "PF302"]
     assert {f.kernel for f in findings} == {"rows4_kernel"} and {f.span.line for f in findings} == {13}
     msg = findings[0].message
-    assert "a multiple of 4 but not provably of 8 rows" in msg and "E2003" in msg and "Use windows of 8 rows" in msg
+    assert "`pl.multiple_of(i * 4, 4)`, which Mosaic cannot prove a multiple of 8 rows (only of 4)" in msg
+    assert "E2003" in msg and "Use windows of 8 rows" in msg
     # not a TPU kernel: nothing to say
     generic = UNALIGNED.read_text().replace("params = pltpu.CompilerParams()", "params = None")
     generic = generic.replace("from jax.experimental.pallas import tpu as pltpu\n", "")
@@ -305,3 +306,21 @@ def test_cli_refuses_a_rewrite_with_4_row_blocks_and_says_the_original_will_not_
     assert "not written" in err and "blocks of (4, 128) of a (64, 128) 32-bit array" in err
     assert "use blocks of a multiple of 8 rows" in err
     assert "the original will not compile on TPU either (PF302, line 13" in err
+
+
+@pytest.mark.interp
+def test_a_notebook_whose_lift_only_trades_speed_for_memory_is_held_too(capsys, tmp_path):
+    import json
+
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "k", "metadata": {}, "outputs": [],
+                     "source": MATMUL.read_text().splitlines(True)}],
+          "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "matmul.ipynb"
+    text = json.dumps(nb, indent=1) + "\n"
+    path.write_text(text)
+    # A notebook's rewrite is proposed (then verified) as a whole: its unsafe R2 needs --unsafe-fixes.
+    code, err = _run(capsys, "--apply", "--unsafe-fixes", "--no-color", path)
+    assert code == 1 and path.read_text() == text, err
+    assert "not written" in err and "trades speed for memory on TPU" in err and "--lift-for-memory" in err
+    code, err = _run(capsys, "--apply", "--unsafe-fixes", "--no-color", "--lift-for-memory", path)
+    assert code == 0 and "pl.program_id(2)" in path.read_text(), err

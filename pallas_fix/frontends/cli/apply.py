@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from pallas_fix.core.speed import OPTION
 from pallas_fix.frontends.cli.console import escape as _e
 from pallas_fix.frontends.cli.console import progress as _progress
 from pallas_fix.frontends.files.files import FileError
@@ -13,6 +14,7 @@ from pallas_fix.frontends.kernel_rewrites import KernelRewrite
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.frontends.service import Options, rewrite_kernels, verify_report, write_report
 from pallas_fix.verify.judge.footprint_findings import format_finding
+from pallas_fix.verify.judge.lift_cost import held_lift, trade_note
 from pallas_fix.verify.runner import format_verdict
 
 
@@ -87,7 +89,9 @@ def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[d
 
 
 def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
-    """None when the rewrite may be written; else refused | error (said on stderr)."""
+    """None when the rewrite may be written; else refused | error (said on stderr). A lift that
+    only trades speed for memory on TPU holds the notebook back, as it holds a kernel back
+    (frontends.kernel_rewrites)."""
     verdicts, problem = (None, None)
     if opts.verify:
         verdicts, problem = verify_report(report, opts, gpu=report.gpu_interpret, progress=_progress)
@@ -101,6 +105,11 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
             return "refused"
         if opts.require_verified and not all(v.status == "verified" for v in verdicts):
             err.print(f"[yellow]not written[/]: {_e(report.path)}: not verified and --require-verified is set", markup=True)
+            return "refused"
+        held = held_lift([r for v in verdicts if v.ok for r in v.speed])
+        if held is not None and not (report.config is not None and report.config.lift_for_memory):
+            why = f"kernel {held.get('kernel')}: {trade_note(held)}; {OPTION}"
+            err.print(f"[yellow]not written[/]: {_e(report.path)}: {_e(why)}", markup=True)
             return "refused"
         return None
     why = "verification disabled" if not opts.verify else f"no example call (add `# pallas-fix: example {report.example_hint}`)"

@@ -4,10 +4,11 @@ What it detects: in a TPU kernel (pltpu compiler params, scratch or import), a `
 size)` window on one of a ref's last two dims whose start is an affine function of loop indices
 and program ids whose integer coefficients and offset have no common factor of the tile: 8 rows
 on the second-to-last dim (32-bit; 16-bit dtypes pack 16, 8-bit 32) or 128 lanes on the last.
-`pl.ds(pl.multiple_of(i * 4, 4), 4)` rows, `pl.ds(j * 64, 64)` columns. A `pl.multiple_of` hint
-of a multiple of the tile counts as proof, as it does for Mosaic. Windows whose start has a
-symbolic factor (`i * bs`), refs accessed through `.at[...]`, and calls that place operands in
-SMEM, ANY or HBM are not judged.
+`pl.ds(pl.multiple_of(i * 4, 4), 4)` rows, `pl.ds(j * 64, 64)` columns, a start carried through a
+loop (`off + stride`). A `pl.multiple_of` hint of a multiple of the tile counts as proof, as it
+does for Mosaic. Windows whose start has a symbolic factor (`i * bs`) or whose size is not a
+static number above 1, refs accessed through `.at[...]`, and calls that place operands in SMEM,
+ANY or HBM are not judged.
 
 Why it matters: interpret mode runs such a window, but compiled on a TPU the kernel fails with
 `MosaicError ... E2003: CompileTimeMosaicUnprovenMemoryAccessAlignment: cannot statically prove
@@ -68,16 +69,22 @@ def _unaligned(analysis: Analysis, use: IndexUse) -> Optional[str]:
             or not _inside(analysis, use.function, site.kernel) or any(p in analysis.ctx.code(site.call) for p in _PLACED)):
         return None
     rank = _rank(site.kernel, use.ref_name)
-    if rank is None or use.dim < rank - 2 or len(use.subscript.slice) != rank:
+    if rank is None or use.dim < rank - 2 or len(use.subscript.slice) != rank or _size(use) in (None, 1):
         return None
     tile, unit, want = _TILES[use.dim - rank]
     divisor = _divisor(analysis, use)
     if divisor is None or divisor % tile == 0:
         return None
     start = analysis.ctx.code(use.start)
-    return (f"`{use.ref_name}` is read at a window starting at `{start}`, a multiple of {divisor} but not provably of"
-            f" {tile} {unit}: compiled on a TPU, Mosaic rejects it (E2003 CompileTimeMosaicUnprovenMemoryAccessAlignment);"
-            f" interpret mode runs it. Use windows of {want}")
+    only = f" (only of {divisor})" if divisor > 1 else ""
+    return (f"`{use.ref_name}` is accessed at a window starting at `{start}`, which Mosaic cannot prove a multiple of"
+            f" {tile} {unit}{only}: compiled on a TPU it rejects the kernel (E2003"
+            f" CompileTimeMosaicUnprovenMemoryAccessAlignment); interpret mode runs it. Use windows of {want}")
+
+
+def _size(use: IndexUse) -> Optional[int]:
+    """The window's static size; single rows or columns (`pl.ds(i, 1)`) are not judged."""
+    return use.env.static_int(use.size) if use.size is not None else None  # type: ignore[attr-defined]
 
 
 def _inside(analysis: Analysis, fn: cst.FunctionDef, kernel: cst.FunctionDef) -> bool:
