@@ -29,6 +29,7 @@ from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits, packed_tuple
+from pallas_fix.rewrite.blocks.grid_params import pipelined
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
@@ -107,9 +108,11 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f" ({', '.join(b.param for b in blocks)} in blocks){region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
+    already = pipelined(cs)
     if doubt is not None:
-        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
-    return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
+                       pipelined=already)
+    return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site, pipelined=already)
 
 
 def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock], list[AccessGroup]]:

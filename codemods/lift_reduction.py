@@ -66,6 +66,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note, packed_tuple
+from pallas_fix.rewrite.blocks.grid_params import pipelined
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
@@ -141,7 +142,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
-                   guards=tuple(g.failing() for g, _why in call_edits.guards))
+                   guards=tuple(g.failing() for g, _why in call_edits.guards),
+                   pipelined=pipelined(cs, scratch=bool(carry.scratch)))
 
 
 def _no_carry(region: LoopRegion) -> Carry:

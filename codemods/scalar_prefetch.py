@@ -221,8 +221,9 @@ def _applied(module: cst.Module, plan: FixPlan) -> str:
     return fit_width(module.code, new.code)
 
 
-def _lift(analysis, loop, uses: list[IndexUse], lifts: dict) -> tuple[str, str, object]:
-    """(what the lift did, the lifted source, its analysis), once per loop and analysis."""
+def _lift(analysis, loop, uses: list[IndexUse], lifts: dict) -> tuple[str, str, object, object]:
+    """(what the lift did, the lifted source, its analysis, its `pipelined`), once per loop and
+    analysis."""
     key = id(loop.call)
     if key not in lifts:
         try:
@@ -237,7 +238,7 @@ def _lift(analysis, loop, uses: list[IndexUse], lifts: dict) -> tuple[str, str, 
             )
         else:
             source = _applied(analysis.ctx.module, first)
-            lifts[key] = (first.description, source, analyze(source, analysis.path, analysis.config))
+            lifts[key] = (first.description, source, analyze(source, analysis.path, analysis.config), first.pipelined)
     if isinstance(lifts[key], Refuse):
         raise lifts[key]
     return lifts[key]
@@ -275,7 +276,7 @@ def _after_lift(analysis, gather: Gather, uses: list[IndexUse], lifts: dict) -> 
     """The table index reads a loop index: the loop becomes a grid axis (R1, or R2 for a
     reduction), then the program_id form is planned on the lifted kernel."""
     loop, site = gather.loop, uses[0].kernel_site
-    lifted_what, lifted_source, lifted = _lift(analysis, loop, uses, lifts)
+    lifted_what, lifted_source, lifted, pipelined = _lift(analysis, loop, uses, lifts)
     again = _again(lifted, site, gather.ref)
     if not again:
         raise Refuse(f"lifting the loop over `{loop.index_name}` left no data-dependent window on `{gather.ref}`")
@@ -288,7 +289,8 @@ def _after_lift(analysis, gather: Gather, uses: list[IndexUse], lifts: dict) -> 
     def rewrite(_module: cst.Module) -> cst.Module:
         return cst.parse_module(final)
 
-    return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{lifted_what}, then {second.description}", rewrite, site=site)
+    return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{lifted_what}, then {second.description}", rewrite, site=site,
+                   pipelined=pipelined)
 
 
 RECIPE = Recipe(

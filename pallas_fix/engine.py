@@ -23,8 +23,10 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
+from pallas_fix.core.speed import Pipelined
 from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
+from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
 from pallas_fix.rules.dynamic_index.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.line_width import fit_width
@@ -117,6 +119,7 @@ def check(analysis: Analysis) -> CheckResult:
         )
         findings.append(finding)
     findings.extend(kernel_findings(analysis))
+    findings.extend(window_findings(analysis))
     kept = [_attach(f, outcomes) for f in findings if config.enabled(f.code) and not suppressed(lines, f.span, f.code)]
     plans: dict[int, FixPlan] = {}
     for f in kept:
@@ -179,6 +182,9 @@ class FixResult:
     source: str
     applied: list[str] = field(default_factory=list)  # descriptions
     remaining: list[Finding] = field(default_factory=list)
+    # Per applied plan: what it does to a call already pipelined on other axes (core.speed), or
+    # None; what `--apply` says of a lift's speed when no example measures it.
+    pipelined: list[Optional[Pipelined]] = field(default_factory=list)
     rounds: int = 0
     error: Optional[str] = None
 
@@ -232,6 +238,7 @@ def fix_source(
             return _failed(result, exc)
         result.rounds = round_no + 1
         result.applied.append(plan.description)
+        result.pipelined.append(plan.pipelined)
         if new_source == current:
             result.remaining = checked.findings
             break

@@ -360,7 +360,7 @@ def test_verdict_json_shape_and_format():
     assert tuple(j) == JSON_KEYS
     assert set(j) == {"entry", "status", "max_abs_err", "max_rel_err", "seeds", "interpreters",
                       "dynamic_slices_before", "dynamic_slices_after", "seconds", "message", "example", "origin",
-                      "footprint", "findings"}
+                      "speed", "footprint", "findings"}
     assert j["findings"] == []
     assert (j["example"], j["origin"]) == ("matmul(f32[128, 256], f32[256, 128])", "--example")
     json.dumps(j)

@@ -49,6 +49,8 @@ class Config:
     target: str = "default"  # "default" | "gpu-interpret" | "compiled"
     unroll_limit: int = 16
     unsafe_fixes: bool = False
+    # `--apply` writes a verified lift that only trades speed for memory on TPU (core.speed) too.
+    lift_for_memory: bool = False
     examples: dict[str, list[str]] = field(default_factory=dict)  # glob -> example strings
     source: Optional[Path] = None  # the pyproject.toml it came from
 
@@ -162,6 +164,7 @@ def _from_table(table: dict, pyproject: Path) -> Config:
             target=parse_target(table.get("target", "default")),
             unroll_limit=parse_unroll_limit(table.get("unroll-limit", 16)),
             unsafe_fixes=parse_flag(table.get("unsafe-fixes", False), "unsafe-fixes"),
+            lift_for_memory=parse_flag(table.get("lift-for-memory", False), "lift-for-memory"),
             select=parse_codes(table.get("select", []), "select"),
             ignore=parse_codes(table.get("ignore", []), "ignore"),
             backend=parse_backend(table.get("backend")),

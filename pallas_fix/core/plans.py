@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.core.model import FixSafety, IndexUse, KernelSite
+from pallas_fix.core.speed import Pipelined
 
 # What an outcome is attached to: a dynamic index (`use_key`) or a whole pallas_call (`site_key`).
 Anchor = tuple[int, int]
@@ -33,6 +34,9 @@ class FixPlan:
     # The checks a guarded fix writes into the wrapper (rewrite.proofs.guards), each as the
     # condition under which it raises (`skv % block_k`): front ends name them (the LSP's title).
     guards: tuple[str, ...] = ()
+    # A lift of a call already pipelined on other grid axes (core.speed): on TPU it may only trade
+    # speed for memory; `--apply` decides from the example's footprint, the editor says so.
+    pipelined: Optional[Pipelined] = None
 
 
 @dataclass

@@ -12,7 +12,13 @@ The policy (README, "What --apply writes"):
   file still get theirs;
 - a kernel the original cannot run at all (a one-element slice as a start: no interpreter accepts
   it) gets its safe start fix unverified, and the rest of its rewrite is then verified against
-  the start-fixed text, which runs.
+  the start-fixed text, which runs;
+- a verified lift that only trades speed for memory on TPU (at every example that measured it,
+  the original fits on chip and is already pipelined over a grid, and the lift multiplies its
+  steps: pallas_fix.verify.judge.lift_cost) is refused, saying so, unless `lift_for_memory`
+  (`--lift-for-memory`) asks for it; written, its message says so. A lift no example measured
+  keeps this policy and, where the source shows the call already pipelined, says that its speed
+  is unknown (core.speed).
 
 Kernels are rewritten in the order of their first plan, each on top of the kernels accepted
 before it, so every verification compares two texts that differ in one kernel only.
@@ -25,7 +31,9 @@ from typing import Callable, Optional
 
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding
+from pallas_fix.core.speed import OPTION
 from pallas_fix.engine import START_FIXES, FixResult, analyze_source, fix_source, planned_kernels
+from pallas_fix.verify.judge.lift_cost import held_lift, trade_note
 from pallas_fix.verify.runner import Verdict
 
 # (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run
@@ -112,11 +120,15 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         if not candidate.changed:
             return None, current
         verdicts = tuple(verifier(current, candidate.source, kernel))
-        failed = [v for v in verdicts if v.status not in ("verified", "unverified")]
+        failed = [v for v in verdicts if v.status not in ("verified", "unverified", "refused")]
         if failed:
             return KernelRewrite(kernel, "failed", verdicts=verdicts, reason=_failure(failed[0], candidate)), current
+        refused = [v for v in verdicts if v.status == "refused"]
+        if refused:  # the rewrite would not compile on the chip (verify.judge.tiling)
+            reason = _failure(refused[0], candidate) + _original_unaligned(current, path, config, kernel)
+            return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=reason), current
         if any(v.ok and reached(v, kernel) for v in verdicts):
-            return KernelRewrite(kernel, "verified", tuple(candidate.applied), verdicts), candidate.source
+            return _verified(kernel, current, candidate, verdicts, config.lift_for_memory)
         ran = any(reached(v, kernel) for v in verdicts)
         unrun = [v.entry or "the file" for v in verdicts if v.status == "unverified"]
         unverified_why = _NO_REFERENCE if ran else _none_ran(unrun) if unrun else "no example reaches this kernel"
@@ -131,7 +143,7 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"{unverified_why}, and {unsafe_left}"), current
     if require_verified:
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"not verified ({unverified_why}) and --require-verified is set"), current
-    return KernelRewrite(kernel, "not verified", tuple(fallback.applied), verdicts, reason=unverified_why,
+    return KernelRewrite(kernel, "not verified", _static_notes(fallback), verdicts, reason=unverified_why,
                          unchecked=unchecked), fallback.source
 
 
@@ -152,6 +164,38 @@ def _unverified_fixes(current, path, config, kernel, allow_unsafe, *, start_only
         if started.error or started.changed:
             return started
     return fix_source(current, path, config, unsafe=allow_unsafe, kernels={kernel})
+
+
+def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_for_memory: bool):
+    """The verified rewrite, or its refusal when it only trades speed for memory (module docstring);
+    as `_one_kernel` returns them."""
+    measured = [(r, v.example) for v in verdicts if v.ok and reached(v, kernel) for r in v.speed if r.get("kernel") == kernel]
+    held = held_lift([r for r, _ in measured])
+    if held is None:  # no example measured the steps: the source's note (core.speed), if any
+        applied = tuple(candidate.applied) if measured else _static_notes(candidate)
+        return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
+    note = trade_note(held, next(e for r, e in measured if r is held))
+    if not lift_for_memory:
+        what = "; ".join(candidate.applied) or "the rewrite"
+        return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"{what}: {note}; {OPTION}"), current
+    lifts = [n for n, p in enumerate(candidate.pipelined) if p is not None] or [len(candidate.applied) - 1]
+    applied = [f"{d}; {note}" if n in lifts else d for n, d in enumerate(candidate.applied)]
+    return KernelRewrite(kernel, "verified", tuple(applied), verdicts), candidate.source
+
+
+def _original_unaligned(source: str, path: str, config: Config, kernel) -> str:
+    """`; the original will not compile on TPU either: ...` when the kernel has windows Mosaic
+    cannot prove aligned (PF302), else ""."""
+    found = [f for f in analyze_source(source, path, config, reach=True).findings if f.code == "PF302" and f.kernel == kernel]
+    if not found:
+        return ""
+    return f"; the original will not compile on TPU either (PF302, line {found[0].span.line}: {found[0].message})"
+
+
+def _static_notes(fixed: FixResult) -> tuple[str, ...]:
+    """The applied descriptions, each lift of an already pipelined call saying what the source
+    alone tells of its speed (no example measured it)."""
+    return tuple(f"{d}; {p.note()}" if p is not None else d for d, p in zip(fixed.applied, fixed.pipelined))
 
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:

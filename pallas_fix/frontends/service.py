@@ -45,6 +45,7 @@ class Options:
     verify: bool = True
     verify_timeout: float = 300.0
     require_verified: bool = False
+    lift_for_memory: Optional[bool] = None  # --lift-for-memory (core.speed)
     synthesise: bool = True  # find example calls in the code when none are given
     kernels: tuple = ()  # --kernel: rewrite only these kernels
 
@@ -63,6 +64,7 @@ def config_for(path: str, opts: Options) -> Config:
         target=opts.target,
         unroll_limit=opts.unroll_limit,
         unsafe_fixes=opts.unsafe_fixes,
+        lift_for_memory=opts.lift_for_memory,
     )
 
 

@@ -20,7 +20,8 @@ do not edit by hand. `pallas-fix explain CODE` prints the same text.
 
 A dynamic index gets exactly one PF1xx code (the first rule, in precedence order, that claims it).
 PF2xx codes fire only for modules that use GPU interpret mode, or with `--target gpu-interpret`.
-PF3xx codes are reported by verification (`pallas-fix verify`, `--apply`) on the example call it ran.
+PF3xx codes are about what compiles on the chip: PF301 is reported by verification (`pallas-fix
+verify`, `--apply`) on the example call it ran, PF302 by the static check of TPU kernels.
 """
 
 

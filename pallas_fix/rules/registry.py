@@ -9,8 +9,10 @@ site or a BlockSpec is at fault, not one index), so they claim no index and are 
 They fire when the module uses `plgpu.InterpretGPUParams` / `force_gpu_interpret_mode`, or under
 `--target gpu-interpret`. rules/gpu_interpret/hazards.py keeps the jax versions each was seen on.
 
-The PF3xx rules are reported by verification, from what it traced on an example call
-(pallas_fix/verify/judge/footprint_findings.py for PF301), with each verdict; they claim no index either.
+The PF3xx rules are about what compiles on the chip and claim no index either: PF301 is reported
+by verification, from what it traced on an example call (pallas_fix/verify/judge/footprint_findings.py),
+with each verdict; PF302 (a window Mosaic cannot prove aligned) by the static check
+(rules/on_chip/pf302_tpu_unaligned_window.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pallas_fix.rules.gpu_interpret.pf204_gpu_interpret_integer_array_index impo
 from pallas_fix.rules.gpu_interpret.pf205_gpu_interpret_scalar_prefetch import RULE as PF205
 from pallas_fix.rules.gpu_interpret.pf206_gpu_interpret_vmap import RULE as PF206
 from pallas_fix.rules.on_chip.pf301_on_chip_footprint_over_limit import RULE as PF301
+from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import RULE as PF302
 from pallas_fix.rules.rule import Rule
 
 __all__ = ["Rule", "RULES", "ORDER", "classify", "describe", "unknown_codes"]
@@ -41,7 +44,7 @@ __all__ = ["Rule", "RULES", "ORDER", "classify", "describe", "unknown_codes"]
 RULES: dict[str, Rule] = {
     r.code: r
     for r in (PF101, PF102, PF103, PF104, PF105, PF106, PF107, PF108, PF109,
-              PF201, PF202, PF203, PF204, PF205, PF206, PF301)
+              PF201, PF202, PF203, PF204, PF205, PF206, PF301, PF302)
 }
 
 # PF1xx precedence: the first rule that claims an index gives its code (see above). PF109

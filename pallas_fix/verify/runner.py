@@ -40,7 +40,8 @@ Examples using 64-bit dtypes (f64, i64, u64) switch on ``jax_enable_x64`` for th
 
 The first failing interpreter (in the order above; a data race first) decides the status: ``"mismatch"`` for output
 differences, ``"error"`` for exceptions and data races; the message names the interpreter, the
-seed, the output leaf and the errors, and lists what the other interpreters caught.
+seed, the output leaf and the errors, and lists what the other interpreters caught. A rewrite
+giving a TPU kernel a block Mosaic rejects is ``"refused"`` (:mod:`pallas_fix.verify.judge.tiling`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from pallas_fix.verify.judge.footprint import format_bytes
 from pallas_fix.verify.judge.footprint_findings import format_finding
 from pallas_fix.verify.examples.synthesised import suggested_example
 from pallas_fix.verify.worker.interpreters import compared_in
+from pallas_fix.verify.judge.lift_cost import trade_note
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -81,6 +83,7 @@ JSON_KEYS = (
     "message",
     "example",  # the call that was run, in the example grammar ("" when none ran)
     "origin",  # where it came from: "--example", "comment", "synthesised from ...", ...
+    "speed",  # per kernel whose grid steps a lift multiplied: steps, footprint, fits (pallas_fix.verify.judge.lift_cost)
     "footprint",  # {"before_bytes", "after_bytes"}: on-chip bytes per grid step (None: not counted)
     "findings",  # what verification found on the example: PF301 (pallas_fix.verify.judge.footprint_findings)
 )
@@ -91,7 +94,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 @dataclass
 class Verdict:
     entry: str
-    status: str  # verified | mismatch | error | unverified | timeout
+    status: str  # verified | mismatch | error | refused | unverified | timeout
     max_abs_err: Optional[float] = None
     max_rel_err: Optional[float] = None
     seeds: list = field(default_factory=list)
@@ -111,6 +114,8 @@ class Verdict:
     # Findings only verification can make, on this example (PF301: a kernel over its backend's
     # default on-chip limit per step; pallas_fix.verify.judge.footprint_findings), as JSON dicts.
     findings: list = field(default_factory=list)
+    # Per kernel whose grid steps a lift multiplied (pallas_fix.verify.judge.lift_cost).
+    speed: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -148,21 +153,16 @@ class Verdict:
             details=details,
             footprint=d.get("footprint"),
             findings=list(d.get("findings") or []),
+            speed=list(d.get("speed") or []),
         )
 
 
 def _fmt_err(x: Optional[float]) -> str:
-    if x is None:
-        return "n/a"
-    if x == 0:
-        return "0.0"
-    return f"{x:.3g}"
+    return "n/a" if x is None else "0.0" if x == 0 else f"{x:.3g}"
 
 
 def _slices(n: Optional[int]) -> str:
-    if n is None:
-        return "?"
-    return str(n)
+    return "?" if n is None else str(n)
 
 
 def format_verdict(v: Verdict) -> str:
@@ -170,11 +170,13 @@ def format_verdict(v: Verdict) -> str:
     tpu-interpret), on-chip per step: 544 KiB → 176 KiB`` (the footprint when it was counted), then,
     when the verdict knows them, the example and its origin: `` — on matmul(f32[256, 512],
     f32[512, 256]), synthesised from the __main__ block, k.py:40``; then, indented, one line per
-    finding (``PF301 warning (original, k.py:23): kernel `k` holds 32 MiB of VMEM ...``)."""
+    finding (``PF301 warning (original, k.py:23): kernel `k` holds 32 MiB of VMEM ...``) and one per
+    lift that only trades speed for memory (``kernel `k`: trades speed for memory on TPU: ...``)."""
     line = _verdict_line(v)
     if v.example and v.origin and v.status != "unverified":
         line += f" — on {v.example}, {origin_phrase(v.origin)}"
-    return "\n  ".join([line, *(format_finding(f) for f in v.findings)])
+    trades = [f"kernel `{r.get('kernel')}`: {trade_note(r)}" for r in v.speed if r.get("trades_speed_for_memory")]
+    return "\n  ".join([line, *(format_finding(f) for f in v.findings), *trades])
 
 
 def _verdict_line(v: Verdict) -> str:

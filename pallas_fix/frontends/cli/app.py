@@ -198,6 +198,9 @@ def check(
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Verify rewrites through the Pallas interpreters before writing."),
     verify_timeout: float = typer.Option(300.0, "--verify-timeout", help="Seconds allowed for verifying one file."),
     require_verified: bool = typer.Option(False, "--require-verified", help="Refuse to write rewrites that could not be verified."),
+    lift_for_memory: Optional[bool] = typer.Option(
+        None, "--lift-for-memory/--no-lift-for-memory",
+        help="Also write verified lifts that only trade speed for memory on TPU (the original fits on chip and is already pipelined)."),
     synthesise: bool = typer.Option(True, "--synthesise/--no-synthesise", help="Without example calls, find some in the code and its __main__ block."),
     kernel: List[str] = typer.Option([], "--kernel", help="Rewrite only these kernels (function names)."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings remain or a rewrite is refused (errors still exit 2)."),
@@ -226,6 +229,7 @@ def check(
         verify=verify,
         verify_timeout=verify_timeout,
         require_verified=require_verified,
+        lift_for_memory=lift_for_memory,
         synthesise=synthesise,
         kernels=tuple(kernel),
     )

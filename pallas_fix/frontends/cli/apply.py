@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
+from pallas_fix.core.speed import OPTION
 from pallas_fix.frontends.cli.console import escape as _e
 from pallas_fix.frontends.cli.console import progress as _progress
 from pallas_fix.frontends.files.files import FileError
@@ -14,6 +15,7 @@ from pallas_fix.frontends.report import FileReport
 from pallas_fix.frontends.service import Options, rewrite_kernels, suggested_example_for, verify_report, write_report
 from pallas_fix.verify.examples.candidates import no_example_message
 from pallas_fix.verify.judge.footprint_findings import format_finding
+from pallas_fix.verify.judge.lift_cost import held_lift, trade_note
 from pallas_fix.verify.runner import format_verdict
 
 
@@ -94,7 +96,8 @@ def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[d
 
 def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> Optional[str]:
     """None when the rewrite may be written, "unchecked" when it may although no example ran the
-    original; else refused | error (said on stderr)."""
+    original; else refused | error (said on stderr). A lift that only trades speed for memory on TPU
+    holds the notebook back, as it holds a kernel back (frontends.kernel_rewrites)."""
     verdicts, problem = (None, None)
     if opts.verify:
         verdicts, problem = verify_report(report, opts, gpu=report.gpu_interpret, progress=_progress)
@@ -113,6 +116,11 @@ def _verify_before_writing(report: FileReport, opts: Options, err, verdict_json:
             err.print(f"[yellow]not verified[/] {_e(report.path)}: the original ran on none of the examples (see above); "
                       "its rewrite is written without a check, and the exit status is 1", markup=True)
             return "unchecked"
+        held = held_lift([r for v in verdicts if v.ok for r in v.speed])
+        if held is not None and not (report.config is not None and report.config.lift_for_memory):
+            why = f"kernel {held.get('kernel')}: {trade_note(held)}; {OPTION}"
+            err.print(f"[yellow]not written[/]: {_e(report.path)}: {_e(why)}", markup=True)
+            return "refused"
         return None
     why = "verification disabled" if not opts.verify else no_example_message(report.path, suggested_example_for(report))
     if opts.require_verified:

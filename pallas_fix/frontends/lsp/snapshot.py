@@ -42,6 +42,7 @@ class FixInfo:
     codemod: str
     safety: FixSafety
     guards: tuple[str, ...] = ()  # the checks a guarded fix adds to the wrapper (rewrite.proofs.guards)
+    note: str = ""  # what the source says of the fix's speed on TPU (core.speed), or ""
     edits: Optional[list[Edit]] = None
     failed: Optional[str] = None  # why computing the edits failed; the fix is then not offered
 
@@ -200,11 +201,13 @@ def diagnostics(snap: Snapshot) -> list[types.Diagnostic]:
 
 # -- fixes -----------------------------------------------------------------------------------------
 def quick_fix_title(f: Finding, fix: FixInfo) -> str:
-    """A guarded fix (never safe, so never preferred) names the checks it adds to the wrapper."""
+    """A guarded fix (never safe, so never preferred) names the checks it adds to the wrapper; a lift
+    of a call already pipelined says what the source tells of its speed."""
+    note = f" ({fix.note})" if fix.note else ""
     if fix.guards:
         checks = ", ".join(f"`if {g}: raise`" for g in fix.guards)
-        return f"Fix {f.code}: {fix.codemod} (unsafe; adds {checks})"
-    return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)")
+        return f"Fix {f.code}: {fix.codemod} (unsafe; adds {checks})" + note
+    return f"Fix {f.code}: {fix.codemod}" + ("" if fix.safe else " (unsafe)") + note
 
 
 def _plan_for(analysis: CheckResult, key: Key, allow_unsafe: bool):
@@ -310,7 +313,7 @@ def hover_text(f: Finding, fix: Optional[FixInfo], markdown: bool) -> str:
     rule = RULES.get(f.code)
     doc = describe(f.code) if rule else f.code
     status = (
-        f"fix: {fix.codemod} ({fix.safety.value})"
+        f"fix: {fix.codemod} ({fix.safety.value})" + (f"; {fix.note}" if fix.note else "")
         if fix is not None
         else (f"no fix: {f.refusal}" if f.refusal else ("fix available with unsafe fixes enabled" if f.fixable else "no fix"))
     )

@@ -12,6 +12,7 @@ from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.grid_params import GridParams
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
@@ -72,6 +73,9 @@ class SpecWriter:
         dims = _Dims(slot, spec, block, visible[block.dim], block.index.render(names),
                      {visible[d]: names[axis] for d, axis in block.squeezed.items() if d < len(visible)})
         entries = [self._dim_entry(dims, e) for e in range(rank)]
+        new = {e: None for e in dims.squeezed}
+        new[dims.array_dim] = None if block.squeeze else block.size
+        check_new_block_dims(self.cs, self.bounds, slot.param, rank, new)  # Mosaic's tiling rule, on TPU
         if slot.kind == "out":
             self._check_residency(slot, spec, block)
         shape = _tuple_text([size for size, _ in entries])

@@ -204,23 +204,44 @@ class CallEdits:
         self.edits[value] = _replace_with(_tuple_text(items))
 
     def _declare_semantics(self, params_call: Optional[cst.Call]) -> None:
-        """No dimension_semantics written. TPU treats every axis as "arbitrary" (sequential), so
-        nothing is needed; Mosaic GPU treats every axis as "parallel", so a sequential axis must
-        be declared, keeping the existing axes parallel as they were."""
-        if self.new_axis is None or self.semantics == "parallel":
+        """No dimension_semantics written. TPU treats every axis as "arbitrary" (sequential): a new
+        parallel axis that is the whole grid is declared "parallel" (a megacore chip splits it
+        over its cores), while one after existing axes stays undeclared, since "parallel" axes
+        must be a prefix of the grid. Mosaic GPU treats every axis as "parallel", so a sequential
+        axis must be declared, keeping the existing axes parallel as they were."""
+        if self.new_axis is None:
             return
-        if self.cs.backend().value != "mosaic_gpu":
+        backend = self.cs.backend().value
+        if self.semantics == "parallel":
+            if backend == "tpu" and self.ngrid == 0 and self.cs.site.grid_spec is None:
+                # Optional: compiler params pallas-fix cannot edit (a dict, a name) stay as they are.
+                self._declare(params_call, '("parallel",)', N.TPU, N.TPU_PARAMS)
             return
-        semantics = _tuple_text(['"parallel"'] * self.ngrid + [f'"{self.semantics}"'])
+        if backend == "mosaic_gpu":
+            semantics = _tuple_text(['"parallel"'] * self.ngrid + [f'"{self.semantics}"'])
+            if self._declare(params_call, semantics, N.MOSAIC_GPU) is None:
+                raise CallSiteError("cannot name jax.experimental.pallas.mosaic_gpu to declare the sequential axis")
+
+    def _declare(self, params_call: Optional[cst.Call], semantics: str, module: str,
+                 only: Optional[frozenset] = None) -> Optional[bool]:
+        """Write `dimension_semantics=semantics` into the call's compiler params (a new
+        `<module>.CompilerParams(...)` when it has none); None when the module has no name here.
+        With `only`, compiler params that are not one of those calls are left alone (False)."""
+        if only is not None and (self.cs.site.kw("compiler_params") is not None) != (params_call is not None):
+            return False  # a name or a dict pallas-fix cannot edit
         if params_call is not None:
+            if only is not None and not self.cs.ctx.imports.is_(params_call.func, only):
+                return False
             if params_call in self.edits:
                 raise CallSiteError("compiler_params is edited twice")
             self.edits[params_call] = lambda n, t=semantics: insert_keywords(n, [("dimension_semantics", t)], None, explode=False)
-            return
-        alias = next((k for k, v in self.cs.ctx.imports.bindings.items() if v == N.MOSAIC_GPU), None)
+            return True
+        alias = next((k for k, v in self.cs.ctx.imports.bindings.items() if v == module), None)
         if alias is None:
-            raise CallSiteError("cannot name jax.experimental.pallas.mosaic_gpu to declare the sequential axis")
-        self.new_keywords.append(("compiler_params", f"{alias}.CompilerParams(dimension_semantics={semantics})"))
+            return None
+        name = "TPUCompilerParams" if module == N.TPU and "TPUCompilerParams" in self.cs.ctx.source else "CompilerParams"
+        self.new_keywords.append(("compiler_params", f"{alias}.{name}(dimension_semantics={semantics})"))
+        return True
 
     def write_keywords(self) -> None:
         if not self.new_keywords:

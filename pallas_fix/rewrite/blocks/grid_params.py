@@ -1,7 +1,8 @@
 """The parameter names of rebuilt index_maps: one per grid axis (the plan's new axis last),
 then the scalar-prefetch refs. Existing lambdas keep their own names; new ones reuse the names
 the call's other index_maps already use, so the rewritten call reads as one piece. Also the
-semantics the new axis may have (`new_axis_semantics`)."""
+semantics the new axis may have (`new_axis_semantics`), and whether the call is already pipelined
+on the axes it has (`pipelined`: what a lift's speed on TPU depends on, core.speed)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend
+from pallas_fix.core.speed import Pipelined
 from pallas_fix.rewrite.blocks.plan import NewAxis
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Spec
@@ -127,3 +129,16 @@ def _touched(cs: CallSite, param: str) -> bool:
         return True
     return False
 
+
+
+def pipelined(cs: CallSite, scratch: bool = False) -> Optional[Pipelined]:
+    """`Pipelined` when a lift adds an axis to a call that already has a grid whose BlockSpecs
+    move blocks with it (what the source says; verification measures it at the example), on TPU or
+    an unknown backend, which Pallas compiles through Mosaic on a TPU; None otherwise."""
+    if not cs.grid or cs.backend() not in (Backend.TPU, Backend.UNKNOWN):
+        return None
+    try:
+        specs = [cs.spec_of(s) for s in cs.slots.values() if s.kind in ("in", "out")]
+    except CallSiteError:
+        return None
+    return Pipelined(len(cs.grid), scratch) if any(not s.whole for s in specs) else None

@@ -20,7 +20,7 @@ from pallas_fix.verify.judge.footprint import format_bytes, limit_phrase, over_l
 CODE = "PF301"
 
 
-def _partner(call: dict, index: int, mine: list[dict], others: list[dict]) -> Optional[dict]:
+def partner(call: dict, index: int, mine: list[dict], others: list[dict]) -> Optional[dict]:
     """The other side's call of the same kernel: the one of the same name, else the one at the
     same position when both sides make as many calls."""
     name = call.get("kernel")
@@ -63,12 +63,12 @@ def _finding(side: str, call: dict, other: Optional[dict], example: str) -> dict
 def footprint_findings(before: Optional[list[dict]], after: Optional[list[dict]], example: str) -> list[dict]:
     """The PF301 findings of one example (see the module docstring); ``example`` names the call."""
     before, after = list(before or ()), list(after or ())
-    found = [_finding("original", c, _partner(c, i, before, after), example)
+    found = [_finding("original", c, partner(c, i, before, after), example)
              for i, c in enumerate(before) if over_limit(c.get("on_chip"))]
     for i, c in enumerate(after):
-        partner = _partner(c, i, after, before)
-        if over_limit(c.get("on_chip")) and partner is not None and partner.get("on_chip") and not over_limit(partner["on_chip"]):
-            found.append(_finding("rewrite", c, partner, example))
+        other = partner(c, i, after, before)
+        if over_limit(c.get("on_chip")) and other is not None and other.get("on_chip") and not over_limit(other["on_chip"]):
+            found.append(_finding("rewrite", c, other, example))
     return found
 
 

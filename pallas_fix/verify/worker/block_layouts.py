@@ -5,6 +5,8 @@ Reads the equation's ``grid_mapping`` (``jax._src.pallas.core.GridMapping``: ``g
 ``block_mappings``, ``scratch_avals``, ``num_index_operands``) and each ``BlockMapping``
 (``block_aval``: the block's shape without squeezed dims, dtype and memory space;
 ``has_trivial_window()``; ``pipeline_mode``), by duck typing; imports jax lazily (dtype widths).
+`block_records` reads the same mappings as Mosaic's block tiling rule sees them
+(:mod:`pallas_fix.verify.judge.tiling`): each block's dims with squeezed ones as 1, and its array.
 """
 
 from __future__ import annotations
@@ -113,3 +115,33 @@ def call_layout(eqn: Any, backend: str) -> Optional[CallLayout]:
         max_concurrent_steps=steps if isinstance(steps, int) else 1,
         sequential_steps=_sequential_steps(grid, cp) if backend == "mosaic_gpu" else 1,
     )
+
+
+def _dim_size(dim: Any) -> Optional[int]:
+    """A block dim's size as Mosaic's lowering counts it (jax 0.12 ``pallas/core.py``
+    ``_get_block_dim_size``): a squeezed dim is 1; None when it is not a number."""
+    if dim is None or type(dim).__name__ in ("Squeezed", "Mapped"):
+        return 1
+    if isinstance(dim, int):
+        return dim
+    size = getattr(dim, "block_size", None)
+    return size if isinstance(size, int) else None
+
+
+def block_records(eqn: Any) -> list[dict]:
+    """Each block of a ``pallas_call`` equation: ``{"origin", "block", "array", "bits", "space",
+    "trivial"}`` (``block`` with squeezed dims as 1); blocks whose sizes are not numbers are left out."""
+    gm = eqn.params.get("grid_mapping")
+    out = []
+    for bm in getattr(gm, "block_mappings", None) or ():
+        array = getattr(bm, "array_aval", None) or getattr(bm, "array_shape_dtype", None)
+        shape, dtype = getattr(array, "shape", None), getattr(array, "dtype", None)
+        sizes = [_dim_size(d) for d in getattr(bm, "block_shape", None) or ()]
+        if shape is None or dtype is None or not sizes or None in sizes or len(sizes) != len(shape):
+            continue
+        block = _block(bm)
+        out.append({"origin": str(getattr(bm, "origin", "") or ""), "block": sizes,
+                    "array": [d if isinstance(d, int) else None for d in shape], "bits": _bits(dtype),
+                    "space": block.memory_space if block is not None else "default",
+                    "trivial": _trivial(bm)})
+    return out

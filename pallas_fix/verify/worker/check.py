@@ -4,7 +4,9 @@ The result is a verdict record: a dict with :data:`pallas_fix.verify.runner.JSON
 ``details`` (example text, timings, outcomes per interpreter, traced pallas_calls, notes), which
 the runner turns into a Verdict. Both sides are traced once (nothing runs) for their dynamic
 slices and for the bytes each grid step holds on chip (``footprint``,
-:mod:`pallas_fix.verify.judge.footprint`).
+:mod:`pallas_fix.verify.judge.footprint`), the grid steps a lift adds (``speed``,
+:mod:`pallas_fix.verify.judge.lift_cost`) and the blocks a rewrite gives a TPU kernel that Mosaic
+rejects (:mod:`pallas_fix.verify.judge.tiling`: status ``"refused"``, nothing runs).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pallas_fix.verify.worker.calls import Call, Runner, output_leaves
 from pallas_fix.verify.worker.failures import NON_SCALAR_START, raised_by_user, summarize_exc, user_frame
 from pallas_fix.verify.judge.footprint import footprint_record
 from pallas_fix.verify.judge.footprint_findings import footprint_findings
+from pallas_fix.verify.judge.lift_cost import lift_costs
+from pallas_fix.verify.judge.tiling import created_violations
 from pallas_fix.verify.worker.interpret_mode import reset_interpreters
 from pallas_fix.verify.worker.interpreters import FAILS_TOO, GPU, HLO, TPU, compared_in, plan_interpreters
 from pallas_fix.verify.worker.kernel_survey import pallas_call_infos, trace
@@ -31,6 +35,10 @@ from pallas_fix.verify.worker.user_modules import resolve_entry
 
 class _Abort(Exception):
     """Verification of this example stops with status "error" and this message."""
+
+
+class _Refused(_Abort):
+    """The rewrite would not compile on the device (a block Mosaic rejects): status "refused"."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ def verdict_record(entry: str, seeds: list, *, message: str = "", details: dict)
     return {
         "entry": entry, "status": "error", "max_abs_err": None, "max_rel_err": None,
         "seeds": seeds, "interpreters": [], "dynamic_slices_before": None,
-        "dynamic_slices_after": None, "seconds": 0.0, "message": message, "footprint": None,
+        "dynamic_slices_after": None, "seconds": 0.0, "message": message, "speed": [], "footprint": None,
         "findings": [], "details": details,
     }
 
@@ -117,6 +125,7 @@ def _footprint(v: dict, jaxpr_orig, infos: list[dict]) -> None:
     v["details"]["pallas_calls_original"] = before
     v["footprint"] = footprint_record(before, infos)
     v["findings"] = footprint_findings(before, infos, v["details"]["example"])
+    v["speed"] = lift_costs(before, infos)
 
 
 def _trace_error(fn: Callable, structs: list, keep: Optional[list] = None) -> Optional[Exception]:
@@ -316,6 +325,9 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
     """Fill ``v`` with what was measured; return (status, message without the notes)."""
     details = v["details"]
     infos = _survey(v, call, f_orig, f_rew)
+    tiling = created_violations(details.get("pallas_calls_original"), infos)
+    if tiling:
+        raise _Refused("; ".join(tiling) + " (interpret mode runs such blocks; compiled on a TPU they fail to lower)")
     plan, skip_notes = plan_interpreters(infos, tpu_interpret=tpu_interpret, gpu_interpret=gpu_interpret,
                                          max_cores=max_cores)
     details["notes"] += skip_notes
@@ -373,7 +385,7 @@ def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_inte
             notes = v["details"]["notes"]
             message += ("; " + "; ".join(notes)) if notes else ""
         except _Abort as e:
-            status, message = "error", str(e)
+            status, message = "refused" if isinstance(e, _Refused) else "error", str(e)
     v["status"] = status
     v["message"] = message
     v["seconds"] = round(time.perf_counter() - t0, 3)

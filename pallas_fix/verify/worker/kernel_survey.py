@@ -4,16 +4,20 @@ The worker traces the rewrite once (nothing runs) and uses this survey to choose
 interpreters (:mod:`pallas_fix.verify.worker.interpreters`); it is also kept in the verdict's details.
 Each pallas_call's ``"on_chip"`` record is the bytes one grid step holds on chip
 (:mod:`pallas_fix.verify.judge.footprint`), or None when its grid mapping could not be read; its
-``"source"`` is the line that made the call.
+``"source"`` is the line that made the call. ``"steps"`` (grid points, None when a size is
+dynamic), ``"windowed"`` (blocks that move with the grid: what Pallas pipelines) and
+``"scratch_bytes"`` say what a lift costs per step (:mod:`pallas_fix.verify.judge.lift_cost`);
+``"blocks"`` are the blocks as Mosaic's tiling rule sees them (:mod:`pallas_fix.verify.judge.tiling`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Callable
 
-from pallas_fix.verify.worker.block_layouts import call_layout
-from pallas_fix.verify.judge.footprint import step_bytes
+from pallas_fix.verify.worker.block_layouts import block_records, call_layout
+from pallas_fix.verify.judge.footprint import CallLayout, step_bytes
 from pallas_fix.verify.worker.interpret_mode import forced_interpreter
 from pallas_fix.verify.judge.jaxprs import as_jaxprs, open_jaxpr
 
@@ -92,6 +96,7 @@ def _describe_pallas_call(eqn) -> dict:
     backend, markers = _pallas_call_backend(cp, eqn.params.get("jaxpr"))
     grid = tuple(getattr(gm, "grid", ()) or ())
     sem = tuple(getattr(cp, "dimension_semantics", None) or ()) if backend == "tpu" else ()
+    layout = _layout(eqn, backend)
     return {
         "kernel": _kernel_name(eqn),
         "backend": backend,
@@ -100,8 +105,12 @@ def _describe_pallas_call(eqn) -> dict:
         "dimension_semantics": [str(s) for s in sem],
         "parallel_points": _parallel_points(grid, sem),
         "num_scalar_prefetch": getattr(gm, "num_index_operands", getattr(gm, "num_scalar_prefetch", 0)),
-        "on_chip": _on_chip(eqn, backend),
+        "on_chip": step_bytes(layout).to_json() if layout is not None else None,
         "source": _call_site(eqn),
+        "steps": math.prod(grid) if all(isinstance(d, int) for d in grid) else None,
+        "windowed": sum(1 for b in layout.blocks if not b.trivial_window) if layout is not None else None,
+        "scratch_bytes": sum(s.nbytes for s in layout.scratch) if layout is not None else None,
+        "blocks": _blocks(eqn),
     }
 
 
@@ -121,13 +130,19 @@ def _call_site(eqn):
     return {"file": os.path.basename(frame.file_name), "line": frame.start_line} if frame is not None else None
 
 
-def _on_chip(eqn, backend: str):
-    """The bytes one grid step of this call holds on chip (``StepBytes.to_json()``), or None."""
+def _layout(eqn, backend: str) -> CallLayout | None:
+    """The call's blocks, scratch and scalar-prefetch operands, or None when unreadable."""
     try:
-        layout = call_layout(eqn, backend)
+        return call_layout(eqn, backend)
     except Exception:  # a grid mapping this jax version spells differently: not counted
         return None
-    return step_bytes(layout).to_json() if layout is not None else None
+
+
+def _blocks(eqn) -> list[dict]:
+    try:
+        return block_records(eqn)
+    except Exception:  # as above: no tiling check on what cannot be read
+        return []
 
 
 def _kernel_name(eqn):

@@ -22,8 +22,10 @@ from pallas_fix.engine import CheckResult, applicable
 from pallas_fix.frontends.lsp.incremental.blocks import Block, block_at
 
 Key = tuple[int, int]  # a finding's (1-based line, 0-based column)
-# The codemod a fix offered for a finding runs, its safety, and the checks it writes (a guarded fix).
-Offer = tuple[str, FixSafety, tuple[str, ...]]
+# The codemod a fix offered for a finding runs, its safety, the checks it writes (a guarded fix), and
+# what the source says of its speed on TPU ("" or core.speed.Pipelined.note(): a lift of a call
+# already pipelined).
+Offer = tuple[str, FixSafety, tuple[str, ...], str]
 
 
 @dataclass
@@ -47,7 +49,8 @@ def offers_of(result: CheckResult, findings: list[Finding], allow_unsafe: bool) 
         key = (f.span.line, f.span.column)
         plans = applicable(result.plans, allow_unsafe, only={key}) if f.fix_safety is FixSafety.SAFE or allow_unsafe else []
         if plans:
-            out[key] = (f.fix_id, f.fix_safety, tuple(getattr(plans[0], "guards", ())))
+            out[key] = (f.fix_id, f.fix_safety, tuple(getattr(plans[0], "guards", ())),
+                        plans[0].pipelined.note() if plans[0].pipelined is not None else "")
     return out
 
 
