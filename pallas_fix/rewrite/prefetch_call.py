@@ -106,7 +106,7 @@ class PrefetchEdits:
     def _whole_spec(self, slot: Slot) -> str:
         rank = self.cs.rank(slot.param)
         arg = slot.arg if slot.kind == "in" else None
-        plain = isinstance(arg, (cst.Name, cst.Attribute)) and self.cs.args_visible_at_call()
+        plain = isinstance(arg, (cst.Name, cst.Attribute)) and self.cs.arg_at_call(arg)
         if rank is None or not plain:
             return f"{self.pl}.BlockSpec()"
         params, _ = self._params()
