@@ -88,15 +88,16 @@ def copied_change(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression
             f"{what} next to the pallas_call, or give the new value another name")
 
 
-def closure_change(ctx: ModuleContext, site: KernelSite, name: str) -> Optional[str]:
+def closure_change(ctx: ModuleContext, site: KernelSite, name: str, at: Optional[cst.CSTNode] = None) -> Optional[str]:
     """Why the wrapper's `name`, which the kernel defined inside it reads when the call runs,
-    would mean something else written at the pallas_call."""
+    means something else at `at` (the pallas_call, or a statement before it)."""
+    at = site.call if at is None else at
     inv = site.invocation
-    if inv is not None and ctx.scope_of(inv) is ctx.scope_of(site.call):
-        change = name_change(ctx, name, site.call, inv)
+    if inv is not None and ctx.scope_of(inv) is ctx.scope_of(at):
+        change = name_change(ctx, name, at, inv)
         when = f"when the call at line {_line(ctx, inv)} runs it"
     else:
-        change = bound_after(ctx, name, site.call)
+        change = bound_after(ctx, name, at)
         when = "when the pallas_call it returns runs"
     if change is None:
         return None
