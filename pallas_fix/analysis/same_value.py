@@ -16,6 +16,7 @@ can run between the two (`x = jnp.pad(x, ...)` there makes it the unpadded width
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +27,9 @@ from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
 _LOOPS = (cst.For, cst.While)
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# Each scope's bindings, per context (a context's tree never changes): rewrites ask about the
+# same operand and sizes many times per plan.
+_BINDINGS: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
 
 
 def same_value_at(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
@@ -127,16 +131,23 @@ def _first_line(ctx: ModuleContext, name: str, nodes: list[cst.CSTNode]) -> Opti
     return Change(name, ctx.span(min(nodes, key=lambda n: _position(ctx, n))).line)
 
 
+def _bindings(ctx: ModuleContext, scope: Scope) -> dict:
+    per_scope = _BINDINGS.setdefault(ctx, {})
+    if id(scope) not in per_scope:
+        per_scope[id(scope)] = (scope, scope_bindings(ctx, scope))  # the scope kept: its id stays unique
+    return per_scope[id(scope)][1]
+
+
 def _binding_scope(ctx: ModuleContext, name: str, at: cst.CSTNode) -> Optional[Scope]:
     for scope in ctx.scope_chain(at):
-        if name in scope_bindings(ctx, scope) or name in _params(scope):
+        if name in _bindings(ctx, scope) or name in _params(scope):
             return scope
     return None
 
 
 def _binding_nodes(ctx: ModuleContext, scope: Scope, name: str) -> list[cst.CSTNode]:
     nodes = []
-    for _how, node in scope_bindings(ctx, scope).get(name, []):
+    for _how, node in _bindings(ctx, scope).get(name, []):
         nodes.append(node.value if isinstance(node, Unpack) else node)
     return [n for n in nodes if isinstance(n, cst.CSTNode)]
 
