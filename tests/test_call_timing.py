@@ -166,3 +166,22 @@ def test_value_change_either_order_names_the_binding():
     call = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "g")
     arg = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "call").args[0].value
     assert value_change(ctx, arg, call, either_order=True) is None
+
+
+def test_an_attribute_operand_is_written_only_where_the_call_is_invoked_as_built():
+    # `self.w = ...` binds no name: between a pallas_call built apart and its invocation,
+    # nothing says the attribute still holds the array
+    apart = _call_site("""
+class M:
+    def f(self):
+        call = pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(self.w.shape, self.w.dtype))
+        self.w = jnp.pad(self.w, ((0, 0), (0, 56)))
+        return call(self.w)
+""")
+    assert not apart.arg_at_call(apart.slots["x_ref"].arg)
+    direct = _call_site("""
+class M:
+    def f(self):
+        return pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct(self.w.shape, self.w.dtype))(self.w)
+""")
+    assert direct.arg_at_call(direct.slots["x_ref"].arg)

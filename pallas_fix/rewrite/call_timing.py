@@ -44,6 +44,9 @@ class CallTiming:
             return False
         if _loop_target(self.ctx, arg):
             return True  # `h` of `for h in hs:`, the member where its group's spec is written (rewrite.operand_groups checks `hs`)
+        inv = self.site.invocation
+        if not isinstance(arg, cst.Name) and not (inv is not None and inv.func is self.site.call):
+            return False  # `self.w = ...` between the two binds no name pallas-fix could see
         reason = operand_change(self.ctx, self.site, arg)
         if reason is not None and strict:
             raise CallSiteError(reason)
