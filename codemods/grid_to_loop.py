@@ -151,7 +151,8 @@ def _loop_sizes(ctx: ModuleContext, site: KernelSite, cs: CallSite, env, axis_ca
     for g in cs.grid:
         inner = translate(g)
         if inner is None:
-            raise Refuse(f"the grid size `{ctx.code(g)}` cannot be written inside the kernel")
+            why = f": {translate.why}" if translate.why else ""
+            raise Refuse(f"the grid size `{ctx.code(g)}` cannot be written inside the kernel{why}")
         sizes.append(ctx.code(inner))
     for call in axis_calls:
         axis = env.static_int(call.args[0].value) if call.args else None
@@ -256,7 +257,7 @@ def _whole_block(ctx: ModuleContext, cs: CallSite, kind: str, index: int, block:
         if shape is not None and ctx.code(ctx.resolve_value(shape, cs.site.call)) == ctx.code(block):
             return True  # the block is written as the out_shape's shape
     if isinstance(block, cst.Attribute) and block.attr.value == "shape" and slot.arg is not None:
-        return ctx.code(block.value) == ctx.code(slot.arg)
+        return ctx.code(block.value) == ctx.code(slot.arg) and cs.arg_at_call(slot.arg)  # not an `x` rebound since
     if not isinstance(block, (cst.Tuple, cst.List)):
         return False
     for d, e in enumerate(block.elements):

@@ -68,3 +68,34 @@ def test_unverified_gpu_interpret_target_fixes_keep_the_traps_outputs(path: Path
                               gpu_interpret=True)
     bad = [f"{v.status} on {v.example or v.entry}: {v.message}" for v in verdicts if v.status not in ("verified", "unverified")]
     assert not bad, "\n".join([*fixed.applied, *bad])
+
+
+REBOUND_TRAPS = [p for p in TRAPS if re.search(r"^# trap: rebound-operand\b", p.read_text(), re.M)]
+
+
+@pytest.mark.interp
+@pytest.mark.parametrize("path", REBOUND_TRAPS, ids=lambda p: p.stem)
+def test_unverified_unsafe_fixes_keep_the_rebound_traps_outputs(path: Path):
+    """A wrapper that rebinds an operand or a size between the pallas_call and what the kernel
+    gets (`x = jnp.pad(...)` after `call = pl.pallas_call(...)`): R2 and R6 are unsafe fixes, so
+    the plain run above never writes them; here every plan is written unverified, and each
+    must still agree with the original on the trap's padded width."""
+    source = path.read_text()
+    fixed = fix_source(source, str(path), Config(unsafe_fixes=True))
+    assert fixed.error is None, fixed.error
+    if not fixed.changed:
+        return
+    verdicts = verify_sources(source, fixed.source, trap_examples(source, path), path=str(path), timeout_s=240)
+    bad = [f"{v.status} on {v.example or v.entry}: {v.message}" for v in verdicts if v.status not in ("verified", "unverified")]
+    assert not bad, "\n".join([*fixed.applied, *bad])
+
+
+def test_rebound_traps_say_which_binding_stops_the_rewrite():
+    """The refused plans name the rebinding, so that the user knows what to move."""
+    from pallas_fix.engine import analyze_source
+
+    assert len(REBOUND_TRAPS) >= 5
+    for path in REBOUND_TRAPS:
+        findings = analyze_source(path.read_text(), str(path), Config(unsafe_fixes=True)).findings
+        reasons = [f.refusal for f in findings if f.refusal]
+        assert any(re.search(r"is rebound at line \d+", r) for r in reasons), (path.name, reasons)

@@ -602,6 +602,43 @@ def test_ragged_variant_the_original_rejects_is_dropped():
     assert "ragged variant dropped: `double_rows(f32[253, 128])` (the original does not run on it" in v.message
 
 
+def test_pad_widths_read_in_every_numpy_form():
+    from pallas_fix.verify.worker.ragged import _static_widths
+
+    assert _static_widths(((0, 0), (0, 56)), 2) == ((0, 0), (0, 56))
+    assert _static_widths((1, 2), 2) == ((1, 2), (1, 2))
+    assert _static_widths(3, 2) == ((3, 3), (3, 3))
+    assert _static_widths([(4,)], 1) == ((4, 4),)
+    assert _static_widths(((0, 5),), 2) == ((0, 5), (0, 5))  # numpy broadcasts one pair
+    assert _static_widths(((0, 0), (0, 1)), 3) is None  # not a width per dim
+    assert _static_widths(((0, object()), (0, 0)), 2) is None  # a traced width: not recorded
+
+
+@pytest.mark.interp
+def test_padding_variant_catches_a_rewrite_right_only_where_the_pad_is_a_no_op():
+    # rms_norm pads its width to a multiple of 128: on f32[64, 256] it pads nothing, and the stale
+    # rewrite (an output block the padded width wide) agrees there; on f32[64, 253] it does not
+    (v,) = _verify("padded_rms_before.py", "padded_rms_after_stale_width.py")
+    assert v.status == "mismatch", v.message
+    assert v.message.startswith("on `rms_norm(f32[64, 253])` (a padding variant"), v.message
+    assert "the example as given verified" in v.message
+    (same,) = _verify("padded_rms_before.py", "padded_rms_before.py")
+    assert same.status == "verified", same.message
+    assert "also on the ragged shapes `rms_norm(f32[64, 253])`" in same.message  # the rows are not padded: left alone
+
+
+@pytest.mark.interp
+def test_padding_variant_of_a_synthesised_example(tmp_path, monkeypatch):
+    monkeypatch.setenv("PALLAS_FIX_CACHE_DIR", str(tmp_path))
+    src = _src("padded_rms_before.py").replace("# pallas-fix: example rms_norm(f32[64, 256])\n", "")
+    assert "pallas-fix: example" not in src
+    examples = collect_examples(FIX / "padded_rms_before.py", src, synthesise=True, pyproject=False, recorded=False)
+    (v,) = verify_sources(src, _src("padded_rms_after_stale_width.py"), examples, path=str(FIX / "padded_rms_before.py"))
+    # the synthesised width (256) is a multiple of 128; its padding variant is not
+    assert v.status == "mismatch", v.message
+    assert "(a padding variant" in v.message and "253" in v.message, v.message
+
+
 @pytest.mark.interp
 def test_rewrite_that_does_not_import_is_an_error():
     src = _src("elementwise_before.py")

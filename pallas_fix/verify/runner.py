@@ -32,7 +32,8 @@ What runs, per example:
 * every output leaf is compared (:mod:`pallas_fix.verify.judge.compare`); a race reported by TPU
   interpret mode is a failure too.
 * ragged variants: when the original calls ``pl.cdiv`` or masks with an iota, a verified example
-  is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.worker.ragged`);
+  is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.worker.ragged`),
+  and when it pads with ``jnp.pad`` by nothing, with the padded dims made sizes the padding changes;
   the verdict names the shapes that ran, and a variant the original rejects is dropped.
 
 Examples using 64-bit dtypes (f64, i64, u64) switch on ``jax_enable_x64`` for the whole worker

@@ -6,10 +6,18 @@ An expression means the same at `at` as where it stands when every name it reads
 same scope from both places and no binding of that name can run between the two: none lies
 between them in the scope's code, none sits in a loop around `at` that does not also hold the
 expression, and, when `at` runs later from a nested function, none follows the expression at all.
+
+The same question runs the other way round where the place that reads the value runs first: a
+pallas_call built as `call = pl.pallas_call(...)` gets its operands where `call(x)` runs, so a
+size written at the pallas_call as `x.shape[1]` means the operand's only when no binding of `x`
+can run between the two (`x = jnp.pad(x, ...)` there makes it the unpadded width).
+`value_change` says which binding, for a refusal that names it.
 """
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
@@ -19,18 +27,44 @@ from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
 _LOOPS = (cst.For, cst.While)
 _DEFERRED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+# Each scope's bindings, per context (a context's tree never changes): rewrites ask about the
+# same operand and sizes many times per plan.
+_BINDINGS: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
 
 
 def same_value_at(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
+    return value_change(ctx, expr, at) is None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A name an expression reads that may hold another value at the other place: `line` is a
+    binding of it that can run in between, None when the two places do not even see the same
+    variable (or the expression is not in the module)."""
+
+    name: str
+    line: Optional[int]
+
+
+def value_change(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode, *, either_order: bool = False) -> Optional[Change]:
+    """None when `expr` means at `at` what it means where it stands; else the first name it reads
+    whose value may differ. `either_order`: `at` may run first (a pallas_call built before the
+    invocation that passes it `expr`); the code between the two must then not rebind the names."""
     if ctx.parent(expr) is None:
-        return False  # not in the module (built by a rewrite): no place to compare from
+        return Change("", None)  # not in the module (built by a rewrite): no place to compare from
     if _within(ctx, expr, at):
-        return True  # evaluated as part of `at` itself
-    return all(_same_binding(ctx, name, expr, at) for name in _names_read(ctx, expr))
+        return None  # evaluated as part of `at` itself
+    first, then = (at, expr) if either_order and _position(ctx, at) < _position(ctx, expr) else (expr, at)
+    for name in _names_read(ctx, expr):
+        change = name_change(ctx, name, first, then)
+        if change is not None:
+            return change
+    return None
 
 
 def _names_read(ctx: ModuleContext, expr: cst.BaseExpression) -> list[str]:
-    """Names `expr` evaluates (not attribute names, keywords or lambda parameters)."""
+    """Names `expr` evaluates (not attribute names, keywords, or the parameters of a lambda in
+    it, read in its body: an index_map's `i`)."""
     out = []
     for node in walk(expr):
         if not isinstance(node, cst.Name):
@@ -40,41 +74,80 @@ def _names_read(ctx: ModuleContext, expr: cst.BaseExpression) -> list[str]:
             continue
         if isinstance(parent, cst.Param) or (isinstance(parent, cst.Arg) and parent.keyword is node):
             continue
+        if _lambda_param(ctx, node, expr):
+            continue
         out.append(node.value)
     return out
 
 
-def _same_binding(ctx: ModuleContext, name: str, expr: cst.BaseExpression, at: cst.CSTNode) -> bool:
-    scope = _binding_scope(ctx, name, expr)
-    if scope is not _binding_scope(ctx, name, at):
-        return False
-    if scope is None:
-        return True  # a builtin, or a module name bound nowhere in this file: the same everywhere
-    positions = [_position(ctx, node) for node in _binding_nodes(ctx, scope, name)]
-    start, end = _position(ctx, expr), _position(ctx, at)
-    holder = _holder(ctx, scope, at)
-    if holder is not None and isinstance(holder, _DEFERRED) and not _within(ctx, expr, holder):
-        return not any(p > start for p in positions)  # `at` runs whenever its function is called
-    if end < start:
-        return False
-    if any(start < p < end for p in positions):
-        return False
-    for loop in _loops_around(ctx, scope, at):
-        if not _within(ctx, expr, loop) and any(_within(ctx, node, loop) for node in _binding_nodes(ctx, scope, name)):
+def _lambda_param(ctx: ModuleContext, name: cst.Name, expr: cst.BaseExpression) -> bool:
+    for anc in ctx.ancestors(name):
+        if isinstance(anc, cst.Lambda) and name.value in _params(anc):
+            return True
+        if anc is expr:
             return False
-    return True
+    return False
+
+
+def name_change(ctx: ModuleContext, name: str, first: cst.CSTNode, then: cst.CSTNode) -> Optional[Change]:
+    """None when `name` holds at `then` the value it holds at `first`, which runs before it;
+    else the binding that may run in between (analysis.same_value.Change)."""
+    scope = _binding_scope(ctx, name, first)
+    if scope is not _binding_scope(ctx, name, then):
+        return Change(name, None)
+    if scope is None:
+        return None  # a builtin, or a module name bound nowhere in this file: the same everywhere
+    nodes = _binding_nodes(ctx, scope, name)
+    start, end = _position(ctx, first), _position(ctx, then)
+    holder = _holder(ctx, scope, then)
+    if holder is not None and isinstance(holder, _DEFERRED) and not _within(ctx, first, holder):
+        return _first_line(ctx, name, [n for n in nodes if _position(ctx, n) > start])  # `then` runs whenever its function is called
+    if end < start:
+        return Change(name, None)
+    between = [n for n in nodes if start < _position(ctx, n) < end]
+    if between:
+        return _first_line(ctx, name, between)
+    for loop in _loops_around(ctx, scope, then):
+        inside = [n for n in nodes if _within(ctx, n, loop)]
+        if not _within(ctx, first, loop) and inside:
+            return _first_line(ctx, name, inside)
+    return None
+
+
+def bound_after(ctx: ModuleContext, name: str, first: cst.CSTNode) -> Optional[Change]:
+    """The first binding of `name` that follows `first`, in the scope `first` sees it from: code
+    that runs after that scope's statements are done (a function it returns) sees the last one."""
+    scope = _binding_scope(ctx, name, first)
+    if scope is None:
+        return None
+    start = _position(ctx, first)
+    return _first_line(ctx, name, [n for n in _binding_nodes(ctx, scope, name) if _position(ctx, n) > start])
+
+
+def _first_line(ctx: ModuleContext, name: str, nodes: list[cst.CSTNode]) -> Optional[Change]:
+    """The earliest of the bindings `nodes` of `name`, None when there is none."""
+    if not nodes:
+        return None
+    return Change(name, ctx.span(min(nodes, key=lambda n: _position(ctx, n))).line)
+
+
+def _bindings(ctx: ModuleContext, scope: Scope) -> dict:
+    per_scope = _BINDINGS.setdefault(ctx, {})
+    if id(scope) not in per_scope:
+        per_scope[id(scope)] = (scope, scope_bindings(ctx, scope))  # the scope kept: its id stays unique
+    return per_scope[id(scope)][1]
 
 
 def _binding_scope(ctx: ModuleContext, name: str, at: cst.CSTNode) -> Optional[Scope]:
     for scope in ctx.scope_chain(at):
-        if name in scope_bindings(ctx, scope) or name in _params(scope):
+        if name in _bindings(ctx, scope) or name in _params(scope):
             return scope
     return None
 
 
 def _binding_nodes(ctx: ModuleContext, scope: Scope, name: str) -> list[cst.CSTNode]:
     nodes = []
-    for _how, node in scope_bindings(ctx, scope).get(name, []):
+    for _how, node in _bindings(ctx, scope).get(name, []):
         nodes.append(node.value if isinstance(node, Unpack) else node)
     return [n for n in nodes if isinstance(n, cst.CSTNode)]
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
 from pallas_fix.rewrite.blocks.plan import RefBlock
@@ -35,7 +36,7 @@ class SpecWriter:
         rank = self.cs.rank(slot.param)
         grid, rest = self.grid.for_spec(Spec(None, None, None))
         params = ", ".join(grid + rest)
-        shape = _shape_expr(slot)
+        shape = _shape_expr(self.cs, slot)
         if rank is None or shape is None:
             return self.plain_whole()
         return f"{self.pl}.BlockSpec({shape}, lambda {params}: {_tuple_text(['0'] * rank)})"
@@ -154,11 +155,14 @@ class _Dims:
     squeezed: dict[int, str]  # array dim -> the grid parameter that indexes it (block dim None)
 
 
-def _shape_expr(slot: Slot) -> Optional[str]:
+def _shape_expr(cs: CallSite, slot: Slot) -> Optional[str]:
+    """The array's shape written at the pallas_call; None where no text says it there (an operand
+    or out_shape entry rebound before the kernel gets it: rewrite.call_timing)."""
     if slot.kind == "in":
-        return f"{code(slot.arg)}.shape" if slot.arg is not None and isinstance(slot.arg, (cst.Name, cst.Attribute)) else None
+        plain = slot.arg is not None and isinstance(slot.arg, (cst.Name, cst.Attribute)) and cs.arg_at_call(slot.arg)
+        return f"{code(slot.arg)}.shape" if plain else None
     if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
         shape = call_arg(slot.out_shape, 0, "shape")
-        if shape is not None and isinstance(shape, (cst.Tuple, cst.Attribute, cst.Name)):
+        if shape is not None and isinstance(shape, (cst.Tuple, cst.Attribute, cst.Name)) and same_value_at(cs.ctx, shape, cs.site.call):
             return code(shape)
     return None

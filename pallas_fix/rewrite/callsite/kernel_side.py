@@ -10,6 +10,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core.model import KernelSite
+from pallas_fix.rewrite.callsite.call_timing import closure_change, operand_change
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.scopes import bindings, param_names
 
@@ -29,6 +30,7 @@ class KernelSide:
         self.env = env
         self.kernel = site.kernel
         self.kernel_chain = [site.kernel] + ctx.scope_chain(site.kernel)
+        self.why: Optional[str] = None  # a name rebound before the kernel gets it (rewrite.call_timing)
 
     def __call__(self, expr: cst.BaseExpression, depth: int = 0, at: Optional[cst.CSTNode] = None) -> Optional[cst.BaseExpression]:
         """`at`: where `expr` is written (its names resolve from there); default the pallas_call."""
@@ -76,7 +78,9 @@ class KernelSide:
             if not _binds(self.ctx, scope, value):
                 continue
             if scope in self.kernel_chain and not self._shadowed_in_kernel(value, below=scope):
-                return name  # a wrapper's local that the kernel closes over
+                # a wrapper's local that the kernel closes over: read when the call runs
+                self.why = closure_change(self.ctx, self.site, value, at) or self.why
+                return None if self.why else name
             values = self.ctx.assignments(value, scope)
             params = param_names(scope)
             if len(values) == 1 and value not in params:
@@ -90,8 +94,9 @@ class KernelSide:
             return None
         for slot in self.cs.slots.values():
             if slot.kind == "in" and isinstance(slot.arg, cst.Name) and slot.arg.value == base.value.value:
-                if self._rebound_in_kernel(slot.param):
-                    return None
+                self.why = operand_change(self.ctx, self.site, slot.arg, at) or self.why
+                if self._rebound_in_kernel(slot.param) or self.why:
+                    return None  # the kernel's ref is not the array `x` names here (rewrite.call_timing)
                 return sub.with_changes(value=base.with_changes(value=cst.Name(slot.param)))
         inner = self._name(base.value, depth + 1, at)
         if inner is None or not isinstance(inner, cst.Name):

@@ -32,6 +32,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.built_lists import list_change, mutates, starred_items
+from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
 
@@ -190,6 +191,11 @@ def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpr
     for slot in cs.slots.values():
         if slot.kind == "in" and built[0][slot.index].over is not None:
             slot.arg = built[0][slot.index].target  # `h` of `for h in hs:`: the group's array where its spec is written
+            loop = cs.ctx.parent(slot.arg)
+            passed = cs.operand_entries[cs.num_prefetch + slot.index].value  # `hs` as the kernel call spreads it
+            why = operand_change(cs.ctx, cs.site, passed, loop.iter, "the loop that builds its specs") if isinstance(loop, (cst.For, cst.CompFor)) else None
+            if why is not None:
+                raise CallSiteError(why)
     cs.built["in_specs"] = [e.value for e in built[0]]
     cs.builder_reads |= built[1]
     return spec

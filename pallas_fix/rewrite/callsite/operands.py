@@ -12,6 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.rewrite.callsite.block_dims import BlockDim
+from pallas_fix.rewrite.text.syntax import elements
 
 
 class CallSiteError(Exception):
@@ -54,6 +55,16 @@ class Spec:
             raise CallSiteError(f"the BlockSpec of `{param}` sets `{self.placement}`: blocks in that memory space are "
                                 "not copied in per grid step, so pallas-fix cannot block it")
         return ", " + self.placement
+
+    def read_lambda(self, lam: cst.Lambda) -> None:
+        """The index_map's parameters and returned tuple, as this spec reports them."""
+        params = lam.params
+        self.index_params = [p.name.value for p in params.params]
+        self.index_star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
+        self.index_extra = bool(params.kwonly_params or params.star_kwarg or params.posonly_params) or any(
+            p.default is not None for p in params.params
+        )
+        self.index_exprs = elements(lam.body)
 
     def visible_dims(self) -> list[int]:
         """The array dims the kernel sees (squeezed dims are gone from its view)."""

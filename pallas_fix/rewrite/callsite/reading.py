@@ -24,6 +24,7 @@ from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import block_dim
 from pallas_fix.rewrite.callsite.built_lists import built_items, mutates
 from pallas_fix.rewrite.callsite.call_params import dimension_semantics
+from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
@@ -35,7 +36,7 @@ from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_
 
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
 
-class CallSite:
+class CallSite(CallTiming):
     def __init__(self, ctx: ModuleContext, site: KernelSite, kernel_env: Env) -> None:
         self.ctx = ctx
         self.site = site
@@ -249,10 +250,10 @@ class CallSite:
             return False
         text = self.ctx.code(block.value)
         if slot.kind == "in" and slot.arg is not None:
-            return self.ctx.code(slot.arg) == text and self.args_visible_at_call()
+            return self.ctx.code(slot.arg) == text and self.arg_at_call(slot.arg, strict=True)
         if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
             shape = call_arg(slot.out_shape, 0, "shape")
-            return shape is not None and self.ctx.code(shape) == self.ctx.code(block)
+            return shape is not None and self.ctx.code(shape) == self.ctx.code(block) and self.same_at_call(shape, "out_shape")
         return False
 
     def spec_of(self, slot: Slot) -> Spec:
@@ -266,6 +267,7 @@ class CallSite:
         node = self.ctx.resolve_value(expr, self.site.call)
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):
             raise CallSiteError(f"the spec of `{slot.param}` is not a pl.BlockSpec(...) call")
+        self.same_at_call(node, f"the BlockSpec of `{slot.param}`")  # its sizes are copied into new specs
         placement = [a for a in node.args if a.keyword is not None and a.keyword.value in ("memory_space", "pipeline_mode")]
         block = call_arg(node, 0, "block_shape")
         index_map = call_arg(node, 1, "index_map")
@@ -278,7 +280,7 @@ class CallSite:
             if self._is_full_shape(block, slot):
                 block = None  # `pl.BlockSpec(x.shape, ...)`: the whole array
             else:
-                items = elements(self.ctx.resolve_value(block, self.site.call))
+                items = elements(self.same_at_call(self.ctx.resolve_value(block, self.site.call), f"the block shape of `{slot.param}`"))
                 if items is None:
                     raise CallSiteError(f"cannot read the block shape of `{slot.param}`")
                 spec.block = items
@@ -286,7 +288,7 @@ class CallSite:
         if index_map is not None:
             lam = self.ctx.resolve_value(index_map, self.site.call)
             if isinstance(lam, cst.Lambda):
-                _read_lambda(spec, lam)
+                spec.read_lambda(lam)
             spec.index_map = lam
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
@@ -302,7 +304,7 @@ class CallSite:
         if slot is None:
             return None
         if slot.kind in ("in", "prefetch"):
-            if not is_plain_name(slot.arg) or not self.args_visible_at_call():
+            if not is_plain_name(slot.arg) or not self.arg_at_call(slot.arg, strict=True):
                 return None
             return shape_index(slot.arg, dim)
         if slot.kind == "out":
@@ -315,9 +317,9 @@ class CallSite:
             shape = self.ctx.resolve_value(shape, self.site.call)
             items = elements(shape)
             if items is not None:
-                return items[dim] if dim < len(items) else None
+                return self.same_at_call(items[dim], "out_shape") if dim < len(items) else None
             if isinstance(shape, cst.Attribute) and shape.attr.value == "shape" and is_plain_name(shape.value):
-                return shape_index(shape.value, dim)
+                return shape_index(self.same_at_call(shape.value, "out_shape"), dim)
         return None
 
     def kernel_shape_dim(self, param: str, dim: int) -> Optional[cst.BaseExpression]:
@@ -346,12 +348,6 @@ class CallSite:
         if spec.dims is not None:
             return len(spec.visible_dims())
         return self.rank(param)
-
-    def args_visible_at_call(self) -> bool:
-        """Can the call's arguments be named where pallas_call is written? (Not in the decorator
-        form, nor when a builder function returns the pallas_call for someone else to call.)"""
-        inv = self.site.invocation
-        return inv is not None and self.ctx.scope_of(inv) is self.ctx.scope_of(self.site.call)
 
     def rank(self, param: str) -> Optional[int]:
         slot = self.slots.get(param)
@@ -387,14 +383,3 @@ def pallas_alias(ctx: ModuleContext) -> str:
     """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
     return spelling(ctx, PALLAS).text
 
-
-def _read_lambda(spec: Spec, lam: cst.Lambda) -> None:
-    """The index_map's parameters and returned tuple, as `spec` reports them."""
-    params = lam.params
-    spec.index_params = [p.name.value for p in params.params]
-    spec.index_star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
-    spec.index_extra = bool(params.kwonly_params or params.star_kwarg or params.posonly_params) or any(
-        p.default is not None for p in params.params
-    )
-    body = elements(lam.body)
-    spec.index_exprs = body if body is not None else None

@@ -19,7 +19,7 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.core.names import call_arg
-from pallas_fix.rewrite.callsite.call_layout import kwarg, laid_out, layout, move_param, moved, without
+from pallas_fix.rewrite.prefetch.call_layout import kwarg, laid_out, layout, move_param, moved, without
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams
@@ -106,7 +106,7 @@ class PrefetchEdits:
     def _whole_spec(self, slot: Slot) -> str:
         rank = self.cs.rank(slot.param)
         arg = slot.arg if slot.kind == "in" else None
-        plain = isinstance(arg, (cst.Name, cst.Attribute)) and self.cs.args_visible_at_call()
+        plain = isinstance(arg, (cst.Name, cst.Attribute)) and self.cs.arg_at_call(arg)
         if rank is None or not plain:
             return f"{self.pl}.BlockSpec()"
         params, _ = self._params()

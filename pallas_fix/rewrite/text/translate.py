@@ -3,7 +3,8 @@
 Block sizes and trip counts are written inside kernels (`bs`, `x_ref.shape[0] // bs`) but grids
 and BlockSpecs live at the call site, where `bs` may be `block_size` (bound by
 functools.partial) and `x_ref` is the argument `x`. Returns None when some name has no
-call-site meaning; the caller then refuses the rewrite.
+call-site meaning; the caller then refuses the rewrite. A size that has one but holds another
+value there (rebound before the call runs, rewrite.call_timing) raises CallSiteError: the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.values.bindings import Unpack, single_binding
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.same_value import same_value_at
+from pallas_fix.rewrite.callsite.call_timing import closure_change
+from pallas_fix.rewrite.callsite.operands import CallSiteError
 
 RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
 
@@ -86,7 +89,11 @@ class Translator:
             return None if self._shadowed_at_call(name.value) else name
         if owner.scope in self.call_scopes:
             # A wrapper's name seen from a nested kernel: visible at the call too, if assigned
-            # before it. We accept it only when the call sits in that same wrapper.
+            # before it. We accept it only when the call sits in that same wrapper, and only when
+            # nothing rebinds it before the call runs (the kernel reads it then).
+            reason = closure_change(self.ctx, self.site, name.value)
+            if reason is not None:
+                raise CallSiteError(reason)
             return name
         if name.value in owner.params:
             bound = owner.param_exprs.get(name.value)

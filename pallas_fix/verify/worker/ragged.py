@@ -13,6 +13,12 @@ is a size to change (``n -> n - 3``, or the next delta that does not divide); ev
 dimension of that size, and every integer argument of that value (unless the value is also a
 divisor: a block size), changes in the variant. A variant the original itself does not run on
 is dropped, not a failure (:func:`runs_on`).
+
+Padding hides the same bugs: a wrapper that pads to a multiple (`jnp.pad(x, ((0, 0), (0, (-d) %
+128)))`) pads nothing on a width of 256, so a rewrite that reads the unpadded width where the
+kernel gets the padded one agrees with the original there. The trace also records `jnp.pad`'s
+static widths; a dim padded by nothing whose size, made smaller by a few, makes some pad non-zero
+is a dim to change as well (:func:`padding_variants`).
 """
 
 from __future__ import annotations
@@ -26,26 +32,29 @@ from pallas_fix.verify.judge.jaxprs import as_jaxprs, open_jaxpr
 from pallas_fix.verify.judge.ref_indexers import is_var
 
 # Words in a source that say the code may allow sizes that do not divide.
-_RAGGED_WORDS = ("cdiv", "iota")
+_RAGGED_WORDS = ("cdiv", "iota", "pad")
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
 _DELTAS = (3, 1, 5)
 
 
 def may_be_ragged(source: str) -> bool:
-    """Cheap gate: only sources that mention ``cdiv`` or ``iota`` get variants."""
+    """Cheap gate: only sources that mention ``cdiv``, ``iota`` or ``pad`` get variants."""
     return any(word in source for word in _RAGGED_WORDS)
 
 
 def ragged_variants(fn: Callable, ex: Example) -> list[Example]:
     """The variants of ``ex`` to verify (all changes at once first, then each change alone when
     there are several); none when every size the code divides already leaves a remainder."""
-    numerators, divisors = _observed_sizes(fn, ex)
+    numerators, divisors, pads = _observed_sizes(fn, ex)
     changes = {n: m for n, d in numerators if (m := _ragged_size(n, d)) is not None}
     candidates = [changes] + ([{n: m} for n, m in changes.items()] if len(changes) > 1 else [])
     variants = []
     for change in candidates if changes else []:
         variant = _substitute(ex, change, divisors)
         if variant is not None and variant.canonical() not in {v.canonical() for v in variants}:
+            variants.append(variant)
+    for variant in padding_variants(fn, ex, pads) if pads else []:
+        if variant.canonical() not in {v.canonical() for v in variants}:
             variants.append(variant)
     return variants
 
@@ -64,21 +73,125 @@ def _ragged_size(n: int, divisor: Optional[int]) -> Optional[int]:
 
 
 # -- observing the sizes -----------------------------------------------------------------------
-def _observed_sizes(fn: Callable, ex: Example) -> tuple[list[tuple[int, Optional[int]]], set[int]]:
-    """([(size, divisor or None for a mask bound)], the divisors) the original uses on ``ex``."""
+def _observed_sizes(fn: Callable, ex: Example) -> tuple[list[tuple[int, Optional[int]]], set[int], list]:
+    """([(size, divisor or None for a mask bound)], the divisors, the `jnp.pad` calls as
+    (shape, widths)) the original uses on ``ex``."""
+    recorded: list[tuple[int, int]] = []
+    jaxpr, pads = _trace(fn, ex, recorded)
+    sizes: list[tuple[int, Optional[int]]] = list(recorded)
+    sizes += [(bound, None) for bound in _mask_bounds(jaxpr)]
+    return sizes, {d for _, d in recorded}, pads
+
+
+def _trace(fn: Callable, ex: Example, cdivs: list) -> tuple[object, list]:
+    """The original's jaxpr on ``ex`` (nothing runs), recording `pl.cdiv` and `jnp.pad`."""
     from pallas_fix.verify.worker.calls import Call
     from pallas_fix.verify.worker.kernel_survey import trace
 
     import jax
 
     call = Call(ex)
-    recorded: list[tuple[int, int]] = []
+    pads: list = []
     jax.clear_caches()  # a jitted entry traced for the verdict would not run its Python again
-    with _recording_cdiv(recorded):
+    with _recording_cdiv(cdivs), _recording_pad(pads):
         jaxpr = trace(call.bind(fn), call.shape_structs())
-    sizes: list[tuple[int, Optional[int]]] = list(recorded)
-    sizes += [(bound, None) for bound in _mask_bounds(jaxpr)]
-    return sizes, {d for _, d in recorded}
+    return jaxpr, pads
+
+
+def padding_variants(fn: Callable, ex: Example, pads: list) -> list[Example]:
+    """``ex`` with the array dims `jnp.pad` padded by nothing made a little smaller, where that
+    makes some padding non-zero (the wrapper rounds the dim up to a multiple): all of them at
+    once, then each alone when there are several. One dim at a time, so that the rows of a
+    square example stay as they were when only its width is padded."""
+    sizes = {shape[k] for shape, widths in pads for k, w in enumerate(widths) if w == (0, 0)}
+    base = _padded_count(pads)
+    found: dict[tuple[int, int], int] = {}
+    for slot, spec in enumerate(_arrays(ex)):
+        for dim, n in enumerate(spec.shape):
+            m = _reacting_size(fn, ex, slot, dim, n, base) if n in sizes else None
+            if m is not None:
+                found[(slot, dim)] = m
+    changes = [found] + ([{k: m} for k, m in found.items()] if len(found) > 1 else [])
+    return [_resized(ex, change) for change in changes if change]
+
+
+def _reacting_size(fn: Callable, ex: Example, slot: int, dim: int, n: int, base: int) -> Optional[int]:
+    """The first of n - 3, n - 1, n - 5 the original traces on (as dim `dim` of array `slot`),
+    if it pads more than ``ex`` does."""
+    for delta in _DELTAS:
+        if n - delta <= 0:
+            return None
+        try:
+            _, after = _trace(fn, _resized(ex, {(slot, dim): n - delta}), [])
+        except Exception:  # the original rejects that size: try the next
+            continue
+        return n - delta if _padded_count(after) > base else None
+    return None
+
+
+def _arrays(ex: Example) -> list[ArgSpec]:
+    found: list[ArgSpec] = []
+    for v in [*ex.args, *ex.kwargs.values()]:
+        map_arrays(v, found.append)
+    return found
+
+
+def _resized(ex: Example, change: dict[tuple[int, int], int]) -> Example:
+    """``ex`` with dim d of its k-th array set to m, for every (k, d): m of ``change``."""
+    count = iter(range(1 << 30))
+
+    def shape(spec: ArgSpec) -> ArgSpec:
+        k = next(count)
+        dims = tuple(change.get((k, d), n) for d, n in enumerate(spec.shape))
+        return replace(spec, shape=dims)
+
+    args = [map_arrays(a, shape) for a in ex.args]
+    kwargs = {k: map_arrays(v, shape) for k, v in ex.kwargs.items()}
+    parts = [format_value(a) for a in args] + [f"{k}={format_value(v)}" for k, v in kwargs.items()]
+    return Example(entry=ex.entry, args=args, kwargs=kwargs, text=f"{ex.entry}({', '.join(parts)})",
+                   origin=f"padding variant of {ex.origin or ex.text}")
+
+
+def _padded_count(pads: list) -> int:
+    return sum(1 for _, widths in pads for w in widths if w != (0, 0))
+
+
+@contextlib.contextmanager
+def _recording_pad(recorded: list) -> Iterator[None]:
+    """``jnp.pad`` as user code calls it, recording (shape, ((before, after), ...)) for the calls
+    whose widths are Python ints."""
+    import jax.numpy as jnp
+
+    original = jnp.pad
+
+    def pad(array, pad_width, *args, **kwargs):
+        widths = _static_widths(pad_width, len(getattr(array, "shape", ())))
+        if widths is not None:
+            recorded.append((tuple(array.shape), widths))
+        return original(array, pad_width, *args, **kwargs)
+
+    jnp.pad = pad
+    try:
+        yield
+    finally:
+        jnp.pad = original
+
+
+def _static_widths(pad_width, rank: int) -> Optional[tuple[tuple[int, int], ...]]:
+    """numpy's pad_width forms (n, (n,), (a, b), ((a, b), ...)) as one (before, after) per dim."""
+    def ints(v) -> bool:
+        return isinstance(v, (list, tuple)) and all(type(i) is int for i in v)
+
+    if type(pad_width) is int:
+        return ((pad_width, pad_width),) * rank
+    if ints(pad_width) and len(pad_width) in (1, 2):
+        pair = (pad_width[0], pad_width[-1])
+        return (pair,) * rank
+    if not (isinstance(pad_width, (list, tuple)) and all(ints(p) and len(p) in (1, 2) for p in pad_width)):
+        return None
+    if len(pad_width) == 1:
+        return ((pad_width[0][0], pad_width[0][-1]),) * rank  # one pair for every dim
+    return tuple((p[0], p[-1]) for p in pad_width) if len(pad_width) == rank else None
 
 
 @contextlib.contextmanager
@@ -217,7 +330,10 @@ def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
 
 
 def _failed_on(verdict: dict, variant: Example, result: dict) -> dict:
-    shapes = f"`{variant.canonical()}` (a ragged variant: sizes the code allows that do not divide)"
+    if variant.origin.startswith("padding variant"):
+        shapes = f"`{variant.canonical()}` (a padding variant: a size the wrapper pads, made one its padding changes)"
+    else:
+        shapes = f"`{variant.canonical()}` (a ragged variant: sizes the code allows that do not divide)"
     out = dict(result)
     out["entry"] = verdict["entry"]
     out["message"] = f"on {shapes}: {result['message']}; the example as given verified"
