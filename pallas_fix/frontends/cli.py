@@ -231,8 +231,10 @@ sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settin
 @sub_app.command("explain", help="Print a rule's documentation and examples (all rules when no code is given).")
 def explain(code: Optional[str] = typer.Argument(None)) -> None:
     if code is None:
-        for r in sorted(RULES.values(), key=lambda r: r.code):
-            print(f"{r.code}  {r.name:30s} {r.summary}")
+        rules = sorted(RULES.values(), key=lambda r: r.code)
+        width = max(len(r.name) for r in rules)  # the longest name sets the column: none runs into its summary
+        for r in rules:
+            print(f"{r.code}  {r.name:{width}s}  {r.summary}")
         return
     try:
         print(describe(code))
