@@ -3,6 +3,7 @@ errors, a syntax error names its place once."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -57,7 +58,35 @@ def test_a_syntax_error_names_its_place_once(capsys, tmp_path):
     code, _, err = run(capsys, path)
     assert code == 2
     assert "error at" not in err  # LibCST's own numbering of the place is dropped
-    assert re.search(r"syntax error: .* \(line 4, column 1\)", err), err
+    # Python's place and words: the bracket left open on line 3 (LibCST said line 4, column 1).
+    assert "syntax error: '[' was never closed (line 3, column 23)" in err, err
+
+
+_HEAD = "import jax\nfrom jax.experimental import pallas as pl\n"
+_BROKEN = {
+    "unclosed bracket": _HEAD + "x = (1,\ndef k(x_ref):\n    pass\n\n\npl.pallas_call(k)\n",
+    "bad parameter list": _HEAD + "def f(:\n    pass\npl.pallas_call\n",
+    "two operators": _HEAD + "x = 1 +* 2\npl.pallas_call\n",
+    "unterminated string": _HEAD + 'x = "abc\npl.pallas_call\n',
+    "unexpected indent": _HEAD + "if True:\n  x = 1\n    y = 2\npl.pallas_call\n",
+    "deep in a kernel": _HEAD + "\n" * 10 + "def k(x_ref, o_ref):\n    o_ref[...] = x_ref[...] +\n\n\npl.pallas_call(k)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BROKEN))
+def test_a_syntax_error_is_reported_where_python_reports_it_in_text_and_json(capsys, tmp_path, name):
+    path = tmp_path / "broken.py"
+    path.write_text(_BROKEN[name])
+    with pytest.raises(SyntaxError) as python:
+        compile(_BROKEN[name], str(path), "exec")
+    line, column, words = python.value.lineno, python.value.offset, python.value.msg
+    code, _, err = run(capsys, "--no-color", path)
+    assert code == 2
+    assert f"syntax error: {words} (line {line}, column {column})" in " ".join(err.split()), err
+    code, out, _ = run(capsys, "--format", "json", path)
+    (error,) = json.loads(out)["errors"]
+    assert code == 2 and (error["path"], error["line"], error["column"]) == (str(path), line, column)
+    assert words in error["message"]
 
 
 def _without_examples(tmp_path) -> Path:

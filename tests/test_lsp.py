@@ -491,9 +491,39 @@ def test_syntax_error_gets_a_diagnostic_and_the_server_recovers(tmp_path):
     (d,) = broken
     assert d.severity == types.DiagnosticSeverity.Error
     assert (d.range.start.line, d.range.start.character) == (err.line - 1, err.column)
+    assert (d.range.start.line, d.range.start.character) == python_place(text)
     assert err.reason in d.message
     assert not actions and hover is None
     assert healed == []
+
+
+def python_place(text: str) -> tuple[int, int]:
+    """Where `compile` puts the syntax error of `text`, 0-based as LSP positions are."""
+    with pytest.raises(SyntaxError) as info:
+        compile(text, "<text>", "exec")
+    return info.value.lineno - 1, info.value.offset - 1
+
+
+def test_an_edit_that_breaks_the_file_is_flagged_where_python_flags_it(tmp_path):
+    # Typed into an open file (the incremental path): LibCST placed this error a line and more
+    # later than Python does.
+    path = copy_fixture(tmp_path, "syntax_error.py")
+    good = path.read_text().replace("x.dtype)(x)", "x.dtype))(x)")
+    path.write_text(good)
+    broken = good.replace("def after_the_error(x):\n    return x + 1", "def after_the_error(x):\n    return [x +\n\n\n")
+
+    async def go():
+        async with Session(server_command()) as s:
+            uri = s.open(path)
+            first = await s.diagnostics(uri, version=1)
+            s.change(uri, 2, broken)
+            return first, await s.diagnostics(uri, version=2)
+
+    first, after = run(go())
+    assert first == []
+    (d,) = after
+    assert d.data["syntaxError"] is True
+    assert (d.range.start.line, d.range.start.character) == python_place(broken)
 
 
 class RawConnection:

@@ -68,7 +68,7 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
         counted, code = _present(report, opts, fmt, color, err, verdict_json)
         all_findings.extend(counted)
         exit_code = max(exit_code, code)
-    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None)
+    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None, [_error_json(r) for r in reports if r.error])
     if fmt is Format.text and not opts.diff_only:
         err.print(_summary(reports, all_findings, opts))
     if all_findings and exit_code == 0:
@@ -119,9 +119,14 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
     return report.findings, 2 if status == "error" else 1
 
 
-def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]]) -> None:
+def _error_json(report: FileReport) -> dict:
+    line, column = report.error_place or (None, None)
+    return {"path": report.path, "message": report.error, "line": line, "column": column}
+
+
+def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]], errors: list[dict]) -> None:
     if fmt is Format.json:
-        print(render_json(findings, verdicts))
+        print(render_json(findings, verdicts, errors))
     elif fmt is Format.sarif:
         print(render_sarif(findings))
     elif fmt is Format.github:

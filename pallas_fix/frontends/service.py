@@ -93,7 +93,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     try:
         analysis = analyze_source(src.text, path, config, reach=True)
     except SourceError as exc:
-        return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
+        return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})", error_place=(exc.line, exc.column + 1))
     report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis),
                      gpu_interpret=trigger(analysis.analysis) is not None)
     if not any(f.fixable for f in analysis.findings):
