@@ -135,7 +135,12 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
-    description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
+    # Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
+    # line `--apply` prints must say which one it made.
+    axes = sorted({a for a in window.index.axes if isinstance(a, int)} | set(squeezed.values()))
+    by = ", ".join(f"pl.program_id({a})" for a in axes)
+    description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
+                   f"in `{site.kernel_name}` into its BlockSpec")
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)

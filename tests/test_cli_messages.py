@@ -126,3 +126,49 @@ def test_exit_zero_keeps_findings_from_failing_a_hook_but_not_usage_errors(capsy
     assert run(capsys, EXAMPLE)[0] == 1
     assert run(capsys, "--exit-zero", EXAMPLE)[0] == 0
     assert run(capsys, "--exit-zero", tmp_path / "missing.py")[0] == 2
+
+
+PID_2D = '''\
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BM = 64
+BN = 128
+
+
+def add_kernel(x_ref, y_ref, o_ref):
+    i = pl.program_id(0)
+    j = pl.program_id(1)
+    rows = pl.ds(i * BM, BM)
+    cols = pl.ds(j * BN, BN)
+    o_ref[rows, cols] = x_ref[rows, cols] + y_ref[rows, cols]
+
+
+@jax.jit
+def add(x, y):
+    m, n = x.shape
+    return pl.pallas_call(
+        add_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(m // BM, n // BN),
+    )(x, y)
+'''
+
+
+def test_apply_prints_one_distinct_line_per_rewrite(capsys, tmp_path):
+    # Three refs windowed along two dims: six rewrites, which all read "moved the program_id
+    # window on `o_ref` ..." twice per ref.
+    path = tmp_path / "add2d.py"
+    path.write_text(PID_2D)
+    code, _, err = run(capsys, "--no-color", "--apply", "--no-verify", path)
+    fixed = [line for line in err.splitlines() if line.startswith(f"fixed {path}:")]
+    assert code == 0, err
+    assert len(fixed) == 6 and len(set(fixed)) == 6, fixed
+    assert any("dim 1 of `o_ref` (by pl.program_id(1))" in line for line in fixed), fixed
+
+
+def test_rewrites_that_say_the_same_thing_are_one_line_with_their_count():
+    from pallas_fix.frontends.cli_apply import fixed_lines
+
+    assert fixed_lines(["a", "b", "a", "c", "a"]) == ["a (3 rewrites)", "b", "c"]
