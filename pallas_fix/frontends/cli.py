@@ -224,6 +224,7 @@ def check(
         require_verified=require_verified,
         synthesise=synthesise,
         kernels=tuple(kernel),
+        fix_edits=fmt is Format.sarif,
     )
     use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
     code = run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color)
