@@ -22,13 +22,15 @@ from pallas_fix.analysis.windows import window_of
 from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
-from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
+from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.rules.gpu_hazards import HAZARDS, trigger
 from pallas_fix.rules.kernel import kernel_findings
 from pallas_fix.rules.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.dead_params import drop_dead_params
+from pallas_fix.rewrite.loop_dependence import accumulates_in_place
 from pallas_fix.rewrite.line_width import fit_width
-from pallas_fix.rules.registry import classify
+from pallas_fix.rules.pf102_reduction_loop_slice import message as reduction_message
+from pallas_fix.rules.registry import RULES, classify
 
 __all__ = ["CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
 
@@ -99,9 +101,13 @@ def check(analysis: Analysis) -> CheckResult:
     config = analysis.config
     lines = analysis.source.splitlines()
     ruled = [(use, window, *classify(use, window)) for use in analysis.uses for window in (window_of(use),)]
-    outcomes = _outcomes(analysis, {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)})
+    present = {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)}
+    if config.enabled("PF102") and any(rule.code == "PF101" for _, _, rule, _ in ruled):
+        present |= {"PF101", "PF102"}  # a PF101 loop may turn out a reduction: both lifts decide (_as_reduction)
+    outcomes = _outcomes(analysis, present)
     findings: list[Finding] = []
     for use, window, rule, message in ruled:
+        rule, message = _as_reduction(analysis, use, rule, message, outcomes)
         finding = Finding(
             code=rule.code,
             message=message,
@@ -126,6 +132,25 @@ def check(analysis: Analysis) -> CheckResult:
     return CheckResult(analysis, kept, sorted(plans.values(), key=_plan_rank))
 
 
+REDUCTION = recipes.lift_reduction.NAME  # the codemod that takes reduction loops
+
+
+def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcomes: dict[Anchor, list[Outcome]]):
+    """A carry-less loop whose fix is lift-reduction's, or which no one can fix but which
+    lift-reduction speaks for and which updates a ref in place (`o_ref[...] += ...`), is a
+    reduction: its iterations are not independent, so it is PF102, not PF101."""
+    if rule.code != "PF101":
+        return rule, message
+    offered = outcomes.get(use_key(use), [])
+    plan = next((o for o in offered if isinstance(o, FixPlan)), None)
+    if plan is not None:
+        reduction = plan.codemod == REDUCTION
+    else:
+        loop = use.provenance.loop
+        reduction = any(o.codemod == REDUCTION for o in offered) and loop is not None and accumulates_in_place(analysis, loop)
+    return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)
+
+
 # Start fixes (a one-element slice or a float used as a start, a traced constant) come before
 # lifts: a lift planned around a start that no interpreter accepts gives a kernel none runs.
 _START_FIXES = ("scalar-start", "traced-constant")
@@ -144,10 +169,23 @@ def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcom
             continue
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
+    outcomes = _resolve_waits(outcomes)
     why = trigger(analysis)
     if why is not None:
         outcomes = _screen_for_gpu_interpret(analysis, outcomes, why)
     return outcomes
+
+
+def _resolve_waits(outcomes: dict[Anchor, list[Outcome]]) -> dict[Anchor, list[Outcome]]:
+    """A refusal that waits for the fix of other anchors (the outer loop, another dim's window)
+    becomes a FixAfter of that fix where one is planned; it stays a refusal where none is."""
+    def resolved(outcome: Outcome) -> Outcome:
+        if not isinstance(outcome, Refusal) or not outcome.waits_for:
+            return outcome
+        first = next((o for a in outcome.waits_for for o in outcomes.get(a, []) if isinstance(o, FixPlan)), None)
+        return FixAfter(outcome.codemod, first) if first is not None else outcome
+
+    return {key: [resolved(o) for o in items] for key, items in outcomes.items()}
 
 
 def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
@@ -156,6 +194,15 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
     plan = next((o for o in offered if isinstance(o, FixPlan)), None)
     if plan is not None:
         return dataclasses.replace(finding, fixable=True, fix_safety=plan.safety, fix_id=plan.codemod, refusal=None, plan=plan)
+    after = next((o for o in offered if isinstance(o, FixAfter)), None)
+    if after is not None:  # fixable once another plan is applied: applying its fix applies that one first
+        first = after.first
+        return dataclasses.replace(finding, fixable=True, fix_safety=first.safety, fix_id=after.codemod, refusal=None,
+                                   plan=first, fix_after=first.description)
+    # No fix: the message must not promise one ("the loop can become a grid axis").
+    rule = RULES.get(finding.code)
+    if rule is not None:
+        finding = dataclasses.replace(finding, message=rule.unpromised(finding.message))
     refusals = [o.reason for o in offered if isinstance(o, Refusal)]
     if refusals:
         return dataclasses.replace(finding, refusal="; ".join(refusals))
@@ -179,7 +226,7 @@ def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Ou
     """Where kernels run in GPU interpret mode (`why`: --target gpu-interpret, or the module uses
     it), refuse plans whose result has more PF2xx hazards: a rewrite must not stop running in an
     interpreter the original ran in."""
-    if not any(isinstance(o, FixPlan) for items in outcomes.values() for o in items):
+    if not any(isinstance(o, (FixPlan, FixAfter)) for items in outcomes.values() for o in items):
         return outcomes
     before = _counts(kernel_findings(analysis))  # what hazard_counts of the same text gives
     verdicts: dict[int, Outcome] = {}
@@ -187,10 +234,13 @@ def _screen_for_gpu_interpret(analysis: Analysis, outcomes: dict[Anchor, list[Ou
     for key, items in outcomes.items():
         kept = []
         for outcome in items:
-            if isinstance(outcome, FixPlan):
-                if id(outcome) not in verdicts:
-                    verdicts[id(outcome)] = _screen(analysis, outcome, before, why)
-                outcome = verdicts[id(outcome)]
+            plan = outcome.first if isinstance(outcome, FixAfter) else outcome
+            if isinstance(plan, FixPlan):
+                if id(plan) not in verdicts:
+                    verdicts[id(plan)] = _screen(analysis, plan, before, why)
+                screened_plan = verdicts[id(plan)]
+                # A fix that waits for a refused one is refused with it.
+                outcome = outcome if isinstance(outcome, FixAfter) and screened_plan is plan else screened_plan
             kept.append(outcome)
         screened[key] = kept
     return screened
@@ -231,6 +281,9 @@ class FixResult:
     remaining: list[Finding] = field(default_factory=list)
     rounds: int = 0
     error: Optional[str] = None
+    # Each applied round's findings and the plan it applied, in order (frontends.finding_fixes
+    # follows a finding through them); the findings after the last are `remaining`.
+    history: list[tuple[list[Finding], FixPlan]] = field(default_factory=list, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -282,6 +335,7 @@ def fix_source(
             return _failed(result, exc)
         result.rounds = round_no + 1
         result.applied.append(plan.description)
+        result.history.append((checked.findings, plan))
         if new_source == current:
             result.remaining = checked.findings
             break

@@ -136,21 +136,26 @@ def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Option
 
 
 def _summary(reports: list[FileReport], findings: list[Finding], opts: Options) -> str:
-    """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
-    finding the first analysis refused), and the unsafe fixes it writes only once verified (or
-    with --unsafe-fixes)."""
+    """What `--apply` will really do, counted over the findings shown: those its rewrite fixes
+    (each marked fixable, a later round's saying which fix comes first: service.settle), and the
+    unsafe fixes it writes only once verified (or with --unsafe-fixes)."""
     checked = sum(1 for r in reports if not r.error)
     summary = f"{len(findings)} finding(s) in {checked} file(s)"
     if opts.apply:
         return summary
-    fixed = sum(max(0, len(r.findings) - len(r.remaining)) for r in reports if r.proposed is not None)
-    unsafe = sum(1 for r in reports for f in r.remaining if f.fixable and f.fix_safety is FixSafety.UNSAFE)
+    fixed = sum(1 for r in reports if r.proposed is not None for f in r.findings if f.fixable and _applied_now(r, f))
+    unsafe = sum(1 for r in reports for f in r.findings if f.fixable and not _applied_now(r, f))
     if fixed:
         summary += f"; {fixed} fixable with --apply"
     if unsafe:
         how = "once verified on an example, or with --unsafe-fixes"
         summary += f", {unsafe} more {how}" if fixed else f"; {unsafe} fixable with --apply {how}"
     return summary
+
+
+def _applied_now(report: FileReport, f: Finding) -> bool:
+    """The proposal applies this finding's fix: a safe one, or an unsafe one with unsafe fixes on."""
+    return f.fix_safety is FixSafety.SAFE or bool(report.config and report.config.unsafe_fixes)
 
 
 def _diff(report: FileReport) -> str:

@@ -14,7 +14,7 @@ from pallas_fix.core.config import Config, ConfigError, load_config, parse_backe
 from pallas_fix.core.examples import ExampleSyntaxError
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files import FileError, read_source, write_source
-from pallas_fix.frontends.finding_fixes import with_fix_edits
+from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
@@ -105,7 +105,9 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     if fixed.error:
         return replace(report, fix_error=fixed.error)
     if fixed.changed:
-        return replace(report, proposed=fixed.source, applied=fixed.applied, remaining=fixed.remaining)
+        # What the findings say of their fixes is what the proposal does (finding_fixes.settle).
+        return replace(report, findings=settle(report.findings, fixed), proposed=fixed.source, applied=fixed.applied,
+                       remaining=fixed.remaining)
     return report
 
 
