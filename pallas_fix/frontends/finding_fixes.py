@@ -135,7 +135,8 @@ def _settled(f: Finding, fate: Fate, history: list) -> Finding:
             return f
         return dataclasses.replace(f, fixable=last.fixable, fix_safety=last.fix_safety, fix_id=last.fix_id,
                                    refusal=last.refusal, fix_after=last.fix_after, message=last.message,
-                                   plan=f.plan if last.fixable == f.fixable else None)
+                                   plan=f.plan if last.fixable == f.fixable else None,
+                                   fix_edits=f.fix_edits if last.fixable == f.fixable else None)
     return f
 
 
