@@ -293,3 +293,25 @@ def test_a_loop_accumulating_into_an_output_is_a_reduction(capsys, tmp_path):
     assert "1 finding(s) in 1 file(s); 1 fixable with --apply once verified" in err
     _, _, err = run(capsys, "--no-color", "--select", "PF101", path)
     assert "0 finding(s)" in err
+
+
+SEED_GATHER = Path(__file__).resolve().parent / "fixtures" / "gpu_interpret_policy" / "seed_gather.py"
+
+
+def test_a_refusal_reads_the_same_before_and_after_apply(capsys, tmp_path):
+    # The loop's lift was refused for "the rank of idx_ref" in the dry run (a question the start
+    # fix, applied first, answers) and for GPU interpret mode after --apply: the dry run now
+    # gives the reason that holds once --apply's rounds have run.
+    path = tmp_path / "gather.py"
+    path.write_text(SEED_GATHER.read_text())
+
+    def o_ref_refusal() -> str:
+        _, out, _ = run(capsys, "--format", "json", path)
+        (f,) = [f for f in json.loads(out)["findings"] if f["message"].startswith("`o_ref`")]
+        return f["fix"]["refusal"]
+
+    before = o_ref_refusal()
+    code, _, err = run(capsys, "--no-color", "--apply", "--no-verify", path)
+    assert "fixed" in err and path.read_text() != SEED_GATHER.read_text()
+    after = o_ref_refusal()
+    assert before == after and "GPU interpret mode cannot run" in after
