@@ -101,7 +101,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     needed = pl.add
 
     def rewrite(module: cst.Module) -> cst.Module:
-        return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], [needed]))
+        return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], [needed]), module)
 
     description = (
         f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"

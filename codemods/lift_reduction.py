@@ -132,7 +132,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     needed = [pl.add, scratch.add]
 
     def rewrite(module: cst.Module) -> cst.Module:
-        return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], needed))
+        return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], needed), module)
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"

@@ -29,12 +29,13 @@ from pallas_fix.analysis.loops.affine import decompose
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
-from pallas_fix.core.plans import FixPlan, Recipe, Refuse
+from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
                                              packed_tuple, touched_element_ids)
+from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
-from pallas_fix.rewrite.common import attempt, check_single_call, per_use
+from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
@@ -56,10 +57,31 @@ NAME = "program-id-blocks"
 def planner(analysis) -> dict:
     """One plan per (pallas_call, ref, dim) whose program_id windows are `pl.ds` slices. A ref
     windowed along two dims (`o_ref[pl.ds(i * TM, TM), pl.ds(j * TN, TN)]`) takes two rounds:
-    the second composes its window with the block the first one wrote."""
+    the second composes its window with the block the first one wrote. Until then an output's
+    second window is refused (its block would stay resident across the first one's axis), a
+    refusal that waits for the first window's fix."""
     groups = _windowed_refs(analysis)
-    outcomes = per_use(groups.items(), lambda key, uses: attempt(NAME, _plan, analysis, key[1], key[2], uses))
+    outcomes = per_use(groups.items(), lambda key, uses: _attempt(analysis, groups, key, uses))
     return {**program_id_scalar_refusals(NAME, analysis), **outcomes}
+
+
+def _attempt(analysis, groups: dict, key: tuple[int, str, int], uses: list[IndexUse]) -> Outcome:
+    try:
+        return _plan(analysis, key[1], key[2], uses)
+    except ResidentOutput as exc:
+        return Refusal(NAME, str(exc), _windows_over(groups, key, exc.axes))
+    except (Refuse, CallSiteError) as exc:  # as rewrite.common.attempt
+        return Refusal(NAME, str(exc), getattr(exc, "waits_for", ()))
+
+
+def _windows_over(groups: dict, key: tuple[int, str, int], axes: frozenset[int]) -> tuple:
+    """The windows of the same ref along another dim whose program ids cover `axes`: once they
+    are in its BlockSpec, the output's block follows those axes and is resident across none."""
+    out = []
+    for (call, ref, dim), uses in groups.items():
+        if call == key[0] and ref == key[1] and dim != key[2] and axes <= {u.provenance.program_id_axis for u in uses}:
+            out += [use_key(u) for u in uses]
+    return tuple(out)
 
 
 def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
@@ -141,7 +163,12 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
-    description = f"moved the program_id window on `{ref}` in `{site.kernel_name}` into its BlockSpec"
+    # Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
+    # line `--apply` prints must say which one it made.
+    axes = sorted({a for a in window.index.axes if isinstance(a, int)} | set(squeezed.values()))
+    by = ", ".join(f"pl.program_id({a})" for a in axes)
+    description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
+                   f"in `{site.kernel_name}` into its BlockSpec")
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)

@@ -22,15 +22,17 @@ from pallas_fix.analysis.loops.windows import window_of
 from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
-from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal, use_key
+from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.core.speed import Pipelined
 from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
 from pallas_fix.rules.dynamic_index.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
+from pallas_fix.rewrite.loops.dependence import accumulates_in_place
 from pallas_fix.rewrite.text.line_width import fit_width
-from pallas_fix.rules.registry import classify
+from pallas_fix.rules.dynamic_index.pf102_reduction_loop_slice import message as reduction_message
+from pallas_fix.rules.registry import RULES, classify
 
 __all__ = ["START_FIXES", "CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
 
@@ -101,9 +103,13 @@ def check(analysis: Analysis) -> CheckResult:
     config = analysis.config
     lines = analysis.source.splitlines()
     ruled = [(use, window, *classify(use, window)) for use in analysis.uses for window in (window_of(use),)]
-    outcomes = _outcomes(analysis, {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)})
+    present = {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)}
+    if config.enabled("PF102") and any(rule.code == "PF101" for _, _, rule, _ in ruled):
+        present |= {"PF101", "PF102"}  # a PF101 loop may turn out a reduction: both lifts decide (_as_reduction)
+    outcomes = _outcomes(analysis, present)
     findings: list[Finding] = []
     for use, window, rule, message in ruled:
+        rule, message = _as_reduction(analysis, use, rule, message, outcomes)
         finding = Finding(
             code=rule.code,
             message=message,
@@ -129,6 +135,25 @@ def check(analysis: Analysis) -> CheckResult:
     return CheckResult(analysis, kept, sorted(plans.values(), key=_plan_rank))
 
 
+REDUCTION = recipes.lift_reduction.NAME  # the codemod that takes reduction loops
+
+
+def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcomes: dict[Anchor, list[Outcome]]):
+    """A carry-less loop whose fix is lift-reduction's, or which no one can fix but which
+    lift-reduction speaks for and which updates a ref in place (`o_ref[...] += ...`), is a
+    reduction: its iterations are not independent, so it is PF102, not PF101."""
+    if rule.code != "PF101":
+        return rule, message
+    offered = outcomes.get(use_key(use), [])
+    plan = next((o for o in offered if isinstance(o, FixPlan)), None)
+    if plan is not None:
+        reduction = plan.codemod == REDUCTION
+    else:
+        loop = use.provenance.loop
+        reduction = any(o.codemod == REDUCTION for o in offered) and loop is not None and accumulates_in_place(analysis, loop)
+    return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)
+
+
 # Start fixes (a one-element slice or a float used as a start, a traced constant) come before
 # lifts: a lift planned around a start that no interpreter accepts gives a kernel none runs.
 START_FIXES = ("scalar-start", "traced-constant")
@@ -147,8 +172,21 @@ def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcom
             continue
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
+    outcomes = _resolve_waits(outcomes)
     # A plan that would stop a kernel running in GPU interpret mode, where it runs, becomes a refusal.
     return screen_for_gpu_interpret(analysis, outcomes)
+
+
+def _resolve_waits(outcomes: dict[Anchor, list[Outcome]]) -> dict[Anchor, list[Outcome]]:
+    """A refusal that waits for the fix of other anchors (the outer loop, another dim's window)
+    becomes a FixAfter of that fix where one is planned; it stays a refusal where none is."""
+    def resolved(outcome: Outcome) -> Outcome:
+        if not isinstance(outcome, Refusal) or not outcome.waits_for:
+            return outcome
+        first = next((o for a in outcome.waits_for for o in outcomes.get(a, []) if isinstance(o, FixPlan)), None)
+        return FixAfter(outcome.codemod, first) if first is not None else outcome
+
+    return {key: [resolved(o) for o in items] for key, items in outcomes.items()}
 
 
 def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
@@ -157,6 +195,15 @@ def _attach(finding: Finding, outcomes: dict[Anchor, list[Outcome]]) -> Finding:
     plan = next((o for o in offered if isinstance(o, FixPlan)), None)
     if plan is not None:
         return dataclasses.replace(finding, fixable=True, fix_safety=plan.safety, fix_id=plan.codemod, refusal=None, plan=plan)
+    after = next((o for o in offered if isinstance(o, FixAfter)), None)
+    if after is not None:  # fixable once another plan is applied: applying its fix applies that one first
+        first = after.first
+        return dataclasses.replace(finding, fixable=True, fix_safety=first.safety, fix_id=after.codemod, refusal=None,
+                                   plan=first, fix_after=first.description)
+    # No fix: the message must not promise one ("the loop can become a grid axis").
+    rule = RULES.get(finding.code)
+    if rule is not None:
+        finding = dataclasses.replace(finding, message=rule.unpromised(finding.message))
     refusals = [o.reason for o in offered if isinstance(o, Refusal)]
     if refusals:
         return dataclasses.replace(finding, refusal="; ".join(refusals))
@@ -187,6 +234,9 @@ class FixResult:
     pipelined: list[Optional[Pipelined]] = field(default_factory=list)
     rounds: int = 0
     error: Optional[str] = None
+    # Each applied round's findings and the plan it applied, in order (frontends.finding_fixes
+    # follows a finding through them); the findings after the last are `remaining`.
+    history: list[tuple[list[Finding], FixPlan]] = field(default_factory=list, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -239,6 +289,7 @@ def fix_source(
         result.rounds = round_no + 1
         result.applied.append(plan.description)
         result.pipelined.append(plan.pipelined)
+        result.history.append((checked.findings, plan))
         if new_source == current:
             result.remaining = checked.findings
             break

@@ -372,6 +372,18 @@ def test_explain_without_a_code_lists_every_rule(capsys, tmp_path, monkeypatch):
         assert name == RULES[c].name and summary.strip() == RULES[c].summary
 
 
+def test_explain_list_starts_every_summary_in_one_column(capsys, tmp_path, monkeypatch):
+    # PF204's name is longer than the others: it ran into its summary, one column further right.
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "explain")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("PF")]
+    columns = {line.index(RULES[line[:5]].summary) for line in lines}
+    assert len(lines) == len(RULES) and len(columns) == 1
+    (column,) = columns
+    assert all(line[:column].endswith("  ") for line in lines)  # at least two spaces after every name
+
+
 def test_explain_an_unknown_code_is_exit_2_listing_the_known_ones(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run(capsys, "explain", "PF999")

@@ -3,6 +3,7 @@ errors, a syntax error names its place once."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -57,7 +58,35 @@ def test_a_syntax_error_names_its_place_once(capsys, tmp_path):
     code, _, err = run(capsys, path)
     assert code == 2
     assert "error at" not in err  # LibCST's own numbering of the place is dropped
-    assert re.search(r"syntax error: .* \(line 4, column 1\)", err), err
+    # Python's place and words: the bracket left open on line 3 (LibCST said line 4, column 1).
+    assert "syntax error: '[' was never closed (line 3, column 23)" in err, err
+
+
+_HEAD = "import jax\nfrom jax.experimental import pallas as pl\n"
+_BROKEN = {
+    "unclosed bracket": _HEAD + "x = (1,\ndef k(x_ref):\n    pass\n\n\npl.pallas_call(k)\n",
+    "bad parameter list": _HEAD + "def f(:\n    pass\npl.pallas_call\n",
+    "two operators": _HEAD + "x = 1 +* 2\npl.pallas_call\n",
+    "unterminated string": _HEAD + 'x = "abc\npl.pallas_call\n',
+    "unexpected indent": _HEAD + "if True:\n  x = 1\n    y = 2\npl.pallas_call\n",
+    "deep in a kernel": _HEAD + "\n" * 10 + "def k(x_ref, o_ref):\n    o_ref[...] = x_ref[...] +\n\n\npl.pallas_call(k)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BROKEN))
+def test_a_syntax_error_is_reported_where_python_reports_it_in_text_and_json(capsys, tmp_path, name):
+    path = tmp_path / "broken.py"
+    path.write_text(_BROKEN[name])
+    with pytest.raises(SyntaxError) as python:
+        compile(_BROKEN[name], str(path), "exec")
+    line, column, words = python.value.lineno, python.value.offset, python.value.msg
+    code, _, err = run(capsys, "--no-color", path)
+    assert code == 2
+    assert f"syntax error: {words} (line {line}, column {column})" in " ".join(err.split()), err
+    code, out, _ = run(capsys, "--format", "json", path)
+    (error,) = json.loads(out)["errors"]
+    assert code == 2 and (error["path"], error["line"], error["column"]) == (str(path), line, column)
+    assert words in error["message"]
 
 
 def _without_examples(tmp_path) -> Path:
@@ -121,3 +150,192 @@ def test_a_rewrite_no_example_ran_is_written_unverified_says_why_and_exits_1(cap
     assert err.strip().splitlines()[-1] == ("0 finding(s) in 1 file(s); 1 file(s) written unverified: "
                                             "the original ran on none of their examples")
     assert "grid=(" in path.read_text()
+
+
+PID_2D = '''\
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BM = 64
+BN = 128
+
+
+def add_kernel(x_ref, y_ref, o_ref):
+    i = pl.program_id(0)
+    j = pl.program_id(1)
+    rows = pl.ds(i * BM, BM)
+    cols = pl.ds(j * BN, BN)
+    o_ref[rows, cols] = x_ref[rows, cols] + y_ref[rows, cols]
+
+
+@jax.jit
+def add(x, y):
+    m, n = x.shape
+    return pl.pallas_call(
+        add_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(m // BM, n // BN),
+    )(x, y)
+'''
+
+
+def test_apply_prints_one_distinct_line_per_rewrite(capsys, tmp_path):
+    # Three refs windowed along two dims: six rewrites, which all read "moved the program_id
+    # window on `o_ref` ..." twice per ref.
+    path = tmp_path / "add2d.py"
+    path.write_text(PID_2D)
+    code, _, err = run(capsys, "--no-color", "--apply", "--no-verify", path)
+    fixed = [line for line in err.splitlines() if line.startswith(f"fixed {path}:")]
+    assert code == 0, err
+    assert len(fixed) == 6 and len(set(fixed)) == 6, fixed
+    assert any("dim 1 of `o_ref` (by pl.program_id(1))" in line for line in fixed), fixed
+
+
+def test_rewrites_that_say_the_same_thing_are_one_line_with_their_count():
+    from pallas_fix.frontends.cli.apply import fixed_lines
+
+    assert fixed_lines(["a", "b", "a", "c", "a"]) == ["a (3 rewrites)", "b", "c"]
+
+
+# -- findings, counts and --apply agree ---------------------------------------------------------------
+NESTED = Path(__file__).resolve().parent / "fixtures" / "codemods" / "lift_loop" / "nested_loops_before.py"
+
+
+@pytest.mark.parametrize("name", ["program ids along two dims", "nested loops"])
+def test_every_finding_apply_fixes_is_marked_fixable_and_counted(capsys, tmp_path, name):
+    # An output windowed by two program ids (its second window waits for the first) and the
+    # inner of two loops (it waits for the outer one) were "no fix" while the summary counted
+    # them and --apply fixed them.
+    path = tmp_path / "kernel.py"
+    path.write_text(PID_2D if name == "program ids along two dims" else NESTED.read_text())
+    code, out, err = run(capsys, "--no-color", path)
+    assert "no fix" not in out
+    shown = [line for line in out.splitlines() if re.match(rf"{re.escape(str(path))}:\d+:\d+: PF", line)]
+    assert len(shown) == 6 and all(" [*] " in line for line in shown), out
+    assert out.count("fixed after another fix: ") == (1 if name == "program ids along two dims" else 3)
+    assert err.strip().splitlines()[-1] == "6 finding(s) in 1 file(s); 6 fixable with --apply"
+    _, doc, _ = (lambda c, o, e: (c, json.loads(o), e))(*run(capsys, "--format", "json", path))
+    assert all(f["fix"]["available"] and f["fix"]["refusal"] is None for f in doc["findings"])
+    waiting = [f for f in doc["findings"] if f["fix"]["after"]]
+    assert waiting and all(f["fix"]["codemod"] for f in waiting)
+    code, _, err = run(capsys, "--no-color", "--apply", "--no-verify", path)
+    assert code == 0 and "0 finding(s) in 1 file(s)" in err, err
+
+
+def test_a_start_fix_is_counted_as_the_findings_it_fixes(capsys, tmp_path):
+    # Each float start's fix turns its PF107 into a PF101: the count of findings stays 5, and
+    # the summary said nothing was fixable while three findings were marked [*].
+    source = Path(__file__).resolve().parent / "fixtures" / "codemods" / "scalar_start" / "float_starts_before.py"
+    path = tmp_path / "floats.py"
+    path.write_text(source.read_text())
+    _, out, err = run(capsys, "--no-color", path)
+    assert out.count(" [*] ") == 3
+    assert err.strip().splitlines()[-1] == "5 finding(s) in 1 file(s); 3 fixable with --apply"
+
+
+PREFIX_SUM = '''\
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BS = 128
+
+
+def prefix_kernel(x_ref, o_ref):
+{first}    def body(i, carry):
+        prev = o_ref[pl.ds((i - 1) * BS + BS - 1, 1)]
+        o_ref[pl.ds(i * BS, BS)] = jnp.cumsum(x_ref[pl.ds(i * BS, BS)]) + prev
+        return carry
+
+    jax.lax.fori_loop(1, x_ref.shape[0] // BS, body, 0)
+
+
+def prefix(x):
+    return pl.pallas_call(
+        prefix_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+@pytest.mark.parametrize("first", ["", "    o_ref[pl.ds(0, BS)] = x_ref[pl.ds(0, BS)]\n\n"], ids=["no write before", "write before"])
+def test_a_scan_through_memory_is_refused_for_its_dependence_without_promising_a_grid_axis(capsys, tmp_path, first):
+    # Was: "the kernel writes a ref before the loop" with the first block written first, and
+    # "not provably a block" / "different blocks within one iteration" without, each under a
+    # message saying "the loop can become a grid axis".
+    path = tmp_path / "prefix.py"
+    path.write_text(PREFIX_SUM.format(first=first))
+    _, doc, _ = (lambda c, o, e: (c, json.loads(o), e))(*run(capsys, "--format", "json", path))
+    assert len(doc["findings"]) == 3
+    for f in doc["findings"]:
+        assert not f["fix"]["available"]
+        assert "can become a grid axis" not in f["message"]
+        assert f["fix"]["refusal"].startswith("iteration `i` reads `o_ref` at `(i - 1) * BS + BS - 1`")
+        assert "outside the block it writes" in f["fix"]["refusal"] and "reads what another iteration wrote" in f["fix"]["refusal"]
+
+
+ACCUMULATE = '''\
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BK = 128
+
+
+def sum_kernel(x_ref, o_ref):
+    o_ref[...] = jnp.zeros_like(o_ref)
+
+    def body(k, carry):
+        o_ref[...] += x_ref[:, pl.ds(k * BK, BK)]
+        return carry
+
+    jax.lax.fori_loop(0, x_ref.shape[1] // BK, body, 0)
+
+
+def colsum(x):
+    return pl.pallas_call(
+        sum_kernel,
+        out_shape=jax.ShapeDtypeStruct((x.shape[0], BK), x.dtype),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+def test_a_loop_accumulating_into_an_output_is_a_reduction(capsys, tmp_path):
+    # Was PF101 "independent loop" whose fix said "lifted the reduction".
+    path = tmp_path / "colsum.py"
+    path.write_text(ACCUMULATE)
+    _, doc, _ = (lambda c, o, e: (c, json.loads(o), e))(*run(capsys, "--format", "json", path))
+    (f,) = doc["findings"]
+    assert f["code"] == "PF102" and f["fix"]["codemod"] == "lift-reduction"
+    assert "reduction loop" in f["message"]
+    _, _, err = run(capsys, "--no-color", "--select", "PF102", path)
+    assert "1 finding(s) in 1 file(s); 1 fixable with --apply once verified" in err
+    _, _, err = run(capsys, "--no-color", "--select", "PF101", path)
+    assert "0 finding(s)" in err
+
+
+SEED_GATHER = Path(__file__).resolve().parent / "fixtures" / "gpu_interpret_policy" / "seed_gather.py"
+
+
+def test_a_refusal_reads_the_same_before_and_after_apply(capsys, tmp_path):
+    # The loop's lift was refused for "the rank of idx_ref" in the dry run (a question the start
+    # fix, applied first, answers) and for GPU interpret mode after --apply: the dry run now
+    # gives the reason that holds once --apply's rounds have run.
+    path = tmp_path / "gather.py"
+    path.write_text(SEED_GATHER.read_text())
+
+    def o_ref_refusal() -> str:
+        _, out, _ = run(capsys, "--format", "json", path)
+        (f,) = [f for f in json.loads(out)["findings"] if f["message"].startswith("`o_ref`")]
+        return f["fix"]["refusal"]
+
+    before = o_ref_refusal()
+    code, _, err = run(capsys, "--no-color", "--apply", "--no-verify", path)
+    assert "fixed" in err and path.read_text() != SEED_GATHER.read_text()
+    after = o_ref_refusal()
+    assert before == after and "GPU interpret mode cannot run" in after

@@ -467,6 +467,28 @@ def test_hover_shows_the_rule_doc(tmp_path):
     assert DOCS_URL.format(code="pf104") in on.contents.value
 
 
+def test_a_fix_that_waits_for_another_is_offered_and_says_so(tmp_path):
+    # The inner of two nested loops, and an output's second program-id window, are fixed by
+    # --apply once the outer loop (the first window) is: the editor said "no fix" for them.
+    nested = TESTS / "fixtures" / "codemods" / "lift_loop" / "nested_loops_before.py"
+    path = tmp_path / "nested.py"
+    shutil.copyfile(nested, path)
+
+    async def go():
+        async with Session(server_command()) as s:
+            uri = s.open(path)
+            return await s.diagnostics(uri, version=1, settled=True)
+
+    diags = run(go())
+    assert len(diags) == 6
+    waiting = [d for d in diags if "fixed after another fix: lifted the loop over `i`" in d.message]
+    assert len(waiting) == 3 and all("j * TN" in d.message for d in waiting)
+    for d in diags:
+        assert "no fix" not in d.message and "refusal" not in d.data
+        fix = _fix(d)
+        assert fix is not None and fix["codemod"] == "lift-loop" and fix["edits"]
+
+
 def test_syntax_error_gets_a_diagnostic_and_the_server_recovers(tmp_path):
     path = copy_fixture(tmp_path, "syntax_error.py")
     text = path.read_text()
@@ -491,9 +513,39 @@ def test_syntax_error_gets_a_diagnostic_and_the_server_recovers(tmp_path):
     (d,) = broken
     assert d.severity == types.DiagnosticSeverity.Error
     assert (d.range.start.line, d.range.start.character) == (err.line - 1, err.column)
+    assert (d.range.start.line, d.range.start.character) == python_place(text)
     assert err.reason in d.message
     assert not actions and hover is None
     assert healed == []
+
+
+def python_place(text: str) -> tuple[int, int]:
+    """Where `compile` puts the syntax error of `text`, 0-based as LSP positions are."""
+    with pytest.raises(SyntaxError) as info:
+        compile(text, "<text>", "exec")
+    return info.value.lineno - 1, info.value.offset - 1
+
+
+def test_an_edit_that_breaks_the_file_is_flagged_where_python_flags_it(tmp_path):
+    # Typed into an open file (the incremental path): LibCST placed this error a line and more
+    # later than Python does.
+    path = copy_fixture(tmp_path, "syntax_error.py")
+    good = path.read_text().replace("x.dtype)(x)", "x.dtype))(x)")
+    path.write_text(good)
+    broken = good.replace("def after_the_error(x):\n    return x + 1", "def after_the_error(x):\n    return [x +\n\n\n")
+
+    async def go():
+        async with Session(server_command()) as s:
+            uri = s.open(path)
+            first = await s.diagnostics(uri, version=1)
+            s.change(uri, 2, broken)
+            return first, await s.diagnostics(uri, version=2)
+
+    first, after = run(go())
+    assert first == []
+    (d,) = after
+    assert d.data["syntaxError"] is True
+    assert (d.range.start.line, d.range.start.character) == python_place(broken)
 
 
 class RawConnection:

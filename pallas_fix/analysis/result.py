@@ -6,7 +6,9 @@ it, and the engine derives findings and plans from it into a result of its own.
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -55,9 +57,33 @@ def mentions_pallas(source: str) -> bool:
 _PLACE_IN_MESSAGE = re.compile(r"^(?:parser error: )?error at \d+:\d+: ")
 
 
-def parse_error(path: str, exc: cst.ParserSyntaxError) -> SourceError:
+def parse_error(path: str, exc: cst.ParserSyntaxError, source: Optional[str] = None) -> SourceError:
+    """The syntax error of `source` where Python itself puts it (`ast.parse`'s line, offset and
+    message): LibCST's position can be a line or two later, and a report parses a reduced text
+    whose lines are not the file's. LibCST's own place only when Python accepts the text."""
+    python = python_syntax_error(source) if source is not None else None
+    if python is not None:
+        return python_error(path, python)
     reason = _PLACE_IN_MESSAGE.sub("", exc.message)
     return SourceError(path, f"syntax error: {reason}", exc.raw_line, exc.raw_column)
+
+
+def python_syntax_error(source: str) -> Optional[SyntaxError]:
+    """What `ast.parse` raises for `source`, or None when it parses."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's invalid escapes are not ours to report
+            ast.parse(source)
+    except SyntaxError as exc:  # IndentationError and TabError too
+        return exc
+    except (ValueError, MemoryError, RecursionError):  # null bytes; nesting past the parser's limit
+        return None
+    return None
+
+
+def python_error(path: str, exc: SyntaxError) -> SourceError:
+    """`exc` as a SourceError: Python's 1-based line, its 1-based offset as a 0-based column."""
+    return SourceError(path, f"syntax error: {exc.msg}", exc.lineno or 1, max((exc.offset or 1) - 1, 0))
 
 
 def analyze(source: str, path: str = "<string>", config: Optional[Config] = None, *, reach: bool = False) -> Analysis:
@@ -72,7 +98,7 @@ def analyze(source: str, path: str = "<string>", config: Optional[Config] = None
     try:
         ctx = ModuleContext(source, path, cst.parse_module(reached) if reached is not None else None, reduced=reached is not None)
     except cst.ParserSyntaxError as exc:
-        raise parse_error(path, exc) from exc
+        raise parse_error(path, exc, source) from exc
     return analyze_sites(ctx, config, discover(ctx, config.backend))
 
 

@@ -44,6 +44,25 @@ class Span:
     end_column: int
 
 
+@dataclass(frozen=True)
+class TextEdit:
+    """One replacement in a file's text: the `length` code points from `offset` (`span`: from
+    its start to its end, exclusive) become `text`."""
+
+    span: Span
+    offset: int
+    length: int
+    text: str
+
+
+@dataclass(frozen=True)
+class FixEdits:
+    """A finding's own fix as edits of the text that was analysed, and what the fix does."""
+
+    description: str
+    edits: tuple[TextEdit, ...]
+
+
 @dataclass
 class LoopInfo:
     """A lax.fori_loop / pl.loop whose induction variable drives a slice."""
@@ -146,6 +165,11 @@ class Finding:
     severity: str = "warning"  # "error" | "warning" | "info"
     fix_id: Optional[str] = None  # which codemod fixes it
     kernel: Optional[str] = None
+    # Fixed only once another fix has been applied: what that fix does (`fix_id` and
+    # `fix_safety` are those of the fix that then fixes it).
+    fix_after: Optional[str] = None
+    # Its own fix as edits of the analysed text, when a front end asked for them (SARIF).
+    fix_edits: Optional[FixEdits] = field(default=None, compare=False, repr=False)
     # What a fix plan is attached to (core.plans.use_key / site_key), and the plan the engine
     # attached: the finding carries its own fix, so every front end applies the same one.
     anchor: Optional[tuple[int, int]] = field(default=None, compare=False, repr=False)
@@ -174,5 +198,6 @@ class Finding:
                 "safety": self.fix_safety.value if self.fix_safety else None,
                 "codemod": self.fix_id,
                 "refusal": self.refusal,
+                "after": self.fix_after,
             },
         }

@@ -43,9 +43,23 @@ class FixPlan:
 class Refusal:
     codemod: str
     reason: str
+    # Anchors whose fix, once applied, removes the reason (the outer of two nested loops; an
+    # output's window along another dim): the engine makes the refusal a FixAfter of that fix.
+    waits_for: tuple[Anchor, ...] = ()
 
 
-Outcome = FixPlan | Refusal
+@dataclass
+class FixAfter:
+    """Fixed only once `first` has been applied: the planner refuses the finding now for a reason
+    `first` removes (an output's window along another dim moves into its BlockSpec first). The
+    finding is fixable, `first` is what applying its fix does now, and the fix of its own
+    follows in a later round."""
+
+    codemod: str
+    first: FixPlan
+
+
+Outcome = FixPlan | Refusal | FixAfter
 
 
 def use_key(use: IndexUse) -> Anchor:
@@ -82,4 +96,9 @@ class Refuse(Exception):
     """Raised by a codemod when a precondition fails; the message is the refusal's reason.
 
     Planners raise it from any depth of their checks and turn it into a `Refusal` at the top
-    (`pallas_fix.rewrite.common.attempt`), so no check has to thread a result back up."""
+    (`pallas_fix.rewrite.common.attempt`), so no check has to thread a result back up.
+    `waits_for`: as Refusal's."""
+
+    def __init__(self, reason: str = "", waits_for: tuple[Anchor, ...] = ()) -> None:
+        super().__init__(reason)
+        self.waits_for = waits_for

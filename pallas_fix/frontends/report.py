@@ -20,6 +20,7 @@ class FileReport:
     applied: list[str] = field(default_factory=list)
     remaining: list[Finding] = field(default_factory=list)
     error: Optional[str] = None
+    error_place: Optional[tuple[int, int]] = None  # a syntax error's (line, 1-based column), as Python reports it
     fix_error: Optional[str] = None
     config: Optional[Config] = None
     notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb

@@ -14,6 +14,7 @@ from pallas_fix.core.config import Config, ConfigError, load_config, parse_backe
 from pallas_fix.core.examples import ExampleSyntaxError
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
 from pallas_fix.frontends.files.files import FileError, read_source, write_source
+from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
@@ -48,6 +49,7 @@ class Options:
     lift_for_memory: Optional[bool] = None  # --lift-for-memory (core.speed)
     synthesise: bool = True  # find example calls in the code when none are given
     kernels: tuple = ()  # --kernel: rewrite only these kernels
+    fix_edits: bool = False  # give each fixable finding the edits of its own fix (SARIF's `fixes`)
 
 
 def config_for(path: str, opts: Options) -> Config:
@@ -96,8 +98,9 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     try:
         analysis = analyze_source(src.text, path, config, reach=True)
     except SourceError as exc:
-        return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})")
-    report = replace(report, findings=analysis.findings, remaining=analysis.findings, example_hint=example_hint(analysis),
+        return replace(report, error=exc.reason + f" (line {exc.line}, column {exc.column + 1})", error_place=(exc.line, exc.column + 1))
+    findings = with_fix_edits(analysis, bool(config.unsafe_fixes)) if opts.fix_edits else analysis.findings
+    report = replace(report, findings=findings, remaining=findings, example_hint=example_hint(analysis),
                      gpu_interpret=verifies_in_gpu_interpret(analysis.analysis))
     if not any(f.fixable for f in analysis.findings):
         return report
@@ -105,7 +108,9 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     if fixed.error:
         return replace(report, fix_error=fixed.error)
     if fixed.changed:
-        return replace(report, proposed=fixed.source, applied=fixed.applied, remaining=fixed.remaining)
+        # What the findings say of their fixes is what the proposal does (finding_fixes.settle).
+        return replace(report, findings=settle(report.findings, fixed), proposed=fixed.source, applied=fixed.applied,
+                       remaining=fixed.remaining)
     return report
 
 

@@ -15,10 +15,13 @@ def rule_url(code: str) -> str:
 
 
 def finding_notes(f: Finding) -> list[str]:
-    """The lines shown under a finding's message: where its start comes from, why there is no fix."""
+    """The lines shown under a finding's message: where its start comes from, why there is no
+    fix, or the fix that must come first."""
     notes = []
     if f.provenance:
         notes.append(f"start comes from {f.provenance}")
     if not f.fixable and f.refusal:
         notes.append(f"no fix: {f.refusal}")
+    if f.fixable and f.fix_after:
+        notes.append(f"fixed after another fix: {f.fix_after}")
     return notes

@@ -1,4 +1,7 @@
-"""`--format sarif`: a SARIF 2.1.0 log for code scanning, every rule described, one result per finding."""
+"""`--format sarif`: a SARIF 2.1.0 log for code scanning, every rule described, one result per
+finding. A finding whose own fix the front end computed (`Finding.fix_edits`) carries it as a
+SARIF `fix`: one `artifactChange` on its file whose `replacements` delete a region of the
+unmodified text and insert the new lines, so viewers can show or apply the rewrite."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pallas_fix import __version__
-from pallas_fix.core.model import Finding
+from pallas_fix.core.model import Finding, TextEdit
 from pallas_fix.output.common import rule_url
 from pallas_fix.rules.registry import RULES
 
@@ -57,7 +60,33 @@ def _result(f: Finding, rule_index: int) -> dict:
             }
         ],
         "properties": {"fixable": f.fixable, "origin": f.origin, "refusal": f.refusal},
+        **({"fixes": [_fix(f)]} if f.fix_edits else {}),
     }
+
+
+def _fix(f: Finding) -> dict:
+    assert f.fix_edits is not None
+    safety = f" ({f.fix_safety.value} fix)" if f.fix_safety is not None else ""
+    replacements = [_replacement(e) for e in f.fix_edits.edits]
+    return {
+        "description": {"text": f"{f.fix_id}{safety}: {f.fix_edits.description}"},
+        "artifactChanges": [{"artifactLocation": {"uri": sarif_uri(f.path)}, "replacements": replacements}],
+    }
+
+
+def _replacement(edit: TextEdit) -> dict:
+    """The region in the unmodified text, by line and column (1-based, end exclusive) and by
+    character offset, which stays exact where the region ends past the last line break."""
+    span = edit.span
+    region = {
+        "startLine": span.line,
+        "startColumn": span.column + 1,
+        "endLine": span.end_line,
+        "endColumn": span.end_column + 1,
+        "charOffset": edit.offset,
+        "charLength": edit.length,
+    }
+    return {"deletedRegion": region, "insertedContent": {"text": edit.text}}
 
 
 def render_sarif(findings: list[Finding]) -> str:

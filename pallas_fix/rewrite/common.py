@@ -45,7 +45,7 @@ def attempt(codemod: str, plan: Callable[..., Optional[Outcome]], *args) -> Opti
     try:
         return plan(*args)
     except (Refuse, CallSiteError) as exc:
-        return Refusal(codemod, str(exc))
+        return Refusal(codemod, str(exc), getattr(exc, "waits_for", ()))
 
 
 def per_use(groups: Iterable[tuple[object, list[IndexUse]]], plan: Callable[[object, list[IndexUse]], Outcome]) -> dict:

@@ -36,6 +36,16 @@ class Rule:
     # "analysis": the engine reports it from the source; "verification": verification reports it
     # from what it traced on an example (PF3xx), so its examples carry an example directive.
     stage: str = "analysis"
+    # The closing clauses of its messages that promise a fix ("the loop can become a grid
+    # axis"): a finding with no fix is reported without them (`unpromised`).
+    promises: tuple[str, ...] = ()
+
+    def unpromised(self, message: str) -> str:
+        """`message` without the clause that promises a fix, for a finding that has none."""
+        for promise in self.promises:
+            if message.endswith(f"; {promise}"):
+                return message[: -len(promise) - 2]
+        return message
 
     @property
     def summary(self) -> str:
@@ -55,12 +65,12 @@ Edit = tuple[str, str]  # (old, new) text
 
 def make_rule(module_doc: Optional[str], code: str, name: str, check: IndexCheck, *, severity: str = "warning",
               valid: tuple[str, ...] = (), invalid: tuple[str, ...] = (), fix: tuple[Edit, ...] = (),
-              stage: str = "analysis") -> Rule:
+              stage: str = "analysis", promises: tuple[str, ...] = ()) -> Rule:
     """A rule documented by its module's docstring (`__doc__`). `fix` edits the first INVALID
     example into the first VALID one, so that the two show exactly what changes."""
     if fix:
         valid = (fixed(invalid[0], fix),) + valid
-    return Rule(code, name, severity, check, inspect.cleandoc(module_doc or ""), valid, invalid, stage)
+    return Rule(code, name, severity, check, inspect.cleandoc(module_doc or ""), valid, invalid, stage, promises)
 
 
 def claims_origin(origin: Origin, message: Callable[[IndexUse], str]) -> IndexCheck:

@@ -69,7 +69,7 @@ def run_check(paths: list[str], opts: Options, fmt: Format, workers: int, no_ign
         counted, code = _present(report, opts, fmt, color, err, verdict_json, unchecked)
         all_findings.extend(counted)
         exit_code = max(exit_code, code)
-    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None)
+    _print_machine_output(fmt, all_findings, verdict_json if opts.apply else None, [_error_json(r) for r in reports if r.error])
     if fmt is Format.text and not opts.diff_only:
         err.print(_summary(reports, all_findings, opts, unchecked))
     if all_findings and exit_code == 0:
@@ -125,9 +125,14 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
     return report.findings, 2 if status == "error" else 1
 
 
-def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]]) -> None:
+def _error_json(report: FileReport) -> dict:
+    line, column = report.error_place or (None, None)
+    return {"path": report.path, "message": report.error, "line": line, "column": column}
+
+
+def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Optional[list[dict]], errors: list[dict]) -> None:
     if fmt is Format.json:
-        print(render_json(findings, verdicts))
+        print(render_json(findings, verdicts, errors))
     elif fmt is Format.sarif:
         print(render_sarif(findings))
     elif fmt is Format.github:
@@ -137,24 +142,29 @@ def _print_machine_output(fmt: Format, findings: list[Finding], verdicts: Option
 
 
 def _summary(reports: list[FileReport], findings: list[Finding], opts: Options, unchecked: list[str]) -> str:
-    """What `--apply` will really do: the findings its rewrite removes (a later round can fix a
-    finding the first analysis refused), and the unsafe fixes it writes only once verified (or
-    with --unsafe-fixes); after `--apply`, the files written without a check although they had
-    examples."""
+    """What `--apply` will really do, counted over the findings shown: those its rewrite fixes
+    (each marked fixable, a later round's saying which fix comes first: service.settle), and the
+    unsafe fixes it writes only once verified (or with --unsafe-fixes); after `--apply`, the files
+    written without a check although they had examples."""
     checked = sum(1 for r in reports if not r.error)
     summary = f"{len(findings)} finding(s) in {checked} file(s)"
     if opts.apply:
         if unchecked:
             summary += f"; {len(unchecked)} file(s) written unverified: the original ran on none of their examples"
         return summary
-    fixed = sum(max(0, len(r.findings) - len(r.remaining)) for r in reports if r.proposed is not None)
-    unsafe = sum(1 for r in reports for f in r.remaining if f.fixable and f.fix_safety is FixSafety.UNSAFE)
+    fixed = sum(1 for r in reports if r.proposed is not None for f in r.findings if f.fixable and _applied_now(r, f))
+    unsafe = sum(1 for r in reports for f in r.findings if f.fixable and not _applied_now(r, f))
     if fixed:
         summary += f"; {fixed} fixable with --apply"
     if unsafe:
         how = "once verified on an example, or with --unsafe-fixes"
         summary += f", {unsafe} more {how}" if fixed else f"; {unsafe} fixable with --apply {how}"
     return summary
+
+
+def _applied_now(report: FileReport, f: Finding) -> bool:
+    """The proposal applies this finding's fix: a safe one, or an unsafe one with unsafe fixes on."""
+    return f.fix_safety is FixSafety.SAFE or bool(report.config and report.config.unsafe_fixes)
 
 
 def _diff(report: FileReport) -> str:
@@ -232,6 +242,7 @@ def check(
         lift_for_memory=lift_for_memory,
         synthesise=synthesise,
         kernels=tuple(kernel),
+        fix_edits=fmt is Format.sarif,
     )
     use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if color is None else color
     code = run_check(paths, opts, fmt, max(1, workers), no_ignore, use_color)
@@ -244,8 +255,10 @@ sub_app = typer.Typer(add_completion=False, no_args_is_help=True, context_settin
 @sub_app.command("explain", help="Print a rule's documentation and examples (all rules when no code is given).")
 def explain(code: Optional[str] = typer.Argument(None)) -> None:
     if code is None:
-        for r in sorted(RULES.values(), key=lambda r: r.code):
-            print(f"{r.code}  {r.name:30s} {r.summary}")
+        rules = sorted(RULES.values(), key=lambda r: r.code)
+        width = max(len(r.name) for r in rules)  # the longest name sets the column: none runs into its summary
+        for r in rules:
+            print(f"{r.code}  {r.name:{width}s}  {r.summary}")
         return
     try:
         print(describe(code))

@@ -41,9 +41,18 @@ def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict])
     except FileError as exc:
         err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
         return "error", report
-    for line in applied:
+    for line in fixed_lines(applied):
         err.print(f"fixed {report.path}: {line}")
     return ("unchecked" if any(k.unchecked for k in accepted) else "written"), written
+
+
+def fixed_lines(applied: list[str]) -> list[str]:
+    """One line per distinct rewrite, in order; rewrites that say the same thing are one line
+    with their count, so no sentence is printed twice."""
+    counts: dict[str, int] = {}
+    for line in applied:
+        counts[line] = counts.get(line, 0) + 1
+    return [line if n == 1 else f"{line} ({n} rewrites)" for line, n in counts.items()]
 
 
 def _print_kernel(report: FileReport, kernel: KernelRewrite, err, verdict_json: list[dict]) -> None:
@@ -89,7 +98,7 @@ def _apply_notebook(report: FileReport, opts: Options, err, verdict_json: list[d
     except FileError as exc:
         err.print(f"[bold red]error[/]: {_e(report.path)}: {_e(exc)}", markup=True)
         return "error"
-    for line in report.applied:
+    for line in fixed_lines(report.applied):
         err.print(f"fixed {report.path}: {line}")
     return refused or "written"
 

@@ -8,6 +8,7 @@ from typing import Callable
 
 from pallas_fix.core.config import Config, ConfigError
 from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source
+from pallas_fix.frontends.finding_fixes import settle
 from pallas_fix.frontends.files.files import FileError, SourceFile, read_source, write_source
 from pallas_fix.frontends.files.notebook import (
     NotebookEdit,
@@ -54,10 +55,13 @@ def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
     except SourceError as exc:
         cell, line = locate(line_map(vm.text), exc.line)
         return replace(report, error=f"cell[{cell}]: {exc.reason} (line {line}, column {exc.column + 1})")
-    findings = map_findings(analysis.findings, path, vm.text)
-    rewrite, notes = ({}, [])
+    found, rewrite, notes = analysis.findings, {}, []
     if any(f.fixable for f in analysis.findings):
-        rewrite, notes = _rewrite(path, src, nb, vm, fix_source(vm.text, path, config))
+        fixed = fix_source(vm.text, path, config, analysis=analysis)
+        rewrite, notes = _rewrite(path, src, nb, vm, fixed)
+        if fixed.changed and not fixed.error:
+            found = settle(found, fixed)  # as a .py file's report (frontends.finding_fixes)
+    findings = map_findings(found, path, vm.text)
     notes = vm.warnings + notes
     fields = {"findings": findings, "remaining": findings, "fix_error": "; ".join(notes) if notes else None,
               "gpu_interpret": verifies_in_gpu_interpret(analysis.analysis), **rewrite}

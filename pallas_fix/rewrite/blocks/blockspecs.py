@@ -137,10 +137,22 @@ class SpecWriter:
         total = ngrid + (1 if self.grid.adds_axis else 0)
         unused = [a for a in range(total) if a not in used]
         if unused and max(used, default=-1) > min(unused):
-            raise CallSiteError(
+            raise ResidentOutput(
                 f"the output `{slot.param}` stays resident across grid axis {min(unused)} "
-                "(an accumulator or a block shared by several steps); blocking it would revisit blocks"
+                "(an accumulator or a block shared by several steps); blocking it would revisit blocks",
+                slot.param, frozenset(unused),
             )
+
+
+class ResidentOutput(CallSiteError):
+    """An output block would be revisited: its index ignores grid axes `axes` inside the ones it
+    uses. A planner that will give the output its window along those axes itself (another dim
+    of the same ref) can say the refusal lasts only until then."""
+
+    def __init__(self, message: str, param: str, axes: frozenset[int]) -> None:
+        super().__init__(message)
+        self.param = param
+        self.axes = axes
 
 
 @dataclass(frozen=True)

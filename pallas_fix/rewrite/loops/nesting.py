@@ -16,13 +16,15 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import LoopInfo
-from pallas_fix.core.plans import Refuse
+from pallas_fix.core.plans import Refuse, use_key
 from pallas_fix.rewrite.text.syntax import code
 
 
-def refuse_nested(ctx: ModuleContext, kernel: cst.FunctionDef, loop: LoopInfo, loops: dict) -> Refuse:
+def refuse_nested(ctx: ModuleContext, kernel: cst.FunctionDef, loop: LoopInfo, loops: dict, uses: list) -> Refuse:
     """The refusal for a loop statement inside another block of the kernel, naming that block
-    (`loops`: every loop body of the module, analysis.detection.loops)."""
+    (`loops`: every loop body of the module, analysis.detection.loops). Inside another loop it
+    waits for the outer loop's fix (the indices it drives, among `uses`): once the outer loop is
+    a grid axis, this one stands at the top level."""
     block = _enclosing_block(ctx, kernel, loop.statement)
     line = ctx.span(block).line if block is not None else ctx.span(loop.call).line
     if isinstance(block, cst.FunctionDef):
@@ -37,7 +39,8 @@ def refuse_nested(ctx: ModuleContext, kernel: cst.FunctionDef, loop: LoopInfo, l
         if outer is not None:
             return Refuse(
                 f"the loop is nested in the loop over `{outer.index_name}` (line {line}), which pallas-fix cannot lift first; "
-                "the inner loop lifts once the outer loop is a grid axis"
+                "the inner loop lifts once the outer loop is a grid axis",
+                waits_for=tuple(use_key(u) for u in uses if u.provenance.loop is outer),
             )
         return Refuse(f"the loop sits inside `{block.name.value}` (line {line}), not at the top level of the kernel")
     if isinstance(block, cst.For):

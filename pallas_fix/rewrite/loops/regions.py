@@ -21,6 +21,7 @@ from pallas_fix.rewrite.common import attempt, per_use
 from pallas_fix.rewrite.text.edits import Edit, remove_statement
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments
 from pallas_fix.rewrite.kernel.dead_stores import DeadStore, overwritten_stores
+from pallas_fix.rewrite.loops.dependence import check_iterations_independent
 from pallas_fix.rewrite.loops.nesting import refuse_nested, static_branch, strip_block_blank_lines, when_container
 from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, helper_aliases, ref_helpers
 from pallas_fix.rewrite.loops.checks import (
@@ -284,7 +285,7 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
         when = when_container(ctx, kernel, statement)
         branch = None if when is not None else static_branch(ctx, analysis.detection.envs.get(kernel), kernel, statement)
     if statement not in stmts and when is None and branch is None:
-        raise refuse_nested(ctx, kernel, loop, analysis.detection.loops)
+        raise refuse_nested(ctx, kernel, loop, analysis.detection.loops, analysis.uses)
     # The kernel-level statement holding the loop (`pl.when` def, static `if`), and the loop's block.
     container = when if when is not None else (_if_of(ctx, branch) if branch is not None else None)
     inner = list(branch.body) if branch is not None else (body_statements(when) if when is not None else stmts)
@@ -316,6 +317,7 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
             raise Refuse("the loop only threads its carry through a nested loop; it is not a reduction (see PF101)")
         check_threaded_init(loop)
     check_loop_writes(analysis, region)
+    check_iterations_independent(analysis, region)  # before the rest: the reason no other change removes
     if not reduction:  # R2 renames the carry's leaves into scratch refs: its own model of names
         check_hygiene(ctx, kernel, loop, carry, [statement, body_def_stmt, *region.bound_stmts])
     if not reduction:  # R2 moves what the code before the loop writes to the first grid step

@@ -111,12 +111,33 @@ def add_imports(module: cst.Module, imports: Iterable[Optional[NewImport]]) -> c
     return module
 
 
-def drop_unused_loop_imports(module: cst.Module) -> cst.Module:
-    """`from jax import lax` / `from jax.lax import fori_loop` that only served the lifted loop."""
+# The imports a lifted loop may leave unused: (module, name bound by `from module import name`).
+_LOOP_IMPORTS = (("jax", "lax"), ("jax.lax", "fori_loop"))
+
+
+def drop_unused_loop_imports(module: cst.Module, original: cst.Module) -> cst.Module:
+    """`from jax import lax` / `from jax.lax import fori_loop` that only served the lifted loop:
+    one that `original` (the tree before the rewrite) already left unused is the user's to keep
+    or remove, not the rewrite's."""
     context = CodemodContext()
-    RemoveImportsVisitor.remove_unused_import(context, "jax", "lax")
-    RemoveImportsVisitor.remove_unused_import(context, "jax.lax", "fori_loop")
-    return RemoveImportsVisitor(context).transform_module(module)
+    served = [(parent, name) for parent, name in _LOOP_IMPORTS if _read_outside_imports(original, name)]
+    for parent, name in served:
+        RemoveImportsVisitor.remove_unused_import(context, parent, name)
+    return RemoveImportsVisitor(context).transform_module(module) if served else module
+
+
+def _read_outside_imports(module: cst.Module, name: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == name and not _in_import(n, module) for n in walk(module))
+
+
+def _in_import(node: cst.CSTNode, module: cst.Module) -> bool:
+    """`node` is part of a module-level (or guarded) import statement's names."""
+    for stmt in _top_level(module.body):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)) and any(n is node for n in walk(small)):
+                    return True
+    return False
 
 
 def module_alias(ctx: ModuleContext, module: str) -> Optional[str]:

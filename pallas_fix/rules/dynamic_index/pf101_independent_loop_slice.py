@@ -36,10 +36,12 @@ def check(use: IndexUse, window: Window) -> Optional[str]:
         return None
     if use.kind == "scalar":
         return f"`{use.ref_name}` is indexed by a loop index with the scalar index {start_text(use)}; {SQUEEZABLE}"
-    return f"`{use.ref_name}` is sliced by a loop index with start {start_text(use)}; the loop can become a grid axis"
+    return f"`{use.ref_name}` is sliced by a loop index with start {start_text(use)}; {GRID_AXIS}"
 
 
-# What the message of a scalar index says it could become (PF101, PF102, PF103).
+# What a message says the index could become, when a fix does it (rules.rule.Rule.promises): a
+# finding without a fix says neither. SQUEEZABLE is also PF102's and PF103's.
+GRID_AXIS = "the loop can become a grid axis"
 SQUEEZABLE = "a scalar index can become a squeezed (None) block dim of a grid axis"
 
 
@@ -89,4 +91,4 @@ def tanh(x):
 """,
 )
 
-RULE = make_rule(__doc__, "PF101", "independent-loop-slice", check, valid=VALID, invalid=INVALID)
+RULE = make_rule(__doc__, "PF101", "independent-loop-slice", check, valid=VALID, invalid=INVALID, promises=(GRID_AXIS, SQUEEZABLE))

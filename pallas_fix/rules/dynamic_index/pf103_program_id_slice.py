@@ -28,7 +28,10 @@ from pallas_fix.rules.rule import claims_origin, make_rule, start_text
 def message(use: IndexUse) -> str:
     if use.kind == "scalar":
         return f"`{use.ref_name}` is indexed by `pl.program_id` with the scalar index {start_text(use)}; {SQUEEZABLE}"
-    return f"`{use.ref_name}` is sliced by `pl.program_id` with start {start_text(use)}; a BlockSpec index_map can select the block"
+    return f"`{use.ref_name}` is sliced by `pl.program_id` with start {start_text(use)}; {SELECTABLE}"
+
+
+SELECTABLE = "a BlockSpec index_map can select the block"
 
 
 check = claims_origin(Origin.PROGRAM_ID, message)
@@ -61,4 +64,4 @@ FIX = (
     ("        grid=(x.shape[0] // 128,),\n", "        grid=(x.shape[0] // 128,),\n        in_specs=[pl.BlockSpec((128,), lambda i: (i,))],\n        out_specs=pl.BlockSpec((128,), lambda i: (i,)),\n"),
 )
 
-RULE = make_rule(__doc__, "PF103", "program-id-slice", check, invalid=INVALID, fix=FIX)
+RULE = make_rule(__doc__, "PF103", "program-id-slice", check, invalid=INVALID, fix=FIX, promises=(SELECTABLE, SQUEEZABLE))

@@ -28,7 +28,7 @@ from pallas_fix.analysis.result import Analysis, analyze
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import GPU_INTERPRET_WORDS
-from pallas_fix.core.plans import Anchor, FixPlan, Outcome, Refusal
+from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
 from pallas_fix.rules.gpu_interpret.hazards import HAZARDS, TARGET, trigger
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_hazards
 from pallas_fix.rules.gpu_interpret.kernel_scope import Issue
@@ -98,7 +98,7 @@ def _presumption(site: KernelSite) -> str:
 def screen(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]]) -> dict[Anchor, list[Outcome]]:
     """`outcomes` with every plan that would stop a kernel running in GPU interpret mode, where it
     runs, replaced by a refusal that says why."""
-    plans = {id(o): o for items in outcomes.values() for o in items if isinstance(o, FixPlan)}
+    plans = {id(p): p for items in outcomes.values() for o in items for p in [_plan_of(o)] if p is not None}
     if not plans or (trigger(analysis) is None and not _mosaic_gpu_sites(analysis)):
         return outcomes
     hazards = kernel_hazards(analysis)
@@ -107,7 +107,22 @@ def screen(analysis: Analysis, outcomes: dict[Anchor, list[Outcome]]) -> dict[An
         return outcomes
     before = _counts(hazards)
     verdicts = {key: _screen(analysis, plan, before, use) for key, plan in plans.items()}
-    return {key: [verdicts.get(id(o), o) for o in items] for key, items in outcomes.items()}
+    return {key: [_judged(o, verdicts) for o in items] for key, items in outcomes.items()}
+
+
+def _plan_of(outcome: Outcome) -> Optional[FixPlan]:
+    """The plan an outcome applies now: its own, or the one a fix that waits applies first."""
+    plan = outcome.first if isinstance(outcome, FixAfter) else outcome
+    return plan if isinstance(plan, FixPlan) else None
+
+
+def _judged(outcome: Outcome, verdicts: dict[int, Outcome]) -> Outcome:
+    """A plan's verdict; a fix that waits for a refused plan is refused with it."""
+    plan = _plan_of(outcome)
+    if plan is None:
+        return outcome
+    verdict = verdicts[id(plan)]
+    return outcome if verdict is plan else verdict
 
 
 def _screen(analysis: Analysis, plan: FixPlan, before: dict[str, int], use: GpuInterpretUse) -> Outcome:

@@ -154,7 +154,7 @@ def update(prev: UnitMap, text: str, path: str, config: Config, allow_unsafe: bo
         try:
             module = cst.parse_module(text)
         except cst.ParserSyntaxError as exc:
-            raise parse_error(path, exc) from exc
+            raise parse_error(path, exc, text) from exc
     if "*" in bound or bound & _orphan_names(prev):
         return full(text, path, config, module, allow_unsafe, base)
     changed = set(range(p, len(old) - s))
