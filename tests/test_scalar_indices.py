@@ -46,7 +46,8 @@ def test_program_id_row_is_a_scalar_use_with_its_block_index() -> None:
     assert (blocks["x_ref"].atoms, blocks["x_ref"].offset) == ({"pid:0": 2}, 1)
     assert (blocks["o_ref"].atoms, blocks["o_ref"].offset) == ({"pid:0": 1}, 0)
     assert {f.code for f in result.findings} == {"PF103"}
-    assert all("squeezed (None) block dim" in f.message and not f.fixable for f in result.findings)
+    # Refused, so the message does not promise the squeezed dim (issue 25); the refusal says why not.
+    assert all("squeezed (None) block dim" not in f.message and not f.fixable for f in result.findings)
     # The backend is unknown, so TPU's rules hold: no squeezed second-to-last dim (rewrite.kernel.scalar_lift).
     assert all("TPU lowering rejects a squeezed (None) block dim" in f.refusal for f in result.findings)
 
