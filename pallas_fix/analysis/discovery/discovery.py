@@ -26,6 +26,9 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
             continue
         if ctx.imports.is_(node.func, N.PALLAS_CALL):  # type: ignore[attr-defined]
             site = _direct_site(ctx, node)
+        elif ctx.imports.is_(node.func, N.KERNEL_ENTRY):  # type: ignore[attr-defined]
+            site = _direct_site(ctx, node)
+            site.entry = ctx.code(node.func).strip()  # type: ignore[attr-defined]
         elif _is_partial_of_pallas_call(ctx, node):
             site = _decorator_site(ctx, node)
         else:

@@ -47,6 +47,12 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
+    if site.entry is not None:
+        return (
+            f"kernel `{kernel.name.value}` runs under `{site.entry}`, which takes no BlockSpecs: every ref is the whole "
+            "array and each grid cell picks its part by hand; pallas-fix rewrites pl.pallas_call kernels. Write it as a "
+            "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
+        )
     if site.passed_by is not None:
         helper = ctx.enclosing_function(site.call)
         return (
