@@ -154,7 +154,9 @@ class _Walker:
         target = self.ctx.resolve_def(call.func.value, call)
         if target is None:
             options, chosen = self._dispatched(call)
-            if chosen and self.site.kernel is not None:
+            # Only a variant given refs depends on the blocks a rewrite would give them
+            # (an activation picked by a flag and called on values does not).
+            if chosen and self.site.kernel is not None and any(env.value(a.value).is_ref for a in call.args):
                 self.result.dispatches.setdefault(self.site.kernel, (call, options))
             for fn in chosen:
                 self._module_helper(fn, call, env)
