@@ -153,7 +153,7 @@ class _Walker:
             return
         target = self.ctx.resolve_def(call.func.value, call)
         if target is None:
-            options, chosen = self._dispatched(call)
+            options, chosen = self._dispatched(call, env)
             # Only a variant given refs depends on the blocks a rewrite would give them
             # (an activation picked by a flag and called on values does not).
             if chosen and self.site.kernel is not None and any(env.value(a.value).is_ref for a in call.args):
@@ -174,13 +174,14 @@ class _Walker:
         inner.args = args
         return inner
 
-    def _dispatched(self, call: cst.Call) -> tuple[list[str], list[cst.FunctionDef]]:
+    def _dispatched(self, call: cst.Call, env: Env) -> tuple[list[str], list[cst.FunctionDef]]:
         """`kernel = _variant_a if flag else ...` / assigned in each arm of an `if`, then
-        `kernel(...)`: the names the caller's scope assigns to it, and the defs among them."""
+        `kernel(...)`: the names the scope binding it assigns to it, and the defs among them."""
         name = call.func.value  # type: ignore[attr-defined]
+        owner = env.owner(name)
         names: list[str] = []
         found: list[cst.FunctionDef] = []
-        for value in self.ctx.assignments(name, self.ctx.scope_of(call)):
+        for value in self.ctx.assignments(name, owner.scope) if owner is not None else ():
             for option in [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]:
                 if not isinstance(option, cst.Name):
                     continue
