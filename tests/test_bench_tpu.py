@@ -42,6 +42,42 @@ def test_compile_errors_are_named():
     assert bench.classify_error(KeyError("x")).startswith("error: KeyError")
 
 
+def _old_case(bench, pair, size, ms, ran=True, oom=False):
+    """A case as a run saved it before the plain --apply column (no `apply` / `apply_why`)."""
+    from dataclasses import asdict
+
+    original = bench.Side(ran=ran, ms=ms[0] if ran else None, error="VMEM OOM: RESOURCE_EXHAUSTED" if oom else "")
+    case = bench.Case(pair, "float32", size, "", "unsafe", original, bench.Side(ran=True, ms=ms[1]),
+                      err=0.0, err_against="original" if ran else "xla", agrees=True)
+    d = asdict(case) | {"ratio": case.ratio}
+    del d["apply"], d["apply_why"]
+    return d
+
+
+def test_saved_run_is_summarised_by_what_plain_apply_writes(tmp_path, capsys):
+    """Old JSON still loads; the tree decides --apply's column by the CLI's rule (a lift of an
+    already pipelined call whose original fits is held back) and the speed summary counts only
+    what --apply writes, the held-back rows listed apart, the VMEM rescues counted."""
+    import json
+
+    bench = _bench()
+    cases = [_old_case(bench, "map_silu", "prod", (0.0105, 0.00816)),        # 1.29x, written
+             _old_case(bench, "matmul_tiled", "prod", (0.0721, 0.106)),      # 0.68x, held back
+             _old_case(bench, "matmul_tiled", "vmem", (None, 0.393), ran=False, oom=True)]  # rescue
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps(cases))
+    assert bench.main(["--table-from", str(saved)]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| map_silu") or ln.startswith("| matmul_tiled")]
+    assert [r.split(" | ")[5] for r in rows] == ["writes", "holds back", "writes"], rows
+    assert "rewrites plain --apply writes: geometric mean speed ratio 1.29x over 1 cases whose original fits, lowest 1.29x, 0 below 0.95x" in out
+    assert "every rewrite fix_source makes (--lift-for-memory writes them all): geometric mean speed ratio 0.94x over 2 cases" in out
+    assert "originals out of VMEM: 1; running (and agreeing) after the rewrite plain --apply writes: 1" in out
+    held = out.split("held back by plain --apply (memory-only lifts; --lift-for-memory writes them): 1\n")[1]
+    assert held.startswith("  matmul_tiled float32 prod (0.68x): trades speed for memory on TPU: the original fits on chip")
+    assert "--lift-for-memory" in held.splitlines()[0]
+
+
 @pytest.mark.interp
 def test_cpu_path_makes_the_rewrite_and_it_agrees():
     bench = _bench()
