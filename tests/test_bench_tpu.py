@@ -111,3 +111,24 @@ def test_on_a_tpu_the_rewrite_compiles_and_agrees():
     assert case.original.ran and case.rewrite.ran, (case.original.error, case.rewrite.error)
     assert case.agrees and case.err_against == "original"
     assert case.ratio is not None and case.ratio > 0
+
+
+@pytest.mark.interp
+@pytest.mark.slow
+def test_flash_variants_experiment_runs_on_cpu(tmp_path):
+    """benchmarks/tpu_experiments/flash_variants.py --smoke: every kernel of the device experiment
+    (the user's, its rewrite made now, JAX's, the three hand-edited variants) runs in TPU interpret
+    mode and agrees with the original, and the rows land in --json."""
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "flash_variants_under_test", ROOT / "benchmarks" / "tpu_experiments" / "flash_variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    out = tmp_path / "fv.json"
+    assert mod.main(["--smoke", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted({r["kernel"] for r in rows}) == sorted(mod.KERNELS)
+    assert len(rows) == len(mod.KERNELS) * len(mod.CONFIGS["smoke"])
+    assert all(r["ran"] and r["agrees"] and r["against"] == "original" for r in rows), rows
