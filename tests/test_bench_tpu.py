@@ -132,3 +132,25 @@ def test_flash_variants_experiment_runs_on_cpu(tmp_path):
     assert sorted({r["kernel"] for r in rows}) == sorted(mod.KERNELS)
     assert len(rows) == len(mod.KERNELS) * len(mod.CONFIGS["smoke"])
     assert all(r["ran"] and r["agrees"] and r["against"] == "original" for r in rows), rows
+
+
+@pytest.mark.interp
+@pytest.mark.slow
+def test_strip_blocks_experiment_runs_on_cpu(tmp_path):
+    """benchmarks/tpu_experiments/strip_blocks.py --smoke: the rewrite called with m times the
+    user's block (the strip-mined form issue 27 proposes for row-wise map loops) agrees with the
+    original at the user's block, with fewer steps and more bytes per step as m grows."""
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "strip_blocks_under_test", ROOT / "benchmarks" / "tpu_experiments" / "strip_blocks.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    out = tmp_path / "sb.json"
+    assert mod.main(["--smoke", "--pair", "map_silu", "--json", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text()) if r["dtype"] == "float32"]
+    assert [(r["m"], r["steps"]) for r in rows] == [(1, 4), (2, 2), (4, 1)]
+    assert all(r["rewrite_agrees"] and r["rewrite_err"] == 0.0 and r["against"] == "original" for r in rows), rows
+    per_step = [r["rewrite_bytes_per_step"] for r in rows]
+    assert per_step == sorted(per_step) and per_step[0] * 4 == per_step[-1]
