@@ -285,14 +285,44 @@ def table_row(c: Case) -> str:
             f"{_ms(c.hand)} | {_ms(c.xla)} |")
 
 
-def _speed_line(what: str, cases: list[Case]) -> str:
+def _speeds(cases: list[Case]) -> Optional[tuple[float, float, int]]:
+    """(geometric mean, lowest, count) of the speed ratios of the cases whose original ran."""
     ratios = [c.ratio for c in cases if c.ratio]
     if not ratios:
+        return None
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), min(ratios), len(ratios)
+
+
+def _speed_line(what: str, cases: list[Case]) -> str:
+    speeds = _speeds(cases)
+    if speeds is None:
         return f"{what}: no case whose original fits"
-    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    geo, low, n = speeds
     slow = [c for c in cases if c.ratio and c.ratio < 0.95]
-    return (f"{what}: geometric mean speed ratio {geo:.2f}x over {len(ratios)} cases whose original fits, "
-            f"lowest {min(ratios):.2f}x, {len(slow)} below 0.95x")
+    return (f"{what}: geometric mean speed ratio {geo:.2f}x over {n} cases whose original fits, "
+            f"lowest {low:.2f}x, {len(slow)} below 0.95x")
+
+
+def print_bars(cases: list[Case], broke: list[Case], oom: list[Case], rescued: list[Case]) -> None:
+    """Issue 27's bars, each met or not, on these cases."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    fixable = [c for c in oom if c.fix in ("safe", "unsafe")]
+    speeds = _speeds([c for c in cases if c.apply == "writes"])
+    print("\nissue 27's bars:")
+    print(f"  0 rewrites failing to compile where the original compiled: {len(broke)}, {verdict(not broke)}")
+    print(f"  every out-of-VMEM original with a fix runs after it: {len(rescued)} of {len(fixable)}, "
+          f"{verdict(len(rescued) == len(fixable))}")
+    if speeds is not None:
+        geo, low, _ = speeds
+        print(f"  what plain --apply writes where the original fits: geometric mean {geo:.2f}x (bar 1.0), "
+              f"lowest {low:.2f}x (bar 0.95), {verdict(geo >= 1.0 and low >= 0.95)}")
+    for c in cases:
+        if c.pair.startswith("flash_attention") and c.hand and c.hand.ms and c.rewrite.ms:
+            vs = c.hand.ms / c.rewrite.ms
+            print(f"  {c.pair} {c.dtype} {c.size}: the rewrite at {vs:.2f}x the speed of JAX's kernel at the same "
+                  f"blocks (bar 0.9), {verdict(vs >= 0.9)}{'; plain --apply holds it back' if c.apply == 'holds back' else ''}")
 
 
 def print_summary(cases: list[Case]) -> None:
@@ -315,6 +345,7 @@ def print_summary(cases: list[Case]) -> None:
     print(f"rewrites that fail where the original compiled: {len(broke)}")
     differ = [c for c in cases if c.agrees is False]
     print(f"rewrites whose output differs: {len(differ)}")
+    print_bars(cases, broke, oom, rescued)
     errors = [(c, who, s.error) for c in cases for who, s in (("original", c.original), ("rewrite", c.rewrite),
                                                                   ("hand", c.hand), ("xla", c.xla)) if s and s.error]
     if errors:
