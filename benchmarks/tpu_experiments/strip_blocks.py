@@ -14,7 +14,8 @@ divisor of the rows, at most 2048 rows), the original at its own ``block_rows`` 
 (the loop's stride alone), the rewrite at ``m * w``, the bytes one grid step holds on chip
 (``pallas_fix/verify/judge/footprint.py``), and the speed ratio against the original at the user's
 block. Every output is compared with the original's at the user's block (XLA's where that does not
-compile).
+compile). A block over the scoped VMEM fails to compile (VMEM OOM): that row shows where the
+budget stops m, and is not counted as a failure.
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ def main(argv=None) -> int:
                 print(show(r), flush=True)
             if args.json:  # after every case: a run stopped at its limit keeps what it did
                 Path(args.json).write_text(json.dumps(rows, indent=1))
-    bad = [r for r in rows if r["rewrite_agrees"] is False or not (r["rewrite_ms"] or not r["rewrite_error"])]
+    # A block over the scoped VMEM is a finding of this experiment (where the budget stops m), not a failure.
+    bad = [r for r in rows if r["rewrite_agrees"] is False
+           or (r["rewrite_error"] and not r["rewrite_error"].startswith("VMEM OOM"))]
     for r in bad:
         print(f"FAILED: {r['pair']} {r['dtype']} {r['size']} block_rows={r['block_rows']}: {r['rewrite_error'] or 'output differs'}")
     return 1 if bad else 0
