@@ -163,3 +163,27 @@ def test_strip_blocks_experiment_runs_on_cpu(tmp_path):
     assert all(r["rewrite_agrees"] and r["rewrite_err"] == 0.0 and r["against"] == "original" for r in rows), rows
     per_step = [r["rewrite_bytes_per_step"] for r in rows]
     assert per_step == sorted(per_step) and per_step[0] * 4 == per_step[-1]
+    assert [r["rule_pick"] for r in rows] == [False, False, True]  # 64 rows of 256 f32: far below the budget
+
+
+def test_strip_rule_stops_at_the_vmem_share_and_the_row_cap():
+    spec = importlib.util.spec_from_file_location(
+        "strip_blocks_rule_under_test", ROOT / "benchmarks" / "tpu_experiments" / "strip_blocks.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    mib = 2**20
+
+    def rows(per_m_bytes):
+        return [{"m": m, "block_rows": 256 * m, "rewrite_bytes_per_step": b, "limit_bytes": 16 * mib}
+                for m, b in per_m_bytes]
+
+    by_bytes = rows([(1, 1 * mib), (2, 2 * mib), (4, 4 * mib), (8, 8 * mib)])  # 8 MiB > 16 / 4
+    mod.mark_rule(by_bytes)
+    assert [r["rule_pick"] for r in by_bytes] == [False, False, True, False]
+    by_rows = rows([(1, 1024), (2, 2048), (4, 4096), (8, 8192)])  # 2048 rows > 1024
+    mod.mark_rule(by_rows)
+    assert [r["rule_pick"] for r in by_rows] == [False, False, True, False]
+    none = rows([(1, 5 * mib)])
+    mod.mark_rule(none)
+    assert [r["rule_pick"] for r in none] == [False]
