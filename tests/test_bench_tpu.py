@@ -184,6 +184,6 @@ def test_strip_rule_stops_at_the_vmem_share_and_the_row_cap():
     by_rows = rows([(1, 1024), (2, 2048), (4, 4096), (8, 8192)])  # 2048 rows > 1024
     mod.mark_rule(by_rows)
     assert [r["rule_pick"] for r in by_rows] == [False, False, True, False]
-    none = rows([(1, 5 * mib)])
+    none = rows([(1, 5 * mib), (2, 10 * mib)])  # nothing within the share: the user's block stays
     mod.mark_rule(none)
-    assert [r["rule_pick"] for r in none] == [False]
+    assert [r["rule_pick"] for r in none] == [True, False]

@@ -95,10 +95,11 @@ def run_case(name, original, rewritten, rewrite, size, dtype, repeat, smoke) -> 
 
 
 def mark_rule(rows: list[dict]) -> None:
-    """Set ``rule_pick`` on the row of the m the rule picks (module constants RULE_*)."""
+    """Set ``rule_pick`` on the row of the m the rule picks (module constants RULE_*); where no m
+    fits the share, the rule keeps the user's block (m = 1: the plain lift)."""
     fits = [r for r in rows if r["block_rows"] <= RULE_ROWS and r["rewrite_bytes_per_step"] is not None
             and r["limit_bytes"] and r["rewrite_bytes_per_step"] * RULE_SHARE <= r["limit_bytes"]]
-    pick = max(fits, key=lambda r: r["m"], default=None)
+    pick = max(fits, key=lambda r: r["m"], default=next((r for r in rows if r["m"] == 1), None))
     for r in rows:
         r["rule_pick"] = r is pick
 
