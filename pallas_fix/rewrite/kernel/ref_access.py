@@ -277,6 +277,12 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                 raise shape_refusal(node.value)
             extents.append(read)
             continue
+        if any(a is s for a in ctx.ancestors(node) for s in getattr(region, "after", ())):
+            raise Refuse(
+                f"`{node.value}` is read again after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
+                f"that code runs on the last step, which holds only the last block of `{node.value}` (a second pass over "
+                "it needs the whole ref). Keep the loops in the kernel, or split the passes into two pallas_calls"
+            )
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
 
 
