@@ -84,3 +84,16 @@ def test_arms_in_a_loop_are_variants_of_each_call():
     findings = analyze_source(src, "k.py").findings
     assert findings and all(not f.fixable for f in findings)
 
+
+
+def test_an_elif_chain_gives_each_call_its_arms_def():
+    """Three defs in the arms of one `if` / `elif` / `else` chain, each arm with its own call."""
+    arms = []
+    for n, test in enumerate(("if mode == 0:", "elif mode == 1:", "else:")):
+        body = textwrap.indent(textwrap.dedent(_KERNEL.format(factor=f"{n + 2}.0")), "        ")
+        call = "        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n"
+        arms.append(f"    {test}\n{body}{call}")
+    src = "import jax\nfrom jax.experimental import pallas as pl\n\n\ndef run(x, mode):\n" + "".join(arms)
+    findings = analyze_source(src, "k.py").findings
+    assert len({f.span.line for f in findings}) == 3
+    assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
