@@ -153,8 +153,14 @@ def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after
 def _refuse_first_pass(ctx: ModuleContext, stmt: cst.BaseStatement, call: cst.Call, functions) -> None:
     """A loop before the loop whose result the loop reads (statistics, then normalisation): name
     that dependence, which no grid axis over the second loop can keep."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return  # a `@pl.loop` body's own names are no result
     bound = set(bindings(stmt, nested=False))
-    read = next((n for f in functions for n in walk(f) if isinstance(n, cst.Name) and n.value in bound), None)
+    read = next((
+        n for f in functions for n in walk(f)
+        if isinstance(n, cst.Name) and n.value in bound
+        and not (isinstance(ctx.parent(n), cst.Attribute) and ctx.parent(n).attr is n)  # type: ignore[union-attr]
+    ), None)
     if read is None:
         return
     raise Refuse(
