@@ -322,5 +322,5 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
         check_hygiene(ctx, kernel, loop, carry, [statement, body_def_stmt, *region.bound_stmts])
     if not reduction:  # R2 moves what the code before the loop writes to the first grid step
         check_writes_before_loop(analysis, region)
-        check_before_loop(ctx, region.before, region.bound_stmts, region.after)
+        check_before_loop(ctx, region.before, region.bound_stmts, region.after, region.functions)
     return region
