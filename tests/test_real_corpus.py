@@ -19,12 +19,11 @@ REAL = FIXTURES / "real"
 FILES = sorted(REAL.glob("*.py"))
 
 # The header lines after the docstring, in this order (blind corpora use the same label words);
-# `# gold:` only where a hand-lifted form is known. A source is a .py file, or a .md chapter for
-# kernels published only in documentation (the pallas_tpu_tutorial files of part c).
+# `# gold:` only where a hand-lifted form is known.
 OPTIONAL = {"gold"}
 HEADER = [
     ("source", re.compile(
-        r"^# source: https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+\.(py|md) \(function [^)]+\), license \S+")),
+        r"^# source: https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/\S+\.py \(function [^)]+\), license \S+")),
     ("label", re.compile(r"^# label: (fix|either|refuse)$")),
     ("why", re.compile(r"^# why: \S.{20,}")),
     ("gold", re.compile(r"^# gold: \S+")),
