@@ -134,3 +134,36 @@ def rank_from_kernel(site: KernelSite, param: str) -> Optional[int]:
         n = counts.pop()
         return n if n >= 2 else None
     return None
+
+
+def traced_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot) -> tuple[Optional[int], str]:
+    """The rank tracing the examples showed for `slot` (core.traced_facts): (rank, which examples
+    showed it), or (None, why there is none). A hypothesis: the plan that uses it is unsafe. The
+    trace names kernels by function name, so a name defined twice in the module tells nothing."""
+    facts = ctx.traced_facts
+    if facts is None or slot.kind not in ("prefetch", "in", "out"):
+        return None, "no example was traced"
+    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name]
+    if len(defs) != 1:
+        return None, f"`{site.kernel_name}` names {len(defs)} functions in the module"
+    counts = tuple(sum(1 for s in slots.values() if s.kind == kind) for kind in ("prefetch", "in", "out"))
+    return facts.rank(site.kernel_name, slot.kind, slot.index, counts)  # type: ignore[arg-type]
+
+
+def unknown_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], param: str) -> str:
+    """Why the rank of `param` is unknown at the call site, and what would tell it."""
+    slot = slots.get(param)
+    why = traced_rank(ctx, site, slots, slot)[1] if slot is not None else "not an operand"
+    return (f"cannot tell the rank of `{param}` at the call site ({why}); unpack its shape in the "
+            f"caller (`m, n = x.shape`), or give an example call: --apply learns it from the trace")
+
+
+def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, str]) -> Optional[str]:
+    """A plan's doubt once it rests on facts from the examples' trace (`CallSite.hypotheses`):
+    they held on every example, and a call they do not hold for fails at trace time."""
+    if not hypotheses:
+        return doubt
+    facts = "; ".join(hypotheses.values())
+    note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
+            f"verified on an example before --apply writes it")
+    return f"{doubt}; {note}" if doubt else note
