@@ -59,6 +59,8 @@ def _make_scale():
         o_ref[...] = x_ref[...] * 2.0
 
     def run(x):
+        if x.ndim != 1:
+            raise ValueError(f"x.ndim ({{x.ndim}}) must equal 1")
         return pl.pallas_call(
             scale_kernel,
             grid=(x.shape[0] // BS,),
@@ -126,6 +128,15 @@ def test_a_rank_from_the_trace_gives_an_unsafe_plan_that_names_the_fact():
     assert fixed.source == _AFTER.format(example=_EXAMPLE)
     # Not a safe fix: without --unsafe-fixes (and without verification) nothing is written.
     assert not fix_source(_SOURCE.format(example=_EXAMPLE), "k.py", Config(traced_facts=facts)).changed
+
+
+def test_the_rank_check_the_rewrite_writes_states_the_rank_for_later_analyses():
+    """`if x.ndim != 1: raise` (and `assert x.ndim == 1`) before the call state the rank: a plan
+    needs no fact from the examples there, and is safe."""
+    for check in ("        if x.ndim != 1:\n            raise ValueError('1-D only')\n", "        assert x.ndim == 1\n"):
+        source = _SOURCE.format(example=_EXAMPLE).replace("    def run(x):\n", "    def run(x):\n" + check.replace("        ", "        ", 1))
+        found = _findings(source)
+        assert found and all(f.fixable and f.fix_safety is FixSafety.SAFE for f in found), [f.refusal for f in found]
 
 
 def test_trap_a_fact_the_synthesised_example_shows_and_the_recorded_one_breaks_is_not_used():

@@ -61,10 +61,14 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
 
 
 def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
-    """`m, k = x.shape` in the scope of the call. (An out_shape built from `x.shape[0]`, ... says
-    only that `x` has at least that many dims, so it names no rank.)"""
+    """`m, k = x.shape`, `assert x.ndim == 2` or `if x.ndim != 2: raise ...` in the scope of the
+    call. (An out_shape built from `x.shape[0]`, ... says only that `x` has at least that many
+    dims, so it names no rank.)"""
     text = ctx.code(name_expr)
     for node in walk(ctx.scope_of(site.call)):
+        checked = _checked_rank(ctx, node, text)
+        if checked is not None:
+            return checked
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target, value = node.targets[0].target, node.value
             if (
@@ -76,6 +80,30 @@ def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpre
             ):
                 return len(target.elements)
     return None
+
+
+def _checked_rank(ctx: ModuleContext, node: cst.CSTNode, text: str) -> Optional[int]:
+    """N when `node` is `assert text.ndim == N` (also inside `and`) or `if text.ndim != N:`
+    whose body raises."""
+    if isinstance(node, cst.Assert):
+        tests, equal = _conjuncts(node.test), cst.Equal
+    elif isinstance(node, cst.If) and any(isinstance(n, cst.Raise) for n in walk(node.body)) and node.orelse is None:
+        tests, equal = [node.test], cst.NotEqual
+    else:
+        return None
+    for t in tests:
+        if not (isinstance(t, cst.Comparison) and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, equal)):
+            continue
+        left, right = t.left, t.comparisons[0].comparator
+        if isinstance(left, cst.Attribute) and left.attr.value == "ndim" and ctx.code(left.value) == text and isinstance(right, cst.Integer):
+            return int(right.value)
+    return None
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
 
 
 def _rank_from_examples(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
@@ -158,12 +186,12 @@ def unknown_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], p
             f"caller (`m, n = x.shape`), or give an example call: --apply learns it from the trace")
 
 
-def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, str]) -> Optional[str]:
+def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]]) -> Optional[str]:
     """A plan's doubt once it rests on facts from the examples' trace (`CallSite.hypotheses`):
     they held on every example, and a call they do not hold for fails at trace time."""
     if not hypotheses:
         return doubt
-    facts = "; ".join(hypotheses.values())
+    facts = "; ".join(f"`{param}` has rank {rank} on the examples ({shown})" for param, (rank, shown) in hypotheses.items())
     note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
             f"verified on an example before --apply writes it")
     return f"{doubt}; {note}" if doubt else note

@@ -57,8 +57,9 @@ class CallSite(CallTiming):
         self.in_specs_expr = self._spec_container("in_specs")
         self.out_specs_expr = self._spec_container("out_specs")
         self.grid = self._grid()
-        # param -> a fact taken from the examples' trace (core.traced_facts): the plan is unsafe.
-        self.hypotheses: dict[str, str] = {}
+        # param -> (rank, the examples that showed it), taken from the examples' trace
+        # (core.traced_facts): the plan is unsafe, and checks it in the wrapper (proofs.rank_guards).
+        self.hypotheses: dict[str, tuple[int, str]] = {}
 
     @property
     def aliased(self) -> bool:
@@ -369,7 +370,7 @@ class CallSite(CallTiming):
             return found
         found, shown = traced_rank(self.ctx, self.site, self.slots, slot)
         if found is not None:  # a hypothesis: the plan says so and waits for verification
-            self.hypotheses.setdefault(param, f"`{param}` has rank {found} on the examples ({shown})")
+            self.hypotheses.setdefault(param, (found, shown))
         return found
 
     # -- writing ------------------------------------------------------------------------------------
