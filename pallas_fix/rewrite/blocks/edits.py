@@ -23,6 +23,7 @@ from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
@@ -271,12 +272,13 @@ class CallEdits:
     def write_guards(self) -> None:
         """The checks the bounds proof assumed, before the statement that runs the pallas_call
         (rewrite.proofs.guards)."""
-        if not self.guards:
+        checks = [*(g for g, _why in self.guards), *rank_checks(self.cs)]  # ranks from the examples' trace
+        anchor = placement(self.cs.ctx, self.cs.site) if checks else None
+        if anchor is None:
+            assert not self.guards  # Bounds guards only where there is a place
             return
-        anchor = placement(self.cs.ctx, self.cs.site)
-        assert anchor is not None  # Bounds guards only where there is a place
         use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
-        self.edits[anchor] = guard_edit([g for g, _why in self.guards], use_assert, self.edits.get(anchor))
+        self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""

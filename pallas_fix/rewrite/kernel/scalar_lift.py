@@ -27,7 +27,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
 from pallas_fix.rewrite.callsite.operands import CallSiteError
-from pallas_fix.rewrite.callsite.ranks import rank_from_kernel
+from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
 from pallas_fix.rewrite.kernel.squeezed_reads import renumberable
 
@@ -139,7 +139,7 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
         return str(err)
     rank = len(spec.block) if spec.block is not None else cs.rank(ref)
     if rank is None:
-        return f"cannot tell the rank of `{ref}` at the call site"
+        return unknown_rank(cs.ctx, cs.site, cs.slots, ref)
     spelled = rank_from_kernel(cs.site, ref) if spec.block is None else None
     if spelled is not None and spelled != rank:
         # The call site's rank is read from how the wrapper builds shapes; the block written
