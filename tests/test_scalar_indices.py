@@ -117,6 +117,7 @@ SCALAR_PAIRS = [
     "program_id_blocks/pid_triton_row_rms",
     "program_id_blocks/pid_tpu_heads",
     "program_id_blocks/pid_tpu_kept_channel",
+    "program_id_blocks/pid_kept_channel_unknown_backend",
     "program_id_blocks/pid_row_sums_1d_mgpu",
 ]
 
