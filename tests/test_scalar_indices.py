@@ -111,6 +111,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "codemods"
 SCALAR_PAIRS = [
     "lift_loop/scalar_batch_slabs",
     "lift_loop/scalar_heads_tpu",
+    "lift_loop/scalar_reversed_write_tpu",
     "lift_loop/scalar_row_and_window_mgpu",
     "lift_loop/scalar_rows_softmax_mgpu",
     "lift_reduction/scalar_slab_sum",

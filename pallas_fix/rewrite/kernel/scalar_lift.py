@@ -73,11 +73,17 @@ def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) 
             return f"`{ref}` is indexed by the loop index in more than one dim"
         use = cand.uses[0]
         block = window_of(use).block
+        if block is None and cand.written and not loop.carries:
+            # A reversed index (`n - 1 - i`) whose offset the plan writes at the call site and
+            # proves in bounds (rewrite.kernel.ref_access.lifted_block): only for a write that
+            # would otherwise be refused, since a read left unlifted keeps its ref whole instead.
+            block = window_of(use).symbolic_block
         if block is None:
             return window_of(use).reason
         if any(k != loop_key(loop) and not k.startswith("pid:") for k in block.atoms):
             return f"the scalar index `{analysis.ctx.code(use.start)}` depends on a value no grid axis provides"
-        keys.add((use.dim, tuple(sorted(block.atoms.items())), block.offset))
+        keys.add((use.dim, tuple(sorted(block.atoms.items())), block.offset,
+                  tuple((m, analysis.ctx.code(e)) for m, e in block.symbolic)))
     if len(keys) != 1:
         return f"`{ref}` is indexed at different scalars within one iteration"
     other = _other_mention(analysis.ctx, region, ref, [c.subscript for c in found])
