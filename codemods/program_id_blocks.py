@@ -45,7 +45,7 @@ from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
 from pallas_fix.rewrite.kernel.scalar_lift import (
-    block_subscript_edit, check_one_form, check_squeezable, check_squeezed_reads, scalar_block_size,
+    block_subscript_edit, check_one_form, check_squeezed_reads, scalar_block_size, split_squeezable,
 )
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
@@ -125,8 +125,9 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     check_output_views(analysis, cs, ref, window.subscripts)
     if cs.slots[ref].kind == "out":
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
-    use, squeezed = window.use, window.squeezed
-    check_squeezable(cs, ref, squeezed)
+    use = window.use
+    index_axes = {a for a in window.index.axes if isinstance(a, int)}
+    squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
     size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
