@@ -56,7 +56,9 @@ from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.text.line_width import fit_width
 from pallas_fix.rewrite.callsite.operands import CallSiteError
-from pallas_fix.rewrite.prefetch.windows import Gather, check_not_written, check_table, gather_of, table_out_of_range
+from pallas_fix.rewrite.prefetch.windows import (
+    Gather, check_not_written, check_table, gather_of, rows_condition, table_out_of_range,
+)
 from pallas_fix.rewrite.prefetch.call import PrefetchEdits
 from pallas_fix.rewrite.prefetch.spellings import scalar_read_edits
 from pallas_fix.rewrite.kernel.ref_access import ref_base
@@ -188,6 +190,8 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads `{gather.table}` "
         "(a scalar-prefetch gather)"
     )
+    if gather.rows_axes is not None:
+        description += f"; {rows_condition(gather, code(simplify(size)))}"
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
 

@@ -94,7 +94,7 @@ class PrefetchEdits:
         for e in range(rank):
             if e == gather.dim:
                 sizes.append(code(self.size))
-                index.append(block_text(gather, local[gather.table], names))
+                index.append(block_text(gather, local[gather.table], names, code(self.size)))
                 continue
             full = self.cs.shape_dim(gather.ref, e)
             if full is None:

@@ -61,6 +61,14 @@ class Gather:
     mult: int
     offset: int
     subscripts: list[cst.Subscript] = field(default_factory=list)
+    # The table holds row starts, not block numbers (`pl.ds(cu_ref[s] + t * bs, bs)`, a varlen
+    # sequence start): the block is `table[...] // size` plus these grid axes (position ->
+    # multiplier). Right only when every entry is a multiple of the size; see `rows_condition`.
+    rows_axes: Optional[dict[int, int]] = None
+
+    def key(self) -> tuple:
+        rows = tuple(sorted(self.rows_axes.items())) if self.rows_axes is not None else None
+        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows)
 
     @property
     def table(self) -> str:
@@ -189,6 +197,10 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
         raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
     blk = block_index(start, size)
     if blk is None:
+        rows = _row_start(start, size, ref, use, ngrid)
+        if rows is not None:
+            key, axes, offset = rows
+            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes)
         stride = next((c for k, c in start.terms.items() if k.startswith("load:") and c.mult), None)
         wider = size.divide(stride) if stride is not None else None
         if wider is not None and wider > 1:
@@ -214,6 +226,41 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
             "only a table entry (times the window) can pick the block"
         )
     return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
+
+
+def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Optional[tuple[str, dict[int, int], int]]:
+    """(the load, grid axes, offset) of a start `table[...] + i * size + c * size`: a row start read
+    from a table (a varlen sequence start) plus whole windows in grid indices; None for any other
+    start. A loop index in the whole windows is a `Refuse` naming what to change."""
+    loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
+    if len(loads) != 1 or start.terms[loads[0]].mult != 1 or start.terms[loads[0]].factors:
+        return None
+    rest = block_index(Affine({k: c for k, c in start.terms.items() if k != loads[0]}, start.const, start.atoms), size)
+    if rest is None:
+        return None
+    axes: dict[int, int] = {}
+    for key, mult in rest.atoms.items():
+        if key.startswith("pid:") and int(key[4:]) < ngrid:
+            if mult < 0:
+                return None
+            axes[int(key[4:])] = mult
+            continue
+        raise Refuse(
+            f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus windows that move with "
+            f"`{code(rest.atom_exprs[key])}`, which no grid axis provides; scalar prefetch can gather it as block "
+            f"`table[...] // {paren_text(code(use.size))}` plus grid indices, so make the chunk index a grid axis "
+            "(`pl.program_id`)"
+        )
+    return loads[0], axes, rest.offset
+
+
+def rows_condition(gather: Gather, size_text: str) -> str:
+    """The data assumption a row-start gather rests on, as the fix message states it."""
+    return (
+        f"assumes every `{gather.table}` entry is a multiple of `{size_text}` (sequences start on a block "
+        f"boundary); a sequence that starts mid-block would read the wrong rows, so verify on an example "
+        "whose table satisfies it"
+    )
 
 
 def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
@@ -246,7 +293,7 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
                     f"`{ref}` is indexed along dim {n} as well (`{code(el)}`, line {line}); pallas-fix gathers blocks "
                     "that span the ref's other dims"
                 )
-        entry = (gather.dim, code(gather.size), gather.read.key(), gather.mult, gather.offset)
+        entry = gather.key()
         if found is None:
             found = gather
             found_entry = entry
@@ -356,11 +403,16 @@ def _render(index: BlockIndexExpr, names: dict[object, str]) -> str:
     return text + "".join(f" - {m}" for m in minus)
 
 
-def block_text(gather: Gather, table_param: str, names: dict[object, str]) -> str:
-    """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`."""
+def block_text(gather: Gather, table_param: str, names: dict[object, str], size_text: str = "") -> str:
+    """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`, or for a table of
+    row starts `cu_ref[s] // BT + t`."""
     items = [_render(e, names) for e in gather.read.index]
     load = f"{table_param}[{', '.join(items)}]"
     text = load if gather.mult == 1 else f"{gather.mult} * {load}"
+    if gather.rows_axes is not None:
+        text = f"{load} // {paren_text(size_text)}"
+        if gather.rows_axes:
+            text += " + " + _render(BlockIndexExpr(dict(gather.rows_axes), 0), names)
     if gather.offset:
         text += f" + {gather.offset}" if gather.offset > 0 else f" - {-gather.offset}"
     return text
