@@ -135,6 +135,12 @@ class _Loads:
         loop: Optional[LoopInfo] = None
         for value in indices:
             aff = decompose(value, self.base)
+            if aff is None and self.env.value(value).origin is Origin.REF_LOAD:
+                return None, (
+                    f"the table index `{code(value)}` of `{table}` is itself read from data ({self.env.value(value).words}), "
+                    "and pallas-fix writes index_maps that read one table at grid indices; compose the lookups before "
+                    "the pallas_call into one table with an entry per grid step and read that at a grid index"
+                )
             if aff is None:
                 return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
             axes: dict[object, int] = {}
@@ -230,19 +236,21 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
 
 def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Optional[tuple[str, dict[int, int], int]]:
     """(the load, grid axes, offset) of a start `table[...] + i * size + c * size`: a row start read
-    from a table (a varlen sequence start) plus whole windows in grid indices; None for any other
-    start. A loop index in the whole windows is a `Refuse` naming what to change."""
+    from a table (a varlen sequence start) plus whole windows in grid indices; None where the start
+    does not read one table entry as rows. Any other row start is a `Refuse` naming what to change."""
     loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
     if len(loads) != 1 or start.terms[loads[0]].mult != 1 or start.terms[loads[0]].factors:
         return None
     rest = block_index(Affine({k: c for k, c in start.terms.items() if k != loads[0]}, start.const, start.atoms), size)
-    if rest is None:
-        return None
+    if rest is None or any(m < 0 for m in rest.atoms.values()):
+        raise Refuse(
+            f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus an offset that is not whole "
+            f"windows of `{code(use.size)}` moving forward with the grid; pallas-fix gathers a row start plus "
+            f"`i * {paren_text(code(use.size))}` (i a grid index) as block `table[...] // {paren_text(code(use.size))} + i`"
+        )
     axes: dict[int, int] = {}
     for key, mult in rest.atoms.items():
         if key.startswith("pid:") and int(key[4:]) < ngrid:
-            if mult < 0:
-                return None
             axes[int(key[4:])] = mult
             continue
         raise Refuse(
