@@ -10,7 +10,11 @@ rewrite.prefetch.spellings): the read then says so (`TableRead.spelled`) and R6 
 scalar read before the rest. `gather_of` finds that window (the same one at every access of the gathered ref) and
 `check_table` that the table may become a scalar-prefetch operand. A table index that reads a
 loop index (`idx_ref[k]` inside `fori_loop`) is reported as such (`Gather.loop`): the loop must
-become a grid axis first. Everything else is a `Refuse` saying what the user could change.
+become a grid axis first. A table of row starts (`pl.ds(cu_ref[s] + t * bs, bs)`, a varlen
+sequence start plus whole windows in grid indices) is a `Gather` with `rows_axes`: block
+`cu_ref[s] // bs + t`, right only for entries that are multiples of `bs`
+(rewrite.prefetch.index_text states that). Everything else is a `Refuse` saying what the user
+could change.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import libcst as cst
 from pallas_fix.analysis.loops.affine import Affine, block_index, decompose, provably_not_block
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.effects.model import kernel_writes, write_words
-from pallas_fix.analysis.loops.symbolic import Poly
 from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.model import IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import Refuse
@@ -262,15 +265,6 @@ def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Opti
     return loads[0], axes, rest.offset
 
 
-def rows_condition(gather: Gather, size_text: str) -> str:
-    """The data assumption a row-start gather rests on, as the fix message states it."""
-    return (
-        f"assumes every `{gather.table}` entry is a multiple of `{size_text}` (sequences start on a block "
-        f"boundary); a sequence that starts mid-block would read the wrong rows, so verify on an example "
-        "whose table satisfies it"
-    )
-
-
 def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
     """The one table block every access of `ref` in the kernel reads (its other dims whole)."""
     ctx = analysis.ctx
@@ -395,57 +389,3 @@ def _scalar_read(env, sub: cst.Subscript) -> bool:
         if env.value(s.value).vtype in ("array", "array1"):
             return False
     return True
-
-
-def _render(index: BlockIndexExpr, names: dict[object, str]) -> str:
-    """`i + 1`, `1 - j`, `2 * i - 3`: a sum of grid indices as a person writes it."""
-    plus, minus = [], []
-    for axis, mult in index.axes.items():
-        term = names[axis] if abs(mult) == 1 else f"{abs(mult)} * {names[axis]}"
-        (plus if mult > 0 else minus).append(term)
-    if index.offset > 0 or not (plus or minus):
-        plus.append(str(index.offset))
-    elif index.offset < 0:
-        minus.append(str(-index.offset))
-    text = " + ".join(plus) if plus else f"-{minus.pop(0)}"
-    return text + "".join(f" - {m}" for m in minus)
-
-
-def block_text(gather: Gather, table_param: str, names: dict[object, str], size_text: str = "") -> str:
-    """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`, or for a table of
-    row starts `cu_ref[s] // BT + t`."""
-    items = [_render(e, names) for e in gather.read.index]
-    load = f"{table_param}[{', '.join(items)}]"
-    text = load if gather.mult == 1 else f"{gather.mult} * {load}"
-    if gather.rows_axes is not None:
-        text = f"{load} // {paren_text(size_text)}"
-        if gather.rows_axes:
-            text += " + " + _render(BlockIndexExpr(dict(gather.rows_axes), 0), names)
-    if gather.offset:
-        text += f" + {gather.offset}" if gather.offset > 0 else f" - {-gather.offset}"
-    return text
-
-
-def table_out_of_range(cs, bounds, gather: Gather) -> Optional[str]:
-    """Why the table is read past its end (or before its start) in some grid step, when the sizes
-    at the call prove it; None otherwise."""
-    for d, index in enumerate(gather.read.index):
-        full = cs.shape_dim(gather.table, d)
-        if full is None:
-            continue
-        low = high = Poly.const(index.offset)
-        for axis, mult in index.axes.items():
-            if not isinstance(axis, int):
-                return None
-            span = (bounds.poly(cs.grid[axis]) - Poly.const(1)).scale(mult)
-            if mult > 0:
-                high = high + span
-            else:
-                low = low + span
-        if bounds.prover.nonneg(Poly.const(-1) - low) or bounds.prover.nonneg(high - bounds.poly(full)):
-            what = _render(index, {n: f"pl.program_id({n})" for n in index.axes})
-            return (
-                f"the table index `{what}` of `{gather.table}` along dim {d} runs outside `{code(full)}` entries "
-                "over the grid; read the table inside its bounds"
-            )
-    return None
