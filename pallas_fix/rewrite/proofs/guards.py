@@ -18,6 +18,14 @@ between, or an expression pallas-fix cannot read, drops the candidate. A guard a
 the file breaks is refused with the fact named (rewrite.proofs.example_facts); the fix that
 carries a guard is unsafe, written by plain `--apply` only once verified on an example (which
 then passes the guard, or the rewrite would raise there and fail verification).
+
+A squeezed dim (`x_ref[b]`, b a grid index) needs its axis not to outrun the dim: the bound
+`x.shape[0] >= batch`. A size pallas-fix cannot follow (`g_flat.shape[2]`, `g_flat` bound in
+branches) may still be guarded where the pallas_call reads it: in the statement that builds and
+runs the call, read only through names, attributes and constant subscripts (`_read_at_call`). A
+check already standing right before that statement (an earlier rewrite's) proves what it says
+and is not written twice. No check for a kernel that masks its loads or stores: it handles a
+last window past the end on hardware, so the check would reject calls the original handles.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ Padding hides the same bugs: a wrapper that pads to a multiple (`jnp.pad(x, ((0,
 kernel gets the padded one agrees with the original there. The trace also records `jnp.pad`'s
 static widths; a dim padded by nothing whose size, made smaller by a few, makes some pad non-zero
 is a dim to change as well (:func:`padding_variants`).
+
+A synthesised example's sizes are chosen large (pallas-fix picked them, not the user), which hides
+a window that ends past a small array: traced, its start is clamped; made a Python int, it fails
+at trace time. So a verdict on a synthesised example is checked again at the smallest shapes the
+original runs on, its largest dim halved while the original still runs (:func:`verify_boundary`).
 """
 
 from __future__ import annotations
