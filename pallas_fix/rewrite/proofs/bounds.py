@@ -132,7 +132,15 @@ class Bounds:
             fact = ("at_least", self.poly(full), self.poly(extent), code(full), code(extent))
             why = (f"without it the original's {side} `{block.param}` at a grid index past the end of its dim {dim} "
                    "is clamped in interpret mode and out of bounds on hardware, where a BlockSpec block is out of range")
-            self._choose([(fact,)], [room], why, err, lambda prover, room=room: prover.nonneg(room))
+            try:
+                self._check_squeezed(block.param, dim, extent)
+            except CallSiteError as squeezed:
+                try:
+                    self._choose([(fact,)], [room], why, squeezed, lambda prover, room=room: prover.nonneg(room))
+                except CallSiteError:
+                    if self.broken_guard is None and str(squeezed) not in str(err):  # what else stands in the way
+                        self.broken_guard = f"nor can a check pallas-fix writes prove dim {dim}: {squeezed}"
+                    raise
         self.check_block(block, trip)
 
     def _choose(self, combos: list, bound: list[Poly], why: str, err: CallSiteError, proves) -> None:
