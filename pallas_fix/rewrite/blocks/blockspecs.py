@@ -60,6 +60,8 @@ class SpecWriter:
         if other is not None:
             raise CallSiteError(other_dim_refusal(slot.param, other))
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
+        if rank is None and spec.index_exprs is not None:
+            rank = len(spec.index_exprs)  # an index_map returns one block index per dim
         if rank is None:
             raise CallSiteError(unknown_rank(self.cs.ctx, self.cs.site, self.cs.slots, slot.param))
         # The kernel sees only the non-squeezed dims: map its dim to the array's.

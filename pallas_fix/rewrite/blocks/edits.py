@@ -351,19 +351,24 @@ def _add_lambda_param(position: int, name: str) -> Edit:
 
 
 def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
-                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], str, tuple[str, ...]]:
+                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], Optional[str], tuple[str, ...]]:
     """The last resort when the blocks are not proved inside their arrays (`unproved`, the
     plain proof's error, raised again when this fails too): the edits with checks written into
     the wrapper that make the proof go through (rewrite.proofs.guards), and what the fix message
     says about them, and the checks (each the condition under which it raises, `FixPlan.guards`).
-    An example call of the file that breaks a needed check is named instead."""
+    An example call of the file that breaks a needed check is named instead, and a plan that
+    fails before its bounds are checked fails for its own reason."""
     calls = CallEdits(cs, blocks, new_axis, witnesses, guarding=True)
     try:
         edits = calls.build()
-    except CallSiteError:
+    except CallSiteError as failed:
+        if not calls.bounds.checked:
+            raise failed from None
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    return edits, guards_note(calls.guards), tuple(g.failing() for g, _why in calls.guards)
+    # No new check: the one an earlier rewrite of this call wrote proves it, as a check of the user's would.
+    note = guards_note(calls.guards) if calls.guards else None
+    return edits, note, tuple(g.failing() for g, _why in calls.guards)
 
 
 def guards_note(guards: list) -> str:

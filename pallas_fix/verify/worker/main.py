@@ -43,7 +43,7 @@ from pallas_fix.verify.worker.failures import summarize_exc
 from pallas_fix.verify.worker.interpret_mode import forced_interpreter, install_patches
 from pallas_fix.verify.worker.interpreters import MAX_CORES
 from pallas_fix.verify.worker.races import install_race_log
-from pallas_fix.verify.worker.ragged import may_be_ragged, verify_variants
+from pallas_fix.verify.worker.ragged import may_be_ragged, verify_boundary, verify_variants
 from pallas_fix.verify.worker.traced_facts import facts_job
 from pallas_fix.verify.worker.user_modules import load_module, resolve_entry
 
@@ -101,6 +101,8 @@ def _verify(mods: dict, ex: Example, job: dict, known: Optional[ReferenceRun] = 
         if verdict["status"] == "verified" and job.get("ragged", True) and may_be_ragged(job["original"]["source"]):
             original = resolve_entry(mods["original"], ex.entry)
             verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify)
+        if verdict["status"] == "verified" and (ex.origin or "").startswith("synthesised"):
+            verdict = verify_boundary(resolve_entry(mods["original"], ex.entry), ex, verdict, int(job["seeds"][0]), verify)
         return verdict
     except Exception as e:  # a bug in the worker itself: still report per example
         return verdict_record(ex.entry, job["seeds"], message=f"verification crashed: {summarize_exc(e)}",
