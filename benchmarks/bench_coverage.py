@@ -142,6 +142,8 @@ def measure(path: Path, verify: bool, opts: Options) -> Row:
         statuses = [v.status for k in (rewrite.kernels if rewrite else []) for v in k.verdicts]
         failed = [k.status for k in (rewrite.kernels if rewrite else []) if k.status == "failed"]
         row.verdicts = statuses + failed or [f"example problem: {problem}" if problem else "no example"]
+        if rewrite is not None and not rewrite.error:  # what is left as --apply says it (facts from the examples included)
+            row.refusals = [f.refusal for f in rewrite.remaining if f.refusal and not f.fixable]
         return row
     row.proposed = report.proposed is not None
     row.fixed = max(0, len(report.findings) - len(report.remaining)) if row.proposed else 0

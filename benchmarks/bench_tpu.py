@@ -17,8 +17,14 @@ original's (max |a - b| / max |b|; from XLA's where the original did not run), t
 call (the median of ``--repeat`` timed loops of calls after a warm-up: ``tpu_timing.py``), the
 speed ratio (original time / rewrite time: above 1 the rewrite is faster), the bytes one grid step holds on chip (``pallas_fix/verify/judge/footprint.py``,
 read off the traced calls) and, where one exists, JAX's hand-written kernel
-(``jax.experimental.pallas.ops.tpu``) and XLA at the same sizes. At the end: the geometric mean of
-the ratios over the cases whose original runs, the chip, the jax version and the date.
+(``jax.experimental.pallas.ops.tpu``) and XLA at the same sizes, and what plain ``--apply`` does
+with the rewrite at that case's shapes: writes it, or holds it back as a lift that only trades
+speed for memory (the CLI's own rule, ``frontends.kernel_rewrites.memory_trade`` over
+``verify.judge.lift_cost`` records of the traced calls; ``--lift-for-memory`` writes it). At the
+end: the geometric mean and the lowest of the ratios over the cases ``--apply`` writes whose
+original runs, the VMEM rescues, the held-back cases apart, the chip, the jax version and the date.
+``--table-from`` a run saved before the ``--apply`` column existed decides it again from the
+current tree (traced at each case's shapes; nothing is compiled).
 
 Off a TPU (JAX's default backend is not ``tpu``) it says so and instead checks, at a small size
 in TPU interpret mode, that every pair gets its rewrite and that the rewrite agrees with the
@@ -87,6 +93,8 @@ class Case:
     err: Optional[float] = None  # max rel. err of the rewrite against the original (or XLA)
     err_against: str = ""  # original | xla
     agrees: Optional[bool] = None
+    apply: str = ""  # what plain --apply does at these shapes: writes | holds back | none | unknown
+    apply_why: str = ""  # why it holds the rewrite back (the intent gate's words), or why unknown
 
     @property
     def ratio(self) -> Optional[float]:
@@ -155,18 +163,44 @@ def run_side(fn, args, kwargs, repeat: int):
     return out, side
 
 
-def on_chip_bytes(fn, args, kwargs) -> Optional[int]:
-    """Bytes one grid step holds on chip (the largest among the entry's pallas_calls), traced."""
+def traced_calls(fn, args, kwargs) -> Optional[list[dict]]:
+    """The entry's pallas_calls as verification describes them (grid steps, blocks, bytes on
+    chip), traced at these shapes; None when tracing fails (not worth failing a case over)."""
     import jax
 
-    from pallas_fix.verify.judge.footprint import entry_bytes
     from pallas_fix.verify.worker.kernel_survey import pallas_call_infos
 
     try:
         structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-        return entry_bytes(pallas_call_infos(jax.make_jaxpr(functools.partial(fn, **kwargs))(*structs)))
-    except Exception:  # not worth failing a case over
+        return pallas_call_infos(jax.make_jaxpr(functools.partial(fn, **kwargs))(*structs))
+    except Exception:
         return None
+
+
+def on_chip_bytes(calls: Optional[list[dict]]) -> Optional[int]:
+    """Bytes one grid step holds on chip (the largest among the entry's pallas_calls)."""
+    from pallas_fix.verify.judge.footprint import entry_bytes
+
+    return None if calls is None else entry_bytes(calls)
+
+
+def apply_decision(rewrite: Rewrite, before, after, example: str) -> tuple[str, str]:
+    """(what plain ``pallas-fix --apply`` does with the rewrite at these shapes, why): "writes", or
+    "holds back" a lift that only trades speed for memory, by the CLI's own rule over the traced
+    calls of both sides; "none" without a rewrite, "unknown" when a side did not trace."""
+    from pallas_fix.core.config import Config
+    from pallas_fix.core.speed import OPTION
+    from pallas_fix.frontends.kernel_rewrites import memory_trade
+    from pallas_fix.verify.judge.lift_cost import lift_costs
+
+    if rewrite.source is None:
+        return "none", rewrite.error
+    if before is None or after is None:
+        return "unknown", "a side did not trace at these shapes"
+    held, note = memory_trade([(r, example) for r in lift_costs(before, after)])
+    if held is None or Config().lift_for_memory:
+        return "writes", ""
+    return "holds back", f"{note}; {OPTION}"
 
 
 def shapes_of(args, kwargs) -> str:
@@ -194,11 +228,14 @@ def bench_case(name, original, rewritten, rewrite: Rewrite, size, dtype, repeat)
     entry = original.ENTRY
     case = Case(name, dtype, size, shapes_of(args, kwargs), rewrite.fix, Side(), Side())
     out_o, case.original = run_side(getattr(original, entry), args, kwargs, repeat)
-    case.original.on_chip = on_chip_bytes(getattr(original, entry), args, kwargs)
-    out_r = None
+    before = traced_calls(getattr(original, entry), args, kwargs)
+    case.original.on_chip = on_chip_bytes(before)
+    out_r, after = None, None
     if rewritten is not None:
         out_r, case.rewrite = run_side(getattr(rewritten, entry), args, kwargs, repeat)
-        case.rewrite.on_chip = on_chip_bytes(getattr(rewritten, entry), args, kwargs)
+        after = traced_calls(getattr(rewritten, entry), args, kwargs)
+        case.rewrite.on_chip = on_chip_bytes(after)
+    case.apply, case.apply_why = apply_decision(rewrite, before, after, f"{entry}({case.shapes})")
     out_x = None
     if hasattr(original, "xla"):
         out_x, case.xla = run_side(jax.jit(functools.partial(original.xla, **kwargs)), args, {}, repeat)
@@ -234,7 +271,7 @@ def _compiles(side: Side, present: bool) -> str:
     return side.error.split(":", 1)[0] if side.error else "no"
 
 
-HEADER = ("| pair | dtype | size | shapes, blocks | fix | compiles (orig / rewrite) | max rel err | "
+HEADER = ("| pair | dtype | size | shapes, blocks | fix | plain --apply | compiles (orig / rewrite) | max rel err | "
           "ms orig -> rewrite | speed ratio | MiB/step orig -> rewrite | JAX hand-written ms | XLA ms |")
 
 
@@ -242,26 +279,73 @@ def table_row(c: Case) -> str:
     present = c.fix in ("safe", "unsafe")
     err = "-" if c.err is None else f"{c.err:.1e}{'' if c.err_against == 'original' else ' (vs XLA)'}{'' if c.agrees else ' DIFFERS'}"
     ratio = "-" if c.ratio is None else f"{c.ratio:.2f}x"
-    return (f"| {c.pair} | {c.dtype} | {c.size} | {c.shapes} | {c.fix} | {_compiles(c.original, True)} / "
+    return (f"| {c.pair} | {c.dtype} | {c.size} | {c.shapes} | {c.fix} | {c.apply or '?'} | {_compiles(c.original, True)} / "
             f"{_compiles(c.rewrite, present)} | {err} | {_ms(c.original)} -> {_ms(c.rewrite) if present else '-'} | "
             f"{ratio} | {_mib(c.original.on_chip)} -> {_mib(c.rewrite.on_chip) if present else '-'} | "
             f"{_ms(c.hand)} | {_ms(c.xla)} |")
 
 
-def print_summary(cases: list[Case]) -> None:
+def _speeds(cases: list[Case]) -> Optional[tuple[float, float, int]]:
+    """(geometric mean, lowest, count) of the speed ratios of the cases whose original ran."""
     ratios = [c.ratio for c in cases if c.ratio]
-    if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        slow = [c for c in cases if c.ratio and c.ratio < 0.95]
-        print(f"\ngeometric mean speed ratio over {len(ratios)} cases whose original fits: {geo:.2f}x; "
-              f"{len(slow)} below 0.95x")
+    if not ratios:
+        return None
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), min(ratios), len(ratios)
+
+
+def _speed_line(what: str, cases: list[Case]) -> str:
+    speeds = _speeds(cases)
+    if speeds is None:
+        return f"{what}: no case whose original fits"
+    geo, low, n = speeds
+    slow = [c for c in cases if c.ratio and c.ratio < 0.95]
+    return (f"{what}: geometric mean speed ratio {geo:.2f}x over {n} cases whose original fits, "
+            f"lowest {low:.2f}x, {len(slow)} below 0.95x")
+
+
+def print_bars(cases: list[Case], broke: list[Case], oom: list[Case], rescued: list[Case]) -> None:
+    """Issue 27's bars, each met or not, on these cases."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    fixable = [c for c in oom if c.fix in ("safe", "unsafe")]
+    speeds = _speeds([c for c in cases if c.apply == "writes"])
+    print("\nissue 27's bars:")
+    print(f"  0 rewrites failing to compile where the original compiled: {len(broke)}, {verdict(not broke)}")
+    print(f"  every out-of-VMEM original with a fix runs after it: {len(rescued)} of {len(fixable)}, "
+          f"{verdict(len(rescued) == len(fixable))}")
+    if speeds is not None:
+        geo, low, _ = speeds
+        print(f"  what plain --apply writes where the original fits: geometric mean {geo:.2f}x (bar 1.0), "
+              f"lowest {low:.2f}x (bar 0.95), {verdict(geo >= 1.0 and low >= 0.95)}")
+    for c in cases:
+        if c.pair.startswith("flash_attention") and c.hand and c.hand.ms and c.rewrite.ms:
+            vs = c.hand.ms / c.rewrite.ms
+            print(f"  {c.pair} {c.dtype} {c.size}: the rewrite at {vs:.2f}x the speed of JAX's kernel at the same "
+                  f"blocks (bar 0.9), {verdict(vs >= 0.9)}{'; plain --apply holds it back' if c.apply == 'holds back' else ''}")
+
+
+def print_summary(cases: list[Case]) -> None:
+    written = [c for c in cases if c.apply == "writes"]
+    held = [c for c in cases if c.apply == "holds back"]
+    print("\n" + _speed_line("rewrites plain --apply writes", written))
+    print(_speed_line("every rewrite fix_source makes (--lift-for-memory writes them all)", cases))
     oom = [c for c in cases if not c.original.ran and "VMEM" in c.original.error]
-    rescued = [c for c in oom if c.rewrite.ran and c.agrees]
-    print(f"originals out of VMEM: {len(oom)}; running (and agreeing) after the rewrite: {len(rescued)}")
+    rescued = [c for c in oom if c.rewrite.ran and c.agrees and c.apply == "writes"]
+    print(f"originals out of VMEM: {len(oom)}; running (and agreeing) after the rewrite plain --apply writes: {len(rescued)}")
+    if held:
+        print(f"held back by plain --apply (memory-only lifts; --lift-for-memory writes them): {len(held)}")
+        for c in held:
+            ratio = "-" if c.ratio is None else f"{c.ratio:.2f}x"
+            print(f"  {c.pair} {c.dtype} {c.size} ({ratio}): {c.apply_why}")
+    unknown = [c for c in cases if c.apply not in ("writes", "holds back", "none")]
+    if unknown:
+        print(f"plain --apply's decision unknown: {len(unknown)} ({'; '.join(f'{c.pair} {c.dtype} {c.size}' for c in unknown)})")
     broke = [c for c in cases if c.original.ran and c.fix in ("safe", "unsafe") and not c.rewrite.ran]
     print(f"rewrites that fail where the original compiled: {len(broke)}")
     differ = [c for c in cases if c.agrees is False]
     print(f"rewrites whose output differs: {len(differ)}")
+    print_bars(cases, broke, oom, rescued)
     errors = [(c, who, s.error) for c in cases for who, s in (("original", c.original), ("rewrite", c.rewrite),
                                                                   ("hand", c.hand), ("xla", c.xla)) if s and s.error]
     if errors:
@@ -314,6 +398,12 @@ def run_smoke(names) -> int:
         err = "-" if r["err"] is None else f"{r['err']:.1e}"
         print(f"  {r['pair']:<24} {r['dtype']:<9} fix={r['fix']:<7} max rel err {err:<8} "
               f"{'ok' if r['ok'] else 'FAILED: ' + r['problem']}")
+    print("What plain --apply does with each rewrite at the timed cases' shapes (traced, not run):")
+    for name in names:
+        pair = load_pair(name)
+        for size, dtype in pair[0].CASES:
+            what, why = decide(*pair, size, dtype)
+            print(f"  {name:<24} {dtype:<9} {size:<5} {what}{': ' + why if why else ''}")
     return 0 if all(r["ok"] for r in results) else 1
 
 
@@ -363,9 +453,43 @@ def case_from_json(d: dict) -> Case:
     return Case(**{k: v for k, v in d.items() if k != "ratio"} | sides)
 
 
+def decide(original, rewritten, rewrite: Rewrite, size: str, dtype: str) -> tuple[str, str]:
+    """apply_decision at a case's shapes, traced only: no array is made, nothing compiled."""
+    import jax
+    import jax.numpy as jnp
+
+    kwargs: dict = {}
+
+    def shapes(key):
+        args, kw = original.make_inputs(size, jnp.dtype(dtype), key)
+        kwargs.update(kw)
+        return args
+
+    args = jax.eval_shape(shapes, jax.random.key(0))
+    entry = original.ENTRY
+    before = traced_calls(getattr(original, entry), args, kwargs)
+    after = traced_calls(getattr(rewritten, entry), args, kwargs) if rewritten is not None else None
+    return apply_decision(rewrite, before, after, f"{entry}({shapes_of(args, kwargs)})")
+
+
+def decide_again(cases: list[Case]) -> None:
+    """Plain --apply's decision for cases saved without one (a run older than that column): the
+    current tree's rewrite of each pair, decided at the case's shapes."""
+    pairs: dict = {}
+    for c in cases:
+        if c.apply:
+            continue
+        if c.pair not in pairs:
+            pairs[c.pair] = load_pair(c.pair)
+        c.apply, c.apply_why = decide(*pairs[c.pair], c.size, c.dtype)
+    if pairs:
+        print(f"(plain --apply column decided again by this tree for {', '.join(pairs)}: the saved run predates it)")
+
+
 def print_saved(path: str) -> int:
     """The table and summary again, from the cases a run wrote with --json."""
     cases = [case_from_json(d) for d in json.loads(Path(path).read_text())]
+    decide_again(cases)
     print(HEADER)
     print("|" + " --- |" * HEADER.count(" | ") + " --- |")
     for case in cases:

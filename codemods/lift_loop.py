@@ -30,6 +30,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits, packed_tuple
 from pallas_fix.rewrite.blocks.grid_params import pipelined
+from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
@@ -109,6 +110,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     already = pipelined(cs)
+    doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
                        pipelined=already)

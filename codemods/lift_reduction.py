@@ -67,6 +67,7 @@ from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note, packed_tuple
 from pallas_fix.rewrite.blocks.grid_params import pipelined
+from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
@@ -140,6 +141,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
         f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
+        f"{'; ' + hypothesis_doubt(None, cs.hypotheses) if cs.hypotheses else ''}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
                    guards=tuple(g.failing() for g, _why in call_edits.guards),

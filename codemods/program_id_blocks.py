@@ -34,6 +34,7 @@ from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
                                              packed_tuple, touched_element_ids)
 from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
+from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
@@ -44,7 +45,7 @@ from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
 from pallas_fix.rewrite.kernel.scalar_lift import (
-    block_subscript_edit, check_one_form, check_squeezable, check_squeezed_reads, scalar_block_size,
+    block_subscript_edit, check_one_form, check_squeezed_reads, scalar_block_size, split_squeezable,
 )
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
@@ -124,8 +125,9 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     check_output_views(analysis, cs, ref, window.subscripts)
     if cs.slots[ref].kind == "out":
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
-    use, squeezed = window.use, window.squeezed
-    check_squeezable(cs, ref, squeezed)
+    use = window.use
+    index_axes = {a for a in window.index.axes if isinstance(a, int)}
+    squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
     size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
@@ -169,6 +171,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
                    f"in `{site.kernel_name}` into its BlockSpec")
+    doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)

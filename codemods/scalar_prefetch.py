@@ -26,11 +26,15 @@ prefetch (its argument and parameter first, as Pallas requires, every index_map 
 give the ref a BlockSpec whose index_map reads the table. Where `f` reads a loop index, the loop
 becomes a grid axis first (R1, or R2 for a reduction such as paged attention's loop over pages,
 with their legality rules) and the program_id form is then rewritten; one plan does both.
+A start `table[f(g)] + i * S` (a row start, as varlen kernels read `cu_seqlens`, plus whole
+windows in grid indices) gathers block `table[f(g)] // S + i`.
 
 Unsafe: the table's values are data. The rewrite is the same program for every table whose
 entries name blocks inside the array (0 <= t and (t + 1) * S <= n); outside that the original
-reads a clamped or out-of-bounds window and the rewrite an out-of-range block. Verification runs
-the example (give the table a value range: `i32[8] in [0, 8)`) before anything is written.
+reads a clamped or out-of-bounds window and the rewrite an out-of-range block. A table of row
+starts adds a condition, stated in the fix message: every entry is a multiple of S (a sequence
+starting mid-block would read the wrong rows). Verification runs the example (give the table a
+value range: `i32[8] in [0, 8)`, or build an aligned table in the entry) before anything is written.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.text.line_width import fit_width
 from pallas_fix.rewrite.callsite.operands import CallSiteError
-from pallas_fix.rewrite.prefetch.windows import Gather, check_not_written, check_table, gather_of, table_out_of_range
+from pallas_fix.rewrite.prefetch.index_text import rows_condition, table_out_of_range
+from pallas_fix.rewrite.prefetch.windows import Gather, check_not_written, check_table, gather_of
 from pallas_fix.rewrite.prefetch.call import PrefetchEdits
 from pallas_fix.rewrite.prefetch.spellings import scalar_read_edits
 from pallas_fix.rewrite.kernel.ref_access import ref_base
@@ -188,6 +193,8 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads `{gather.table}` "
         "(a scalar-prefetch gather)"
     )
+    if gather.rows_axes is not None:
+        description += f"; {rows_condition(gather, code(simplify(size)))}"
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
 

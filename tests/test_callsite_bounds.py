@@ -106,7 +106,11 @@ def test_a_name_bound_twice_is_no_single_atom():
             return None
         """
     )
-    assert _poly(ctx, symbols, "n", last) != _poly(ctx, symbols, "n", last)
+    fn = next(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef))
+    second = ctx.body_statements(fn)[1]
+    assert _poly(ctx, symbols, "n", second) != _poly(ctx, symbols, "n", last)
+    # Read twice in one place (as a guard is read back where it is written), it is one value there.
+    assert _poly(ctx, symbols, "n", last) == _poly(ctx, symbols, "n", last)
 
 
 def _partial_value(src: str):

@@ -237,3 +237,113 @@ def test_a_check_the_recorded_example_breaks_fails_verification_and_is_not_writt
     out = run.stdout + run.stderr
     assert path.read_text() == source, out
     assert "must be at least" in out and "recorded" in out, out
+
+
+# -- guards the real corpus needs (issue 26, part 2) -------------------------------------------
+
+_FIXTURES = Path(__file__).parent / "fixtures" / "codemods" / "program_id_blocks"
+
+
+def test_a_squeezed_block_gets_the_bound_its_grid_axis_needs_not_an_equality():
+    """`x_ref[b, :, :]` over `grid=(batch,)`, `batch` read from `x.shape` before a helper pads
+    `x`: the check is `x.shape[0] >= batch`, which rejects no call the original handles."""
+    source = (_FIXTURES / "pid_batch_rows_guarded_before.py").read_text()
+    guards = {g for p in _guarded_plans(source) for g in p.guards}  # each plan names the checks it needs
+    assert guards == {"scale.shape[0] < batch", "x.shape[0] < batch"}, guards
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    assert "if x.shape[0] < batch:" in fixed and "!=" not in fixed and "batch * 1" not in fixed
+
+
+def test_a_check_already_written_before_the_call_proves_the_next_rewrite_and_is_not_written_twice():
+    source = (_FIXTURES / "pid_branch_bound_guarded_before.py").read_text()
+    fixed = fix_source(source, "k.py", unsafe=True)
+    assert fixed.error is None and not fixed.remaining
+    assert fixed.source.count("if x.shape[1] < nb * block:") == 1, fixed.source
+
+
+def test_no_check_on_an_expression_the_calls_own_statement_rebinds():
+    """`x.shape[1]` cannot be followed (`x` is bound in a branch) and the statement that runs the
+    call binds a name with `:=` first: a check before it might not read what the call reads."""
+    source = (_FIXTURES / "pid_branch_bound_guarded_before.py").read_text()
+    walrus = source.replace("    return pl.pallas_call(", "    return (nb := n // block) and pl.pallas_call(")
+    assert walrus != source
+    assert not _guarded_plans(walrus)
+    assert "raise ValueError" not in fix_source(walrus, "k.py", unsafe=True).source
+
+
+_MASKED = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def scale_rows_kernel(x_ref, o_ref, *, block):
+    pid = pl.program_id(0)
+    rows = pl.ds(pid * block, block)
+    mask = (pid * block + jnp.arange(block) < x_ref.shape[0])[:, None]
+    x = pltriton.load(x_ref.at[rows, :], mask=mask)
+    pltriton.store(o_ref.at[rows, :], x * 2.0, mask=mask)
+
+
+def scale_rows(x, block=16):
+    return pl.pallas_call(
+        functools.partial(scale_rows_kernel, block=block),
+        grid=(pl.cdiv(x.shape[0], block),),
+        in_specs=[pl.BlockSpec(x.shape, lambda i: (0, 0))],
+        out_specs=pl.BlockSpec(x.shape, lambda i: (0, 0)),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+'''
+
+
+def test_no_check_for_a_kernel_that_masks_its_tail():
+    """A masked load or store handles a last window past the end on hardware: `x.shape[0] %
+    block == 0` would reject calls the original handles, so the lift is refused, saying so."""
+    source = _MASKED
+    assert not _guarded_plans(source)
+    assert "raise ValueError" not in fix_source(source, "k.py", unsafe=True).source
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal]
+    assert reasons and all("the kernel masks its loads or stores (line 14)" in r for r in reasons), reasons
+
+
+def test_a_plan_that_fails_before_its_bounds_are_checked_says_its_own_reason():
+    starred = _MASKED.replace("lambda i: (0, 0)", "lambda *p: (0, 0)")
+    reasons = [f.refusal for f in analyze_source(starred, "k.py").findings if f.refusal]
+    assert reasons and all("through `*p`" in r and "may run past the end" not in r for r in reasons), reasons
+
+
+_PAST_THE_END = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def kernel(x_ref, o_ref):
+    bs = 32
+    o_ref[...] = x_ref[pl.ds(jnp.int32(4) * bs, bs), :]
+
+
+def take_block(x):
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((32, x.shape[1]), x.dtype),
+        interpret=True,
+    )(x)
+'''
+
+
+@pytest.mark.interp
+def test_a_traced_start_past_the_end_of_a_small_array_is_not_written(tmp_path: Path):
+    """Traced, `jnp.int32(4) * bs` is clamped on a 128-row array; a Python int there fails at
+    trace time. The synthesised example (256 rows) fits it, so verification also runs the
+    smallest shapes the original runs on, where the rewrite fails: plain --apply writes nothing."""
+    path = tmp_path / "k.py"
+    path.write_text(_PAST_THE_END)
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert path.read_text() == _PAST_THE_END, out
+    assert "the smallest shapes the original runs on" in out and "Out of bound slice" in out, out

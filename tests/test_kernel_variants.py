@@ -49,6 +49,58 @@ def test_a_def_redefined_in_one_block_is_not_a_variant():
     assert not any("defined 2 times" in (f.refusal or "") for f in findings)
 
 
+def _per_arm_module(head: str, tail: str = "") -> str:
+    """Each arm defines `kernel` and runs its own pallas_call (the second through a function the
+    arm defines); `head` opens the `if` chain, `tail` is added after it."""
+    one = textwrap.indent(textwrap.dedent(_KERNEL.format(factor="2.0")), "            ")
+    two = textwrap.indent(textwrap.dedent(_KERNEL.format(factor="3.0")), "            ")
+    call = "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)"
+    return (
+        "import jax\nfrom jax.experimental import pallas as pl\n\n\n"
+        "def run(x, flags):\n"
+        f"{head}"
+        "        if flags[0]:\n"
+        f"{one}"
+        f"            out = {call}\n"
+        "        else:\n"
+        f"{two}"
+        "            def go(x):\n"
+        f"                return {call}\n"
+        "            out = go(x)\n"
+        f"{tail}"
+        "    return out\n"
+    )
+
+
+def test_each_arm_with_its_own_pallas_call_runs_its_own_def():
+    src = _per_arm_module("    if True:\n")
+    findings = analyze_source(src, "k.py").findings
+    assert len({f.span.line for f in findings}) == 2
+    assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
+def test_arms_in_a_loop_are_variants_of_each_call():
+    """In a loop, a call in one arm may run after the other arm rebound the name (a closure
+    reads it when it runs)."""
+    src = _per_arm_module("    for _ in range(2):\n")
+    findings = analyze_source(src, "k.py").findings
+    assert findings and all(not f.fixable for f in findings)
+
+
+
+def test_an_elif_chain_gives_each_call_its_arms_def():
+    """Three defs in the arms of one `if` / `elif` / `else` chain, each arm with its own call."""
+    arms = []
+    for n, test in enumerate(("if mode == 0:", "elif mode == 1:", "else:")):
+        body = textwrap.indent(textwrap.dedent(_KERNEL.format(factor=f"{n + 2}.0")), "        ")
+        call = "        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)\n"
+        arms.append(f"    {test}\n{body}{call}")
+    src = "import jax\nfrom jax.experimental import pallas as pl\n\n\ndef run(x, mode):\n" + "".join(arms)
+    findings = analyze_source(src, "k.py").findings
+    assert len({f.span.line for f in findings}) == 3
+    assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
 _DISPATCH = """\
 import functools
 

@@ -111,11 +111,14 @@ FIXTURES = Path(__file__).parent / "fixtures" / "codemods"
 SCALAR_PAIRS = [
     "lift_loop/scalar_batch_slabs",
     "lift_loop/scalar_heads_tpu",
+    "lift_loop/scalar_reversed_write_tpu",
     "lift_loop/scalar_row_and_window_mgpu",
     "lift_loop/scalar_rows_softmax_mgpu",
     "lift_reduction/scalar_slab_sum",
     "program_id_blocks/pid_triton_row_rms",
     "program_id_blocks/pid_tpu_heads",
+    "program_id_blocks/pid_tpu_kept_channel",
+    "program_id_blocks/pid_kept_channel_unknown_backend",
     "program_id_blocks/pid_row_sums_1d_mgpu",
 ]
 
@@ -202,6 +205,59 @@ def test_backend_decides_where_a_dim_may_squeeze(backend, rank, lifted):
         assert result.source == source
         reasons = " ".join(f.refusal or "" for f in result.remaining)
         assert "TPU lowering rejects a squeezed (None) block dim among a block's last two dims" in reasons
+
+
+_CHANNELS_KERNEL = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+{imports}
+
+# pallas-fix: example scale_channels(f32[2, 8, 128])
+
+
+def scale_kernel(x_ref, o_ref):
+    b = pl.program_id({b_axis})
+    c = pl.program_id({c_axis})
+    o_ref[b, c, :] = x_ref[b, c, :] * 2.0
+
+
+def scale_channels(x):
+    batch, channels, _ = x.shape
+    return pl.pallas_call(
+        scale_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid={grid},{params}
+    )(x)
+'''
+
+
+@pytest.mark.parametrize(
+    "backend, inner, expect",
+    [
+        ("tpu", "c", "kept"),  # the channel dim stays whole, `c` stays in the kernel
+        ("unknown", "c", "kept"),  # held to TPU's rules
+        ("triton", "c", "squeezed"),  # GPU backends squeeze any dim
+        ("tpu", "b", "refused"),  # kept whole, the block would be copied again on every batch step
+        ("unknown", "b", "squeezed"),  # as unknown backends always have
+    ],
+)
+def test_a_scalar_beside_the_lifted_dim_stays_in_a_whole_dim(backend, inner, expect):
+    """`x_ref[b, c, :]` with b and c grid indices: dim 1 cannot squeeze on TPU, so the block keeps
+    it whole and the kernel keeps `c` (a partial lift), where the block stays put while c runs."""
+    imports, params = _BACKENDS[backend]
+    b_axis, c_axis, grid = (0, 1, "(batch, channels)") if inner == "c" else (1, 0, "(channels, batch)")
+    source = _CHANNELS_KERNEL.format(imports=imports, params=params, b_axis=b_axis, c_axis=c_axis, grid=grid)
+    result = fix_source(source, "channels.py", Config(target="compiled"), codemods={"program-id-blocks"})
+    kept = "pl.BlockSpec((None, x.shape[1], x.shape[2]), lambda i, j: (i, 0, 0))"
+    if expect == "kept":
+        assert kept in result.source and "o_ref[c, :] = x_ref[c, :] * 2.0" in result.source, result.source
+    elif expect == "squeezed":
+        assert "(None, None, x.shape[2])" in result.source and "o_ref[...] = x_ref[...] * 2.0" in result.source, result.source
+    else:
+        assert result.source == source
+        reasons = " ".join(f.refusal or "" for f in result.remaining)
+        assert "dim 1 would become a squeezed (None) block dim" in reasons, reasons
 
 
 @pytest.mark.interp

@@ -8,6 +8,7 @@ from typing import Iterator, Optional, Union
 import libcst as cst
 
 from pallas_fix.core.model import Span
+from pallas_fix.core.traced_facts import TracedFacts
 from pallas_fix.core.names import ImportTable
 from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, Reuse, child_nodes, index_tree, positions
 from pallas_fix.analysis.tree_index import is_statement as _is_statement
@@ -31,6 +32,8 @@ class ModuleContext:
         # can be reported on but not rewritten.
         self.module = module if module is not None else cst.parse_module(source)
         self.reduced = reduced
+        # What tracing the examples showed (core.traced_facts), from the analysis's config.
+        self.traced_facts: Optional[TracedFacts] = None
         # `node.children` re-runs LibCST's visitor machinery (rebuilding the node) on every call;
         # walks over a 2,000-line file asked for it hundreds of thousands of times. One pass
         # records, by position in the pre-order, each node's subtree (a walk is a slice of the

@@ -107,4 +107,5 @@ def analyze_sites(ctx: ModuleContext, config: Config, sites) -> Analysis:
     """The analysis of some of an indexed module's sites (all of them for `analyze`; the language
     server re-analyses only the kernels an edit touched)."""
     sites = tuple(sites)
+    ctx.traced_facts = config.traced_facts
     return Analysis(ctx.path, ctx.source, config, ctx, sites, detect(ctx, list(sites)))

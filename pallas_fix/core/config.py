@@ -18,6 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from pallas_fix.core.model import Backend
+from pallas_fix.core.traced_facts import TracedFacts
 
 
 class ConfigError(ValueError):
@@ -53,6 +54,9 @@ class Config:
     lift_for_memory: bool = False
     examples: dict[str, list[str]] = field(default_factory=dict)  # glob -> example strings
     source: Optional[Path] = None  # the pyproject.toml it came from
+    # What tracing the examples showed (core.traced_facts): set by `--apply` only, never read
+    # from a file; plans that rest on it are unsafe fixes.
+    traced_facts: Optional[TracedFacts] = None
 
     def enabled(self, code: str) -> bool:
         if self.select and not any(code.startswith(p) for p in self.select):

@@ -170,17 +170,27 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     """The verified rewrite, or its refusal when it only trades speed for memory (module docstring);
     as `_one_kernel` returns them."""
     measured = [(r, v.example) for v in verdicts if v.ok and reached(v, kernel) for r in v.speed if r.get("kernel") == kernel]
-    held = held_lift([r for r, _ in measured])
+    held, note = memory_trade(measured)
     if held is None:  # no example measured the steps: the source's note (core.speed), if any
         applied = tuple(candidate.applied) if measured else _static_notes(candidate)
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
-    note = trade_note(held, next(e for r, e in measured if r is held))
     if not lift_for_memory:
         what = "; ".join(candidate.applied) or "the rewrite"
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"{what}: {note}; {OPTION}"), current
     lifts = [n for n, p in enumerate(candidate.pipelined) if p is not None] or [len(candidate.applied) - 1]
     applied = [f"{d}; {note}" if n in lifts else d for n, d in enumerate(candidate.applied)]
     return KernelRewrite(kernel, "verified", tuple(applied), verdicts), candidate.source
+
+
+def memory_trade(measured: list[tuple[dict, str]]) -> tuple[Optional[dict], str]:
+    """(the record, its note) when a kernel's lift only trades speed for memory at every example
+    that measured it, else (None, ""). `measured`: (a ``lift_cost.lift_costs`` record of the
+    kernel, the example that made it). Plain --apply holds such a lift back unless
+    `lift_for_memory`; benchmarks/bench_tpu.py reports its rows by the same rule."""
+    held = held_lift([r for r, _ in measured])
+    if held is None:
+        return None, ""
+    return held, trade_note(held, next(e for r, e in measured if r is held))
 
 
 def _original_unaligned(source: str, path: str, config: Config, kernel) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
 from pallas_fix.core.examples import ExampleSyntaxError
+from pallas_fix.core.traced_facts import WANTS_FACTS
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source, mentions_pallas
 from pallas_fix.frontends.files.files import FileError, read_source, write_source
 from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
@@ -21,6 +22,7 @@ from pallas_fix.frontends.report import FileReport
 from pallas_fix.rules.gpu_interpret.policy import verifies_in_gpu_interpret
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.examples.sources import collect_examples
+from pallas_fix.verify.facts import learn_facts
 from pallas_fix.verify.runner import Verdict, verify_sources
 from pallas_fix.verify.examples.synthesised import suggested_example
 
@@ -159,6 +161,11 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
         return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu), None
 
 
+def wants_facts(report: FileReport) -> bool:
+    """Some finding is refused for a fact the examples' trace may show (core.traced_facts)."""
+    return any(f.refusal and any(w in f.refusal for w in WANTS_FACTS) for f in report.findings)
+
+
 def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet) -> tuple[Optional[FileRewrite], Optional[str]]:
     """`--apply`'s rewrite of a file, verified and accepted kernel by kernel
     (:mod:`pallas_fix.frontends.kernel_rewrites`): (the rewrite, None), or (None, what is wrong
@@ -168,6 +175,10 @@ def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_q
         return None, problem
     config = report.config or Config()
     verifier = _kernel_verifier(report.path, examples, opts, gpu, progress) if examples else None
+    if verifier is not None and wants_facts(report):
+        with progress(f"tracing {report.path}'s examples for the facts its code leaves unsaid"):
+            facts = learn_facts(report.original or "", examples, path=report.path, timeout_s=opts.verify_timeout)
+        config = replace(config, traced_facts=facts)  # plans that use them are unsafe: verified first
     return rewrite_by_kernel(
         report.original or "", report.path, config, verifier,
         allow_unsafe=bool(config.unsafe_fixes), require_verified=opts.require_verified,

@@ -116,8 +116,59 @@ def _variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
                  if d.name.value == kernel.name.value and ctx.scope_of(d) is scope)  # type: ignore[attr-defined]
     if len(defs) < 2 or len({id(ctx.parent(d)) for d in defs}) < len(defs):
         return [site]  # one def, or a def redefined in one block (only the last one runs)
+    own = _def_in_call_arm(ctx, site.call, defs, scope)
+    if own is not None:
+        site.kernel = own
+        return [site]
     site.variants = defs  # type: ignore[assignment]
     return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in defs]
+
+
+def _def_in_call_arm(ctx: ModuleContext, call: cst.Call, defs: tuple[cst.FunctionDef, ...],
+                     scope) -> Optional[cst.FunctionDef]:
+    """The def the pallas_call runs when every def sits in its own arm of one `if` / `elif` /
+    `else` chain and the call sits in one of those arms, after that arm's def (directly, or in a
+    function defined there: `if transpose: def kernel(...) ...; def run(w): pl.pallas_call(kernel,
+    ...)`). Only that arm's def is ever bound when the call runs, so the call runs it alone; None
+    when that is not certain (a chain inside a loop, which could run another arm in between, or the
+    name also bound otherwise)."""
+    if ctx.assignments(defs[0].name.value, scope):
+        return None
+    arms = [_chain_arm(ctx, d) for d in defs]
+    if any(a is None for a in arms) or len({id(a[0]) for a in arms}) != 1:  # type: ignore[index]
+        return None
+    root = arms[0][0]  # type: ignore[index]
+    for anc in ctx.ancestors(root):
+        if anc is scope:
+            break
+        if isinstance(anc, (cst.For, cst.While)):
+            return None
+    ancestors = list(ctx.ancestors(call))
+    for d, (_, block) in zip(defs, arms):  # type: ignore[misc]
+        if block not in ancestors:
+            continue
+        holder = ancestors[ancestors.index(block) - 1] if ancestors.index(block) > 0 else call
+        body = list(block.body)
+        if holder in body and body.index(holder) > body.index(d):
+            return d
+        return None
+    return None
+
+
+def _chain_arm(ctx: ModuleContext, d: cst.FunctionDef) -> Optional[tuple[cst.If, cst.IndentedBlock]]:
+    """The outermost `if` of the `if` / `elif` / `else` chain whose arm holds `d` directly, and
+    that arm's block; None when `d` is not directly in such an arm."""
+    block = ctx.parent(d)
+    arm = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if isinstance(arm, cst.Else):
+        arm = ctx.parent(arm)
+    if not isinstance(arm, cst.If):
+        return None
+    while True:
+        up = ctx.parent(arm)
+        if not (isinstance(up, cst.If) and up.orelse is arm):
+            return arm, block  # type: ignore[return-value]
+        arm = up
 
 
 def _is_partial_of_pallas_call(ctx: ModuleContext, call: cst.Call) -> bool:

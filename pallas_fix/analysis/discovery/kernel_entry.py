@@ -110,7 +110,14 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
     """A read of the kernel's name (or of a name bound to it) that is not how a pallas_call
     gets its kernel."""
     aliases = _aliases(ctx, kernel)
-    passed = {id(s.kernel_expr) for s in sites if s.kernel is kernel and s.kernel_expr is not None}
+    # A pallas_call that runs another def of the same name (its own arm of a static `if`:
+    # discovery) passes that def, not this one.
+    passed = {
+        id(s.kernel_expr) for s in sites
+        if s.kernel_expr is not None and s.kernel is not None
+        and (s.kernel is kernel or (not s.variants and s.kernel.name.value == kernel.name.value
+                                    and ctx.scope_of(s.kernel) is ctx.scope_of(kernel)))
+    }
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
     for name in _reads(ctx, {n for n, _ in aliases}):
         binding = _binding_scope(ctx, name)

@@ -233,6 +233,7 @@ class Symbols:
             return None
         seen = []
         for _how, node in binds:
+            node = node.value if isinstance(node, Unpack) else node  # `a, b = ...`: the assigned value
             top = next((a for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
             if top is None or not isinstance(top, cst.SimpleStatementLine):
                 return None
@@ -247,8 +248,12 @@ class Symbols:
         return Poly.atom(key)
 
     def _opaque(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Poly:
-        """An expression nothing is known about: its own atom, equal to no other mention."""
+        """An expression nothing is known about: its own atom, equal to no other mention; but an
+        expression built for the call site (in no tree) that only reads names, attributes and
+        constant subscripts is one value wherever it is read at `at`."""
         key = f"?{id(expr)}"
+        if self.ctx.parent(expr) is None and self.ctx.parent(at) is not None and _plain_read(expr):
+            key = f"?{self.ctx.code(expr)}@{id(at)}"
         self.atoms.setdefault(key, Atom(key, self.ctx.code(expr), node=expr))
         return Poly.atom(key)
 
@@ -268,6 +273,18 @@ class Symbols:
             else:
                 parts.append(atoms if c == 1 else f"{c} * {atoms}")
         return " + ".join(parts).replace("+ -", "- ") or "0"
+
+
+def _plain_read(expr: cst.CSTNode) -> bool:
+    """Names, attributes and integer subscripts: reading it twice in one place gives one value."""
+    if isinstance(expr, (cst.Name, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _plain_read(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return (_plain_read(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+                and isinstance(expr.slice[0].slice.value, cst.Integer))
+    return False
 
 
 def _param_names(scope: Scope) -> set[str]:

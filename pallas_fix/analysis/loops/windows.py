@@ -172,6 +172,9 @@ def scalar_window(use: IndexUse) -> Window:
                       or f"the scalar index `{env.ctx.code(use.start)}` is not an affine function of the index")
     symbolic = [c for c in [*start.terms.values(), *start.const] if c.mult and c.factors]
     if symbolic:
+        # `n - 1 - i` (a reversed index, `n` a static size): a block index with a symbolic
+        # offset, for the planners that write it at the call site and prove it in bounds.
         return Window(start, _ONE, None, False,
-                      f"the scalar index `{env.ctx.code(use.start)}` has a coefficient pallas-fix cannot compute from the code")
+                      f"the scalar index `{env.ctx.code(use.start)}` has a coefficient pallas-fix cannot compute from the code",
+                      symbolic_block_index(start, _ONE))
     return Window(start, _ONE, block_index(start, _ONE), False)

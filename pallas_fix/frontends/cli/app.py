@@ -32,6 +32,7 @@ from pallas_fix.frontends.service import (
     unknown_codes_message,
     runs_in_gpu_interpret,
     verify_rewrite,
+    wants_facts,
 )
 from pallas_fix.output import render_github, render_json, render_sarif, render_text, unified_diff
 from pallas_fix.rules.registry import RULES, describe, unknown_codes
@@ -112,7 +113,7 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
             _print_diff(_diff(report), color)
         return report.findings, 0
     status = "unchanged"
-    if report.proposed is not None or any(f.fixable for f in report.findings):
+    if report.proposed is not None or any(f.fixable for f in report.findings) or (opts.verify and wants_facts(report)):
         status, report = apply_file(report, opts, err, verdict_json)
     if status in ("written", "unchecked", "unchanged"):
         if report.remaining and text:

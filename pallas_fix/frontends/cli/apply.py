@@ -33,7 +33,9 @@ def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict])
         _print_kernel(report, kernel, err, verdict_json)
     accepted = rewrite.accepted()
     if not accepted:
-        return ("refused" if rewrite.kernels else "unchanged"), replace(report, proposed=None, remaining=report.findings)
+        # The text is the original's; its findings as re-analysed say what the examples' trace
+        # showed (core.traced_facts), when --apply traced them.
+        return ("refused" if rewrite.kernels else "unchanged"), replace(report, proposed=None, remaining=rewrite.remaining)
     applied = [line for k in accepted for line in k.applied]
     written = replace(report, proposed=rewrite.source, applied=applied, remaining=rewrite.remaining)
     try:

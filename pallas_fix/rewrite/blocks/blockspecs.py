@@ -11,6 +11,7 @@ import libcst as cst
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
+from pallas_fix.rewrite.callsite.ranks import unknown_rank
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
@@ -59,8 +60,10 @@ class SpecWriter:
         if other is not None:
             raise CallSiteError(other_dim_refusal(slot.param, other))
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
+        if rank is None and spec.index_exprs is not None:
+            rank = len(spec.index_exprs)  # an index_map returns one block index per dim
         if rank is None:
-            raise CallSiteError(f"cannot tell the rank of `{slot.param}` at the call site")
+            raise CallSiteError(unknown_rank(self.cs.ctx, self.cs.site, self.cs.slots, slot.param))
         # The kernel sees only the non-squeezed dims: map its dim to the array's.
         visible = spec.visible_dims() if spec.dims is not None else list(range(rank))
         if block.dim >= len(visible):

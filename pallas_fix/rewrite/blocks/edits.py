@@ -23,6 +23,7 @@ from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
@@ -271,12 +272,13 @@ class CallEdits:
     def write_guards(self) -> None:
         """The checks the bounds proof assumed, before the statement that runs the pallas_call
         (rewrite.proofs.guards)."""
-        if not self.guards:
+        checks = [*(g for g, _why in self.guards), *rank_checks(self.cs)]  # ranks from the examples' trace
+        anchor = placement(self.cs.ctx, self.cs.site) if checks else None
+        if anchor is None:
+            assert not self.guards  # Bounds guards only where there is a place
             return
-        anchor = placement(self.cs.ctx, self.cs.site)
-        assert anchor is not None  # Bounds guards only where there is a place
         use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
-        self.edits[anchor] = guard_edit([g for g, _why in self.guards], use_assert, self.edits.get(anchor))
+        self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""
@@ -349,19 +351,24 @@ def _add_lambda_param(position: int, name: str) -> Edit:
 
 
 def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAxis], witnesses: list[RefBlock] = (),
-                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], str, tuple[str, ...]]:
+                  *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], Optional[str], tuple[str, ...]]:
     """The last resort when the blocks are not proved inside their arrays (`unproved`, the
     plain proof's error, raised again when this fails too): the edits with checks written into
     the wrapper that make the proof go through (rewrite.proofs.guards), and what the fix message
     says about them, and the checks (each the condition under which it raises, `FixPlan.guards`).
-    An example call of the file that breaks a needed check is named instead."""
+    An example call of the file that breaks a needed check is named instead, and a plan that
+    fails before its bounds are checked fails for its own reason."""
     calls = CallEdits(cs, blocks, new_axis, witnesses, guarding=True)
     try:
         edits = calls.build()
-    except CallSiteError:
+    except CallSiteError as failed:
+        if not calls.bounds.checked:
+            raise failed from None
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    return edits, guards_note(calls.guards), tuple(g.failing() for g, _why in calls.guards)
+    # No new check: the one an earlier rewrite of this call wrote proves it, as a check of the user's would.
+    note = guards_note(calls.guards) if calls.guards else None
+    return edits, note, tuple(g.failing() for g, _why in calls.guards)
 
 
 def guards_note(guards: list) -> str:

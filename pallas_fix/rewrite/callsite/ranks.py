@@ -61,10 +61,14 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
 
 
 def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
-    """`m, k = x.shape` in the scope of the call. (An out_shape built from `x.shape[0]`, ... says
-    only that `x` has at least that many dims, so it names no rank.)"""
+    """`m, k = x.shape`, `assert x.ndim == 2` or `if x.ndim != 2: raise ...` in the scope of the
+    call. (An out_shape built from `x.shape[0]`, ... says only that `x` has at least that many
+    dims, so it names no rank.)"""
     text = ctx.code(name_expr)
     for node in walk(ctx.scope_of(site.call)):
+        checked = _checked_rank(ctx, node, text)
+        if checked is not None:
+            return checked
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target, value = node.targets[0].target, node.value
             if (
@@ -76,6 +80,30 @@ def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpre
             ):
                 return len(target.elements)
     return None
+
+
+def _checked_rank(ctx: ModuleContext, node: cst.CSTNode, text: str) -> Optional[int]:
+    """N when `node` is `assert text.ndim == N` (also inside `and`) or `if text.ndim != N:`
+    whose body raises."""
+    if isinstance(node, cst.Assert):
+        tests, equal = _conjuncts(node.test), cst.Equal
+    elif isinstance(node, cst.If) and any(isinstance(n, cst.Raise) for n in walk(node.body)) and node.orelse is None:
+        tests, equal = [node.test], cst.NotEqual
+    else:
+        return None
+    for t in tests:
+        if not (isinstance(t, cst.Comparison) and len(t.comparisons) == 1 and isinstance(t.comparisons[0].operator, equal)):
+            continue
+        left, right = t.left, t.comparisons[0].comparator
+        if isinstance(left, cst.Attribute) and left.attr.value == "ndim" and ctx.code(left.value) == text and isinstance(right, cst.Integer):
+            return int(right.value)
+    return None
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
 
 
 def _rank_from_examples(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
@@ -134,3 +162,36 @@ def rank_from_kernel(site: KernelSite, param: str) -> Optional[int]:
         n = counts.pop()
         return n if n >= 2 else None
     return None
+
+
+def traced_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot) -> tuple[Optional[int], str]:
+    """The rank tracing the examples showed for `slot` (core.traced_facts): (rank, which examples
+    showed it), or (None, why there is none). A hypothesis: the plan that uses it is unsafe. The
+    trace names kernels by function name, so a name defined twice in the module tells nothing."""
+    facts = ctx.traced_facts
+    if facts is None or slot.kind not in ("prefetch", "in", "out"):
+        return None, "no example was traced"
+    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name]
+    if len(defs) != 1:
+        return None, f"`{site.kernel_name}` names {len(defs)} functions in the module"
+    counts = tuple(sum(1 for s in slots.values() if s.kind == kind) for kind in ("prefetch", "in", "out"))
+    return facts.rank(site.kernel_name, slot.kind, slot.index, counts)  # type: ignore[arg-type]
+
+
+def unknown_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], param: str) -> str:
+    """Why the rank of `param` is unknown at the call site, and what would tell it."""
+    slot = slots.get(param)
+    why = traced_rank(ctx, site, slots, slot)[1] if slot is not None else "not an operand"
+    return (f"cannot tell the rank of `{param}` at the call site ({why}); unpack its shape in the "
+            f"caller (`m, n = x.shape`), or give an example call: --apply learns it from the trace")
+
+
+def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]]) -> Optional[str]:
+    """A plan's doubt once it rests on facts from the examples' trace (`CallSite.hypotheses`):
+    they held on every example, and a call they do not hold for fails at trace time."""
+    if not hypotheses:
+        return doubt
+    facts = "; ".join(f"`{param}` has rank {rank} on the examples ({shown})" for param, (rank, shown) in hypotheses.items())
+    note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
+            f"verified on an example before --apply writes it")
+    return f"{doubt}; {note}" if doubt else note

@@ -30,7 +30,7 @@ from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
-from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel
+from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
 
@@ -57,6 +57,9 @@ class CallSite(CallTiming):
         self.in_specs_expr = self._spec_container("in_specs")
         self.out_specs_expr = self._spec_container("out_specs")
         self.grid = self._grid()
+        # param -> (rank, the examples that showed it), taken from the examples' trace
+        # (core.traced_facts): the plan is unsafe, and checks it in the wrapper (proofs.rank_guards).
+        self.hypotheses: dict[str, tuple[int, str]] = {}
 
     @property
     def aliased(self) -> bool:
@@ -362,7 +365,13 @@ class CallSite(CallTiming):
             spec = None
         if spec is not None and spec.block is not None:
             return len(spec.block)
-        return rank_from_kernel(self.site, param)
+        found = rank_from_kernel(self.site, param)
+        if found is not None:
+            return found
+        found, shown = traced_rank(self.ctx, self.site, self.slots, slot)
+        if found is not None:  # a hypothesis: the plan says so and waits for verification
+            self.hypotheses.setdefault(param, (found, shown))
+        return found
 
     # -- writing ------------------------------------------------------------------------------------
     def pl_alias(self) -> str:

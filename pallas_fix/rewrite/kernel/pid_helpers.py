@@ -68,7 +68,8 @@ def _check_called_once(ctx, kernel, node: cst.CSTNode, ref: str) -> None:
         if not isinstance(scope, cst.FunctionDef) or scope.decorators:
             continue
         name = scope.name.value
-        mentions = [n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == name and n is not scope.name]
+        owner = ctx.scope_of(scope)  # a nested def's name is read only inside the function defining it
+        mentions = [n for n in walk(owner) if isinstance(n, cst.Name) and n.value == name and n is not scope.name]
         if len(mentions) > 1:
             raise Refuse(
                 f"`{name}` accesses `{ref}` and is used {len(mentions)} times (line {ctx.span(mentions[1]).line}); "

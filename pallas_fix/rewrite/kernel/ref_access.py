@@ -210,6 +210,8 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
         return "param", None  # `x_ref, o_ref = refs` declares the ref (analysis.discovery.varargs)
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("dtype", "ndim"):
         return "meta", None
+    if _none_test(parent, node):
+        return "meta", None  # `b_ref is not None`: an optional operand is passed or not, blocked or whole
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":
         grand = ctx.parent(parent)
         if isinstance(grand, cst.Subscript) and len(grand.slice) == 1 and isinstance(grand.slice[0].slice, cst.Index):
@@ -218,6 +220,15 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
             return "shape", dim if dim is not None and dim >= 0 else None
         return "shape", None
     return "other", None
+
+
+def _none_test(parent: Optional[cst.CSTNode], node: cst.Name) -> bool:
+    """`node is None` / `node is not None`: whether the ref was passed at all."""
+    if not (isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1):
+        return False
+    target = parent.comparisons[0]
+    return isinstance(target.operator, (cst.Is, cst.IsNot)) and isinstance(target.comparator, cst.Name) \
+        and target.comparator.value == "None"
 
 
 def shape_refusal(ref: str) -> Refuse:
@@ -266,6 +277,12 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                 raise shape_refusal(node.value)
             extents.append(read)
             continue
+        if any(a is s for a in ctx.ancestors(node) for s in getattr(region, "after", ())):
+            raise Refuse(
+                f"`{node.value}` is read again after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
+                f"that code runs on the last step, which holds only the last block of `{node.value}` (a second pass over "
+                "it needs the whole ref). Keep the loops in the kernel, or split the passes into two pallas_calls"
+            )
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
 
 

@@ -9,7 +9,8 @@ and the values the kernel computes with keep the rank they had (`x_ref[r, :]` wa
 A ref's scalars are lifted only when every access of the ref in the loop is that same scalar at
 the same dim (`ScalarCandidate`s of one AccessGroup, settled by `settle_scalars`) and the backend
 accepts the squeezed dim (`squeeze_blocker`). Otherwise they stay as they are, on a ref left
-whole, as rewrite.kernel.scalar_blocks says. What the kernel reads of the ref's shape would change
+whole, as rewrite.kernel.scalar_blocks says. Beside a program_id window, a scalar dim the
+backend cannot squeeze is kept whole in the block, its scalar left in the kernel (`split_squeezable`). What the kernel reads of the ref's shape would change
 meaning (one dim fewer) and is refused (`check_squeezed_reads`).
 """
 
@@ -27,7 +28,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
 from pallas_fix.rewrite.callsite.operands import CallSiteError
-from pallas_fix.rewrite.callsite.ranks import rank_from_kernel
+from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
 from pallas_fix.rewrite.kernel.squeezed_reads import renumberable
 
@@ -72,11 +73,17 @@ def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) 
             return f"`{ref}` is indexed by the loop index in more than one dim"
         use = cand.uses[0]
         block = window_of(use).block
+        if block is None and cand.written and not loop.carries:
+            # A reversed index (`n - 1 - i`) whose offset the plan writes at the call site and
+            # proves in bounds (rewrite.kernel.ref_access.lifted_block): only for a write that
+            # would otherwise be refused, since a read left unlifted keeps its ref whole instead.
+            block = window_of(use).symbolic_block
         if block is None:
             return window_of(use).reason
         if any(k != loop_key(loop) and not k.startswith("pid:") for k in block.atoms):
             return f"the scalar index `{analysis.ctx.code(use.start)}` depends on a value no grid axis provides"
-        keys.add((use.dim, tuple(sorted(block.atoms.items())), block.offset))
+        keys.add((use.dim, tuple(sorted(block.atoms.items())), block.offset,
+                  tuple((m, analysis.ctx.code(e)) for m, e in block.symbolic)))
     if len(keys) != 1:
         return f"`{ref}` is indexed at different scalars within one iteration"
     other = _other_mention(analysis.ctx, region, ref, [c.subscript for c in found])
@@ -139,7 +146,7 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
         return str(err)
     rank = len(spec.block) if spec.block is not None else cs.rank(ref)
     if rank is None:
-        return f"cannot tell the rank of `{ref}` at the call site"
+        return unknown_rank(cs.ctx, cs.site, cs.slots, ref)
     spelled = rank_from_kernel(cs.site, ref) if spec.block is None else None
     if spelled is not None and spelled != rank:
         # The call site's rank is read from how the wrapper builds shapes; the block written
@@ -179,17 +186,41 @@ def check_one_form(ref: str, one: IndexUse, other: IndexUse) -> None:
     )
 
 
-def check_squeezable(cs: CallSite, ref: str, dims) -> None:
-    """The dims a window's planner squeezes beside it (`o_ref[b, pl.ds(t * bt, bt)]`, b a grid
-    index): refused where TPU lowering would reject them. Only for a backend known to be TPU:
-    these squeezes predate the scalar lift and have always been written for unknown backends."""
-    if cs.backend() is not Backend.TPU:
-        return
-    for dim in dims:
-        blocker = squeeze_blocker(cs, ref, dim)
-        if blocker is not None:
-            raise Refuse(f"`{ref}`'s dim {dim} would become a squeezed (None) block dim: {blocker}; "
-                         "index a block of several rows there instead (`pl.ds(b * 8, 8)`)")
+def split_squeezable(cs: CallSite, ref: str, dims: dict[int, int], index_axes: set[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """The dims a window's planner would squeeze beside it (`x_ref[b, c, pl.ds(t * bt, bt)]`, b and c
+    grid indices), split into those it squeezes and those it keeps whole. Where squeeze_blocker
+    rejects a dim (TPU, and an unknown backend held to TPU's rules: a squeezed dim among a block's
+    last two), the block keeps that dim's full extent, its index_map returns 0 there, and the kernel
+    keeps indexing it by the scalar (`x_ref[c, pl.ds(...)]` of a `(None, C, bt)` block): a partial
+    lift, which Mosaic's tiling rule accepts since the dim is whole. Only where the block stays put
+    while the kept axes run, each kept axis inner to `index_axes` (the axes the block index reads):
+    otherwise every step would copy the block again (an input), or revisit it (an output). Then a
+    known TPU backend refuses, and an unknown one squeezes as it always has. An output keeps a dim
+    whole only off "parallel" axes: a chip with two cores splits those, and each core would write
+    its copy of the shared block back."""
+    squeezed, kept = {}, {}
+    for dim, axis in dims.items():
+        (squeezed if squeeze_blocker(cs, ref, dim) is None else kept)[dim] = axis
+    if not kept:
+        return squeezed, kept
+    used = index_axes | set(squeezed.values())
+    if min(kept.values()) < max(used, default=-1):
+        if cs.backend() is not Backend.TPU:
+            return dict(dims), {}
+        dim = min(kept)
+        raise Refuse(f"`{ref}`'s dim {dim} would become a squeezed (None) block dim: {squeeze_blocker(cs, ref, dim)}; "
+                     "index a block of several rows there instead (`pl.ds(b * 8, 8)`)")
+    slot = cs.slots.get(ref)
+    _, _, semantics = cs.dimension_semantics()
+    for dim, axis in kept.items():
+        if slot is not None and slot.kind == "out" and semantics is not None and semantics[axis:axis + 1] == ["parallel"]:
+            raise Refuse(
+                f"`{ref}` is indexed by `pl.program_id({axis})` at dim {dim}, which cannot become a squeezed "
+                f"(None) block dim here ({squeeze_blocker(cs, ref, dim)}), and kept whole its block would be "
+                f"shared by the steps of grid axis {axis}, declared \"parallel\": declare it \"arbitrary\", "
+                "or index a block of several rows there (`pl.ds(b * 8, 8)`)"
+            )
+    return squeezed, kept
 
 
 def block_subscript_edit(block, dims: set[int], packed=None):

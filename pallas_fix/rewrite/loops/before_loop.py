@@ -119,8 +119,9 @@ def _ref_writes(node: cst.CSTNode) -> list[cst.Subscript]:
     return [t for t in targets if isinstance(t, cst.Subscript)]
 
 
-def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after: list) -> None:
-    """R1: statements before the loop will run on every grid step, so they must not have effects."""
+def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after: list, functions: list = ()) -> None:
+    """R1: statements before the loop will run on every grid step, so they must not have effects.
+    `functions`: the loop's body and helpers, to name a first pass whose result they read."""
     for stmt in before:
         if stmt in bound_stmts or isinstance(stmt, cst.FunctionDef) and not stmt.decorators:
             continue
@@ -132,6 +133,8 @@ def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after
                 )
             if isinstance(node, cst.Call):
                 q = ctx.imports.qualify(node.func) or ""
+                if q in N.FORI_LOOP or q in N.PL_LOOP:
+                    _refuse_first_pass(ctx, stmt, node, functions)
                 if q in N.COPIES or q in N.FORI_LOOP or q in N.PL_LOOP or q.endswith(".when") or q.endswith("run_scoped"):
                     raise Refuse(
                         f"the kernel runs `{code(node.func)}` before the loop (line {ctx.span(node).line}); "
@@ -145,6 +148,27 @@ def check_before_loop(ctx: ModuleContext, before: list, bound_stmts: list, after
             f"the kernel has code after the loop (line {ctx.span(after[0]).line}); "
             "after lifting it would run on every grid step"
         )
+
+
+def _refuse_first_pass(ctx: ModuleContext, stmt: cst.BaseStatement, call: cst.Call, functions) -> None:
+    """A loop before the loop whose result the loop reads (statistics, then normalisation): name
+    that dependence, which no grid axis over the second loop can keep."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return  # a `@pl.loop` body's own names are no result
+    bound = set(bindings(stmt, nested=False))
+    read = next((
+        n for f in functions for n in walk(f)
+        if isinstance(n, cst.Name) and n.value in bound
+        and not (isinstance(ctx.parent(n), cst.Attribute) and ctx.parent(n).attr is n)  # type: ignore[union-attr]
+    ), None)
+    if read is None:
+        return
+    raise Refuse(
+        f"the loop reads `{read.value}` (line {ctx.span(read).line}), the result of the loop before it "
+        f"(`{code(call.func)}`, line {ctx.span(call).line}), which needs every iteration of that first pass; "
+        "a grid axis over this loop would run the first pass again in every step. Keep both loops in the kernel, "
+        "or split them into two pallas_calls (the first computing the result, the second reading it)"
+    )
 
 
 def _refuse_decorated(node: cst.CSTNode) -> None:

@@ -31,11 +31,12 @@ from pallas_fix.rewrite.loops.checks import (
 from pallas_fix.rewrite.text.statements import body_statements, siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.loops.threaded_carry import as_statement, check_threaded_init, threaded_return
 from pallas_fix.rewrite.text.syntax import code, paren_text
+from pallas_fix.rewrite.callsite.dtypes import operand_dtype
 from pallas_fix.rewrite.text.translate import Translator, simplify
 
 
 def grid_translator(ctx: ModuleContext, site: KernelSite, cs: CallSite) -> Translator:
-    return Translator(ctx, site, cs.kernel_shape_dim, cs.kernel_rank)
+    return Translator(ctx, site, cs.kernel_shape_dim, cs.kernel_rank, lambda ref: operand_dtype(cs, ref))
 
 
 def uses_by_loop(analysis, *, carries: Optional[bool] = None) -> list[tuple[LoopInfo, list[IndexUse]]]:
@@ -322,5 +323,5 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
         check_hygiene(ctx, kernel, loop, carry, [statement, body_def_stmt, *region.bound_stmts])
     if not reduction:  # R2 moves what the code before the loop writes to the first grid step
         check_writes_before_loop(analysis, region)
-        check_before_loop(ctx, region.before, region.bound_stmts, region.after)
+        check_before_loop(ctx, region.before, region.bound_stmts, region.after, region.functions)
     return region

@@ -1,4 +1,5 @@
-"""R6, scalar prefetch: windows whose start is a table entry in blocks, the spellings of table
-reads, and the call-site half (the table as a scalar-prefetch operand).
+"""R6, scalar prefetch: windows whose start is a table entry in blocks (or a row start, as varlen
+kernels read `cu_seqlens`), the spellings of table reads, the index_map text and data assumption
+of a gather, and the call-site half (the table as a scalar-prefetch operand).
 
 May import core, analysis and the rewrite rooms text, callsite, blocks, kernel."""

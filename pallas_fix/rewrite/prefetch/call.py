@@ -25,7 +25,8 @@ from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams
 from pallas_fix.rewrite.callsite.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot
-from pallas_fix.rewrite.prefetch.windows import Gather, block_text
+from pallas_fix.rewrite.prefetch.index_text import block_text
+from pallas_fix.rewrite.prefetch.windows import Gather
 from pallas_fix.rewrite.text.syntax import code, elements, names_in
 
 _MOVED = ("grid", "in_specs", "out_specs", "scratch_shapes")
@@ -94,7 +95,7 @@ class PrefetchEdits:
         for e in range(rank):
             if e == gather.dim:
                 sizes.append(code(self.size))
-                index.append(block_text(gather, local[gather.table], names))
+                index.append(block_text(gather, local[gather.table], names, code(self.size)))
                 continue
             full = self.cs.shape_dim(gather.ref, e)
             if full is None:

@@ -10,7 +10,11 @@ rewrite.prefetch.spellings): the read then says so (`TableRead.spelled`) and R6 
 scalar read before the rest. `gather_of` finds that window (the same one at every access of the gathered ref) and
 `check_table` that the table may become a scalar-prefetch operand. A table index that reads a
 loop index (`idx_ref[k]` inside `fori_loop`) is reported as such (`Gather.loop`): the loop must
-become a grid axis first. Everything else is a `Refuse` saying what the user could change.
+become a grid axis first. A table of row starts (`pl.ds(cu_ref[s] + t * bs, bs)`, a varlen
+sequence start plus whole windows in grid indices) is a `Gather` with `rows_axes`: block
+`cu_ref[s] // bs + t`, right only for entries that are multiples of `bs`
+(rewrite.prefetch.index_text states that). Everything else is a `Refuse` saying what the user
+could change.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import libcst as cst
 from pallas_fix.analysis.loops.affine import Affine, block_index, decompose, provably_not_block
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.effects.model import kernel_writes, write_words
-from pallas_fix.analysis.loops.symbolic import Poly
 from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.model import IndexUse, LoopInfo, Origin
 from pallas_fix.core.plans import Refuse
@@ -61,6 +64,14 @@ class Gather:
     mult: int
     offset: int
     subscripts: list[cst.Subscript] = field(default_factory=list)
+    # The table holds row starts, not block numbers (`pl.ds(cu_ref[s] + t * bs, bs)`, a varlen
+    # sequence start): the block is `table[...] // size` plus these grid axes (position ->
+    # multiplier). Right only when every entry is a multiple of the size; see `rows_condition`.
+    rows_axes: Optional[dict[int, int]] = None
+
+    def key(self) -> tuple:
+        rows = tuple(sorted(self.rows_axes.items())) if self.rows_axes is not None else None
+        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows)
 
     @property
     def table(self) -> str:
@@ -127,6 +138,12 @@ class _Loads:
         loop: Optional[LoopInfo] = None
         for value in indices:
             aff = decompose(value, self.base)
+            if aff is None and self.env.value(value).origin is Origin.REF_LOAD:
+                return None, (
+                    f"the table index `{code(value)}` of `{table}` is itself read from data ({self.env.value(value).words}), "
+                    "and pallas-fix writes index_maps that read one table at grid indices; compose the lookups before "
+                    "the pallas_call into one table with an entry per grid step and read that at a grid index"
+                )
             if aff is None:
                 return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
             axes: dict[object, int] = {}
@@ -189,6 +206,10 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
         raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
     blk = block_index(start, size)
     if blk is None:
+        rows = _row_start(start, size, ref, use, ngrid)
+        if rows is not None:
+            key, axes, offset = rows
+            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes)
         stride = next((c for k, c in start.terms.items() if k.startswith("load:") and c.mult), None)
         wider = size.divide(stride) if stride is not None else None
         if wider is not None and wider > 1:
@@ -214,6 +235,34 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
             "only a table entry (times the window) can pick the block"
         )
     return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
+
+
+def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Optional[tuple[str, dict[int, int], int]]:
+    """(the load, grid axes, offset) of a start `table[...] + i * size + c * size`: a row start read
+    from a table (a varlen sequence start) plus whole windows in grid indices; None where the start
+    does not read one table entry as rows. Any other row start is a `Refuse` naming what to change."""
+    loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
+    if len(loads) != 1 or start.terms[loads[0]].mult != 1 or start.terms[loads[0]].factors:
+        return None
+    rest = block_index(Affine({k: c for k, c in start.terms.items() if k != loads[0]}, start.const, start.atoms), size)
+    if rest is None or any(m < 0 for m in rest.atoms.values()):
+        raise Refuse(
+            f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus an offset that is not whole "
+            f"windows of `{code(use.size)}` moving forward with the grid; pallas-fix gathers a row start plus "
+            f"`i * {paren_text(code(use.size))}` (i a grid index) as block `table[...] // {paren_text(code(use.size))} + i`"
+        )
+    axes: dict[int, int] = {}
+    for key, mult in rest.atoms.items():
+        if key.startswith("pid:") and int(key[4:]) < ngrid:
+            axes[int(key[4:])] = mult
+            continue
+        raise Refuse(
+            f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus windows that move with "
+            f"`{code(rest.atom_exprs[key])}`, which no grid axis provides; scalar prefetch can gather it as block "
+            f"`table[...] // {paren_text(code(use.size))}` plus grid indices, so make the chunk index a grid axis "
+            "(`pl.program_id`)"
+        )
+    return loads[0], axes, rest.offset
 
 
 def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
@@ -246,7 +295,7 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
                     f"`{ref}` is indexed along dim {n} as well (`{code(el)}`, line {line}); pallas-fix gathers blocks "
                     "that span the ref's other dims"
                 )
-        entry = (gather.dim, code(gather.size), gather.read.key(), gather.mult, gather.offset)
+        entry = gather.key()
         if found is None:
             found = gather
             found_entry = entry
@@ -340,52 +389,3 @@ def _scalar_read(env, sub: cst.Subscript) -> bool:
         if env.value(s.value).vtype in ("array", "array1"):
             return False
     return True
-
-
-def _render(index: BlockIndexExpr, names: dict[object, str]) -> str:
-    """`i + 1`, `1 - j`, `2 * i - 3`: a sum of grid indices as a person writes it."""
-    plus, minus = [], []
-    for axis, mult in index.axes.items():
-        term = names[axis] if abs(mult) == 1 else f"{abs(mult)} * {names[axis]}"
-        (plus if mult > 0 else minus).append(term)
-    if index.offset > 0 or not (plus or minus):
-        plus.append(str(index.offset))
-    elif index.offset < 0:
-        minus.append(str(-index.offset))
-    text = " + ".join(plus) if plus else f"-{minus.pop(0)}"
-    return text + "".join(f" - {m}" for m in minus)
-
-
-def block_text(gather: Gather, table_param: str, names: dict[object, str]) -> str:
-    """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`."""
-    items = [_render(e, names) for e in gather.read.index]
-    load = f"{table_param}[{', '.join(items)}]"
-    text = load if gather.mult == 1 else f"{gather.mult} * {load}"
-    if gather.offset:
-        text += f" + {gather.offset}" if gather.offset > 0 else f" - {-gather.offset}"
-    return text
-
-
-def table_out_of_range(cs, bounds, gather: Gather) -> Optional[str]:
-    """Why the table is read past its end (or before its start) in some grid step, when the sizes
-    at the call prove it; None otherwise."""
-    for d, index in enumerate(gather.read.index):
-        full = cs.shape_dim(gather.table, d)
-        if full is None:
-            continue
-        low = high = Poly.const(index.offset)
-        for axis, mult in index.axes.items():
-            if not isinstance(axis, int):
-                return None
-            span = (bounds.poly(cs.grid[axis]) - Poly.const(1)).scale(mult)
-            if mult > 0:
-                high = high + span
-            else:
-                low = low + span
-        if bounds.prover.nonneg(Poly.const(-1) - low) or bounds.prover.nonneg(high - bounds.poly(full)):
-            what = _render(index, {n: f"pl.program_id({n})" for n in index.axes})
-            return (
-                f"the table index `{what}` of `{gather.table}` along dim {d} runs outside `{code(full)}` entries "
-                "over the grid; read the table inside its bounds"
-            )
-    return None

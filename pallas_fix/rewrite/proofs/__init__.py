@@ -1,4 +1,5 @@
 """Proofs a rewrite needs before it is written: every block stays inside its array (bounds),
-ragged program_id grids, and checks the file's own example breaks.
+ragged program_id grids, checks the file's own example breaks, and checks in the wrapper for the
+ranks a plan took from the examples' trace (rank_guards).
 
 May import core, analysis, rewrite.text, rewrite.callsite and the data types of rewrite.blocks.plan."""

@@ -21,7 +21,8 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
-from pallas_fix.rewrite.proofs.guards import Guard, as_guard, breaks_example, candidates, placement, traced_names
+from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
+                                              traced_names, written_before)
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
@@ -40,6 +41,7 @@ class Bounds:
         self.guarding = guarding
         self.guards: list[tuple[Guard, str]] = []  # (guard, what the original did without it)
         self.broken_guard: Optional[str] = None  # why the guard a proof needed was refused
+        self.checked = False  # check_blocks ran: a plan that failed before it failed for another reason
         self.symbols = Symbols(cs.ctx)
         self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
         facts = Facts()
@@ -79,6 +81,7 @@ class Bounds:
         were the input shorter, the original would read past its end whatever the grid (only the
         HLO interpreter clamps). Operands the plan leaves alone vouch too: `witnesses` (windows
         the kernel reads in lockstep) and existing BlockSpecs whose blocks are proved inside."""
+        self.checked = True
         proven: set[tuple] = self._spec_lockstep({b.param for b in blocks})
         failed: list[tuple[RefBlock, CallSiteError]] = []
         for block in [*blocks, *witnesses]:
@@ -95,30 +98,66 @@ class Bounds:
 
     def _guard_block(self, block: RefBlock, trip: Optional[cst.BaseExpression], err: CallSiteError) -> None:
         """Prove `block` inside its array with a guard (rewrite.proofs.guards), or raise `err`
-        (with the guard an example breaks named)."""
+        (with the guard an example breaks named): along its dim, then along each dim a grid axis
+        indexes by itself (a squeezed dim: the axis must not outrun the dim)."""
         try:
             self.check_block(block, trip)  # a guard chosen for another block may prove it
             return
         except CallSiteError:
             pass
         size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
-        places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
-        if size_expr is None or block.squeeze or placement(self.cs.ctx, self.cs.site) is None:
+        if size_expr is None or placement(self.cs.ctx, self.cs.site) is None:
             raise err
-        extents = [self.poly(self._extent(a, trip)) for a in block.index.axes]
+        masked = masked_access(self.cs.ctx, self.cs.site.kernel)
+        if masked is not None:
+            self.broken_guard = (f"pallas-fix adds no check here: the kernel masks its loads or stores (line {masked}), so "
+                                 "on hardware the original handles a last window past the end, and a check would reject "
+                                 "calls it handles; if every caller passes whole blocks, state that check yourself")
+            raise CallSiteError(f"{err}; {self.broken_guard}") from None
+        side = "read of" if self.cs.slots[block.param].kind == "in" else "write to"
+        if not self._fits(block.index, block.size, size_expr, trip):
+            extents = [self.poly(self._extent(a, trip)) for a in block.index.axes]
+            texts = (code(size_expr), code(block.size))
+            exact = self._exact_bound(block, size_expr, trip)
+            combos = candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts, exact)
+            bound = list(self._fit_polys(block.index, block.size, size_expr, trip))
+            why = (f"without it the original's last {side} `{block.param}` runs past the end of its dim {block.dim} "
+                   "(clamped in interpret mode, out of bounds on hardware) where a BlockSpec block is partial")
+            self._choose(combos, bound, why, err, lambda prover: self._fits(block.index, block.size, size_expr, trip, prover))
+        for dim, axis in block.squeezed.items():
+            full, extent = self.cs.kernel_shape_dim(block.param, dim), self._extent(axis, trip)
+            if full is None or self.prover.nonneg(self.poly(full) - self.poly(extent)):
+                continue
+            room = self.poly(full) - self.poly(extent)
+            fact = ("at_least", self.poly(full), self.poly(extent), code(full), code(extent))
+            why = (f"without it the original's {side} `{block.param}` at a grid index past the end of its dim {dim} "
+                   "is clamped in interpret mode and out of bounds on hardware, where a BlockSpec block is out of range")
+            try:
+                self._check_squeezed(block.param, dim, extent)
+            except CallSiteError as squeezed:
+                try:
+                    self._choose([(fact,)], [room], why, squeezed, lambda prover, room=room: prover.nonneg(room))
+                except CallSiteError:
+                    if self.broken_guard is None and str(squeezed) not in str(err):  # what else stands in the way
+                        self.broken_guard = f"nor can a check pallas-fix writes prove dim {dim}: {squeezed}"
+                    raise
+        self.check_block(block, trip)
+
+    def _choose(self, combos: list, bound: list[Poly], why: str, err: CallSiteError, proves) -> None:
+        """Adopt the first combination of facts that `proves` the bound (a predicate of a Prover)
+        and can be written as guards no good call and no example of the file breaks; raise `err`
+        otherwise, naming the guard an example broke."""
         broken = []
-        texts = (code(size_expr), code(block.size))
-        exact = self._exact_bound(block, size_expr, trip)
-        bound = list(self._fit_polys(block.index, block.size, size_expr, trip))
-        for combo in candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts, exact):
-            traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
+        traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
+        places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
+        for combo in combos:
             guards = [as_guard(self.symbols, fact, places, traced) for fact in combo]
             if any(g is None for g in guards):
                 continue
             facts = self.prover.facts
             for g in guards:
                 facts = g.add_to(facts)
-            if not self._fits(block.index, block.size, size_expr, trip, Prover(self.symbols, facts)):
+            if not proves(Prover(self.symbols, facts)):
                 continue
             if rejects_a_good_call(self.symbols, self.prover.facts, bound, guards) is not None:
                 continue  # too strong: it would reject a call whose windows all fit (rewrite.proofs.necessity)
@@ -127,11 +166,9 @@ class Bounds:
                 broken.extend(how)
                 continue
             self.prover = Prover(self.symbols, facts)
-            side = "read of" if self.cs.slots[block.param].kind == "in" else "write to"
-            why = (f"without it the original's last {side} `{block.param}` runs past the end of its dim {block.dim} "
-                   "(clamped in interpret mode, out of bounds on hardware) where a BlockSpec block is partial")
-            self.guards.extend((g, why) for g in guards if all(g != h for h, _w in self.guards))
-            self.check_block(block, trip)  # the squeezed dims, under the new facts
+            written = written_before(self.cs.ctx, placement(self.cs.ctx, self.cs.site))
+            fresh = [g for g in guards if g.failing() not in written and f"not {g.fact()}" not in written]
+            self.guards.extend((g, why) for g in fresh if all(g != h for h, _w in self.guards))
             return
         if broken:
             self.broken_guard = (f"pallas-fix does not add that check itself: {broken[0]}, which the original runs "
@@ -177,7 +214,8 @@ class Bounds:
         (axis,) = index.axes
         extent = self._extent(axis, trip)
         count = self.poly(extent) * self.poly(block.size)
-        return ("at_least", self.poly(size_expr), count, code(size_expr), f"{_paren(extent)} * {_paren(block.size)}")
+        spelled = _paren(extent) if self.poly(block.size) == _ONE else f"{_paren(extent)} * {_paren(block.size)}"
+        return ("at_least", self.poly(size_expr), count, code(size_expr), spelled)
 
     def _fits(self, index: BlockIndexExpr, size: cst.BaseExpression, full: cst.BaseExpression, trip,
               prover: Optional[Prover] = None) -> bool:

@@ -18,6 +18,14 @@ between, or an expression pallas-fix cannot read, drops the candidate. A guard a
 the file breaks is refused with the fact named (rewrite.proofs.example_facts); the fix that
 carries a guard is unsafe, written by plain `--apply` only once verified on an example (which
 then passes the guard, or the rewrite would raise there and fail verification).
+
+A squeezed dim (`x_ref[b]`, b a grid index) needs its axis not to outrun the dim: the bound
+`x.shape[0] >= batch`. A size pallas-fix cannot follow (`g_flat.shape[2]`, `g_flat` bound in
+branches) may still be guarded where the pallas_call reads it: in the statement that builds and
+runs the call, read only through names, attributes and constant subscripts (`_read_at_call`). A
+check already standing right before that statement (an earlier rewrite's) proves what it says
+and is not written twice. No check for a kernel that masks its loads or stores: it handles a
+last window past the end on hardware, so the check would reject calls the original handles.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.loops.proofs import Facts
+from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 
 _MAX_CANDIDATES = 12
@@ -138,11 +147,11 @@ def as_guard(symbols: Symbols, fact: tuple[str, Poly, Poly], places: list[cst.CS
         return None
     texts = []
     for poly, spelled in zip((left, right), written):
-        opaque = any(k.startswith("?") for m, _c in poly.terms for k in m)  # an expression pallas-fix cannot read
-        if opaque or not poly.terms:
+        if not poly.terms:
             return None
         # As the code spells it (`skv`) where that means the same there, else as pallas-fix reads it.
-        text = next((t for t in (spelled, symbols.text(poly)) if t and _reads_back(symbols, t, poly, places, traced)), None)
+        text = next((t for t in (spelled, symbols.text(poly)) if t and (_reads_back(symbols, t, poly, places, traced)
+                                                                        or _read_at_call(symbols, t, poly, places, traced))), None)
         if text is None:
             return None
         texts.append(text if _is_atomic(text) or kind != "divides" else f"({text})")  # `%` binds as `*` does
@@ -163,6 +172,52 @@ def _reads_back(symbols: Symbols, text: str, poly: Poly, places: list[cst.CSTNod
     if _bare_names(expr) & traced:
         return False
     return all(symbols.poly(expr, at) == poly for at in places)
+
+
+def _read_at_call(symbols: Symbols, text: str, poly: Poly, places: list[cst.CSTNode], traced: frozenset) -> bool:
+    """`text` is an expression pallas-fix cannot follow (`g_flat.shape[2]` where `g_flat` is bound
+    in branches) that the plan reads at the pallas_call itself: the guard, written just before the
+    statement that builds and runs the call, reads the same value there when that statement binds
+    nothing before the call runs (no `:=`) and the text only reads names, their attributes and
+    constant subscripts (nothing it could call)."""
+    single = poly.monomial()
+    if single is None or single[1] != 1 or len(single[0]) != 1 or not single[0][0].startswith("?"):
+        return False
+    atom = symbols.atoms.get(single[0][0])
+    if atom is None or atom.text != text or not _at_call(symbols, atom.node, places[0]):
+        return False
+    holders = {id(_statement_of(symbols.ctx, at)) for at in places}
+    statement = _statement_of(symbols.ctx, places[0])
+    if len(holders) != 1 or statement is None or any(isinstance(n, cst.NamedExpr) for n in _walk(statement)):
+        return False
+    expr = cst.parse_expression(text)
+    return _plain_read(expr) and not (_bare_names(expr) & traced)
+
+
+def _at_call(symbols: Symbols, node, call: cst.CSTNode) -> bool:
+    """`node` is read where the pallas_call is: built by pallas-fix for the call site (in no
+    tree), or part of the call outside any lambda or function (an index_map's own names)."""
+    if node is None:
+        return False
+    above = list(symbols.ctx.ancestors(node))
+    if not above:
+        return True
+    inside = above[: next((n for n, a in enumerate(above) if a is call), len(above))]
+    return len(inside) < len(above) and not any(isinstance(a, (cst.Lambda, cst.FunctionDef)) for a in inside)
+
+
+def _plain_read(expr: cst.CSTNode) -> bool:
+    """Names, attributes, integer subscripts and arithmetic: reading it twice gives one value."""
+    if isinstance(expr, (cst.Name, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return _plain_read(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return (_plain_read(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+                and isinstance(expr.slice[0].slice.value, cst.Integer))
+    if isinstance(expr, cst.BinaryOperation):
+        return _plain_read(expr.left) and _plain_read(expr.right)
+    return False
 
 
 def _bare_names(expr: cst.CSTNode) -> set[str]:
@@ -229,12 +284,44 @@ def placement(ctx, site) -> Optional[cst.SimpleStatementLine]:
     return last if ctx.enclosing_function(last) is site.enclosing else None
 
 
+def written_before(ctx, anchor: cst.CSTNode) -> set[str]:
+    """The checks that stand right before `anchor` (nothing between them and it): `if c: raise`
+    as its condition `c`, `assert f` as `not f`; a guard already written there (by an earlier
+    rewrite of the same call) proves what it says and is not written again."""
+    parent = ctx.parent(anchor)
+    siblings = list(getattr(parent, "body", ())) if parent is not None else []
+    at = next((n for n, st in enumerate(siblings) if st is anchor), None)
+    found: set[str] = set()
+    for st in reversed(siblings[:at] if at is not None else []):
+        if (isinstance(st, cst.If) and st.orelse is None and len(st.body.body) == 1
+                and isinstance(st.body.body[0], cst.SimpleStatementLine)
+                and isinstance(st.body.body[0].body[0], cst.Raise)):
+            found.add(ctx.code(st.test))
+        elif isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Assert):
+            found.add(f"not {ctx.code(st.body[0].test)}")
+        else:
+            break
+    return found
+
+
 def _statement_of(ctx, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
     for a in (node, *ctx.ancestors(node)):
         if isinstance(a, cst.SimpleStatementLine):
             return a
         if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement)):
             return None
+    return None
+
+
+def masked_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
+    """The line of the kernel's first masked load or store (`pl.load(..., mask=...)`, Triton's
+    `plgpu.load`): the kernel guards the tail itself, so a window past the end is a call it means
+    to handle (on hardware masked lanes are not touched), not one a check may reject."""
+    for node in _walk(kernel) if kernel is not None else ():
+        if (isinstance(node, cst.Call) and any(a.keyword is not None and a.keyword.value == "mask" for a in node.args)
+                and (ctx.imports.qualify(node.func) or "").startswith(N.PALLAS + ".")
+                and (ctx.imports.qualify(node.func) or "").rsplit(".", 1)[-1] in ("load", "store", "swap")):
+            return ctx.span(node).line
     return None
 
 

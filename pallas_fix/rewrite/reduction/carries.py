@@ -5,8 +5,10 @@ initial value, shape and dtype, or, for a step counter, how it follows from the 
 
 The scratch buffer must have exactly the carry's dtype: `acc_ref[...] = v` rejects any other,
 and a carry that would be promoted (a weakly typed `jnp.full(shape, 0.0)` meeting a bf16 body)
-accumulates in another precision. So the dtype is read only from a constructor that fixes it,
-and anything else is refused with the spelling that would fix it."""
+accumulates in another precision. So the dtype is read only from a constructor that fixes it, or
+from the ref a carry is read whole from (`h = h0_ref[:, :]`: the ref's block shape and exactly its
+dtype, written at the call site as the operand's, rewrite.callsite.dtypes), and anything else is
+refused with the spelling that would fix it."""
 
 from __future__ import annotations
 
@@ -94,13 +96,15 @@ def carry_model(analysis, region, loop: LoopInfo, translate, blocked: set[tuple[
             counter, bound, after = counters[n]
             leaves.append(Leaf(name, None, item, counter=counter, bound_in_body=bound, read_after=after))
             continue
-        shape, dtype = _shape_dtype(ctx, item)
+        whole = _whole_ref_read(region, item)
+        shape, dtype = (cst.Attribute(whole, cst.Name("shape")), cst.Attribute(whole, cst.Name("dtype"))) if whole else _shape_dtype(ctx, item)
         shape_cs = call_site_shape(ctx, region, shape, translate, blocked)
         dtype_cs = translate(dtype, env)
         if shape_cs is None or dtype_cs is None:
             raise Refuse(f"the carry shape `{code(shape)}` cannot be written at the pallas_call")
         scalar = isinstance(shape_cs, cst.Tuple) and not shape_cs.elements
-        _check_exact_dtype(ctx, dtype_cs, item)
+        if whole is None or not _is_operand_dtype(dtype_cs):  # an operand's array dtype is exact
+            _check_exact_dtype(ctx, dtype_cs, item)
         shape_cs = cst.parse_expression("(1,)") if scalar else shape_cs
         leaves.append(Leaf(name, _scratch_ref_name(name, taken), item, shape_cs, dtype_cs, scalar=scalar))
     return Carry(leaves, flat.tree)
@@ -157,6 +161,26 @@ def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst
     if isinstance(shape, cst.Integer):
         shape = cst.Tuple([cst.Element(shape)])
     return shape, dtype
+
+
+def _whole_ref_read(region, item: cst.BaseExpression) -> Optional[cst.Name]:
+    """The ref of a carry that is a whole read of a kernel ref (`h_ref[...]`, `h_ref[:, :]`): its
+    shape is the ref's (the block's) and its dtype exactly the ref's."""
+    if not (isinstance(item, cst.Subscript) and isinstance(item.value, cst.Name)):
+        return None
+    if item.value.value not in {p.name.value for p in region.site.kernel.params.params}:
+        return None
+    for element in item.slice:
+        s = element.slice
+        full = isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
+        if not (full or (isinstance(s, cst.Index) and isinstance(s.value, cst.Ellipsis))):
+            return None
+    return item.value
+
+
+def _is_operand_dtype(dtype: cst.BaseExpression) -> bool:
+    """`x.dtype` written at the call site for an input (rewrite.callsite.dtypes)."""
+    return isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype"
 
 
 def _is_number(expr: cst.BaseExpression) -> bool:

@@ -25,11 +25,12 @@ RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim
 
 
 class Translator:
-    def __init__(self, ctx: ModuleContext, site: KernelSite, ref_shape: RefShape, ref_rank=None) -> None:
+    def __init__(self, ctx: ModuleContext, site: KernelSite, ref_shape: RefShape, ref_rank=None, ref_dtype=None) -> None:
         self.ctx = ctx
         self.site = site
         self.ref_shape = ref_shape
         self.ref_rank = ref_rank  # ref param -> rank of the kernel's view, when known
+        self.ref_dtype = ref_dtype  # ref param -> its dtype written at the call site, when known
         self.call_scopes = ctx.scope_chain(site.call)
 
     def __call__(self, expr: cst.BaseExpression, env: Env, depth: int = 0) -> Optional[cst.BaseExpression]:
@@ -45,6 +46,8 @@ class Translator:
             return expr  # `jnp.float32`: an imported name means the same everywhere
         if isinstance(expr, cst.Attribute) and expr.attr.value == "shape" and isinstance(expr.value, cst.Name):
             return self._whole_shape(expr.value.value, env)
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype" and isinstance(expr.value, cst.Name):
+            return self._dtype(expr.value.value, env)
         if isinstance(expr, (cst.Tuple, cst.List)):
             items = self._each(expr.elements, env, depth)
             return None if items is None else expr.with_changes(elements=items)
@@ -145,6 +148,13 @@ class Translator:
                 return None
             dims.append(cst.Element(dim))
         return cst.Tuple(dims)
+
+    def _dtype(self, ref: str, env: Env) -> Optional[cst.BaseExpression]:
+        """`x_ref.dtype` of a kernel ref parameter, written at the call site."""
+        owner = env.owner(ref)
+        if self.ref_dtype is None or owner is None or ref not in owner.params or owner.scope is not self.site.kernel:
+            return None
+        return self.ref_dtype(ref)
 
     def _shadowed_at_call(self, name: str) -> bool:
         for scope in self.call_scopes:

@@ -16,6 +16,9 @@ an input the kernel only reads one scalar at a time, and `i` a grid index or the
 that can become a grid axis, the table moves into scalar prefetch
 (`pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, ...)`, its argument and kernel parameter
 first) and the ref gets a BlockSpec whose index_map reads it (`lambda i, table: (table[i], 0)`).
+A table of row starts (`pl.ds(cu_seqlens_ref[s] + t * size, size)`, a varlen sequence start plus
+whole windows in grid indices) gathers block `cu_seqlens_ref[s] // size + t`, right only when every
+entry is a multiple of size; the fix message says so.
 Unsafe because the table is data: the rewrite waits for verification on an example (give the
 table a range: `i32[8] in [0, 8)`). Refused on Mosaic GPU and Triton (no scalar prefetch), for a
 table the kernel writes, for overlapping or misaligned windows and for outputs (a scatter).

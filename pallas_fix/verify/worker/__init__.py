@@ -1,6 +1,6 @@
 """Everything that runs in the verification subprocess and imports jax
 (`python -m pallas_fix.verify.worker.main`): loading the user's modules, forcing each interpreter,
 running example calls and candidates, surveying traced pallas_calls (blocks, backends, races),
-ragged variants and index ranges.
+ragged variants, index ranges, and the operands' shapes the examples trace (facts from the examples).
 
 May import core, rules, verify.examples and verify.judge."""

@@ -98,7 +98,7 @@ def _describe_pallas_call(eqn) -> dict:
     sem = tuple(getattr(cp, "dimension_semantics", None) or ()) if backend == "tpu" else ()
     layout = _layout(eqn, backend)
     return {
-        "kernel": _kernel_name(eqn),
+        "kernel": kernel_name(eqn),
         "backend": backend,
         "markers": markers,
         "grid": [d if isinstance(d, int) else None for d in grid],
@@ -145,7 +145,7 @@ def _blocks(eqn) -> list[dict]:
         return []
 
 
-def _kernel_name(eqn):
+def kernel_name(eqn):
     """The kernel function's name, as the kernel jaxpr's debug info gives it ("my_kernel at
     path:line"; partials unwrapped), or None; it tells which kernels an example reached."""
     info = getattr(eqn.params.get("jaxpr"), "debug_info", None)

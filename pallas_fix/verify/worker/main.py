@@ -43,7 +43,8 @@ from pallas_fix.verify.worker.failures import summarize_exc
 from pallas_fix.verify.worker.interpret_mode import forced_interpreter, install_patches
 from pallas_fix.verify.worker.interpreters import MAX_CORES
 from pallas_fix.verify.worker.races import install_race_log
-from pallas_fix.verify.worker.ragged import may_be_ragged, verify_variants
+from pallas_fix.verify.worker.ragged import may_be_ragged, verify_boundary, verify_variants
+from pallas_fix.verify.worker.traced_facts import facts_job
 from pallas_fix.verify.worker.user_modules import load_module, resolve_entry
 
 # Names the tests' in-process harnesses reach through this module (tests/test_verify.py's patch
@@ -100,6 +101,8 @@ def _verify(mods: dict, ex: Example, job: dict, known: Optional[ReferenceRun] = 
         if verdict["status"] == "verified" and job.get("ragged", True) and may_be_ragged(job["original"]["source"]):
             original = resolve_entry(mods["original"], ex.entry)
             verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify)
+        if verdict["status"] == "verified" and (ex.origin or "").startswith("synthesised"):
+            verdict = verify_boundary(resolve_entry(mods["original"], ex.entry), ex, verdict, int(job["seeds"][0]), verify)
         return verdict
     except Exception as e:  # a bug in the worker itself: still report per example
         return verdict_record(ex.entry, job["seeds"], message=f"verification crashed: {summarize_exc(e)}",
@@ -146,6 +149,11 @@ def run_job(job: dict, emit: Callable[[dict], None]) -> None:
     install_race_log()
     install_patches()
     mods, import_error = _import_sources(job)
+    if job.get("facts_only"):  # facts from the examples (pallas_fix.verify.worker.traced_facts)
+        if import_error is not None:
+            raise RuntimeError(import_error)
+        facts_job(mods["original"], examples, int(job["seeds"][0]), emit)
+        return
     for i, item in enumerate(examples):
         entry = item[0].entry if isinstance(item, list) else item.entry
         emit({"type": "begin", "index": i, "entry": entry})

@@ -19,6 +19,11 @@ Padding hides the same bugs: a wrapper that pads to a multiple (`jnp.pad(x, ((0,
 kernel gets the padded one agrees with the original there. The trace also records `jnp.pad`'s
 static widths; a dim padded by nothing whose size, made smaller by a few, makes some pad non-zero
 is a dim to change as well (:func:`padding_variants`).
+
+A synthesised example's sizes are chosen large (pallas-fix picked them, not the user), which hides
+a window that ends past a small array: traced, its start is clamped; made a Python int, it fails
+at trace time. So a verdict on a synthesised example is checked again at the smallest shapes the
+original runs on, its largest dim halved while the original still runs (:func:`verify_boundary`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pallas_fix.verify.judge.ref_indexers import is_var
 _RAGGED_WORDS = ("cdiv", "iota", "pad")
 _COMPARISONS = frozenset({"lt", "le", "gt", "ge"})
 _DELTAS = (3, 1, 5)
+_SMALLEST = 8  # the smallest dim a boundary variant tries (a TPU sublane tile)
 
 
 def may_be_ragged(source: str) -> bool:
@@ -329,8 +335,39 @@ def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
     return verdict
 
 
+def verify_boundary(fn: Callable, ex: Example, verdict: dict, seed: int, verify: Callable[[Example], dict]) -> dict:
+    """``verdict`` (verified on a synthesised example, whose sizes pallas-fix chose large) checked
+    again at the smallest size the original runs on: the example's largest dim halved until the
+    original no longer runs (a window that ends at the array's end, one block). A start the
+    rewrite made static past the end, clamped when traced, fails there."""
+    variant = boundary_variant(fn, ex, seed)
+    if variant is None:
+        return verdict
+    result = verify(variant)
+    if result["status"] != "verified" and not result["details"].get("rejected_by_check"):
+        return _failed_on(verdict, variant, result)
+    if result["status"] == "verified":
+        verdict["message"] += f"; also on the smallest shapes `{variant.canonical()}`"
+    return verdict
+
+
+def boundary_variant(fn: Callable, ex: Example, seed: int) -> Optional[Example]:
+    """``ex`` with every dim of its largest size made the smallest fraction of it (down to 8)
+    that the original runs on; None when no smaller size runs."""
+    sizes = [d for spec in _arrays(ex) for d in spec.shape]
+    n = max(sizes, default=0)
+    smaller = [n >> k for k in range(1, n.bit_length()) if n >> k >= _SMALLEST and n % (n >> k) == 0]
+    for m in reversed(smaller):
+        variant = _substitute(ex, {n: m}, set())
+        if variant is not None and runs_on(fn, variant, seed) is None:
+            return replace(variant, origin=f"boundary variant of {ex.origin or ex.text}")
+    return None
+
+
 def _failed_on(verdict: dict, variant: Example, result: dict) -> dict:
-    if variant.origin.startswith("padding variant"):
+    if variant.origin.startswith("boundary variant"):
+        shapes = f"`{variant.canonical()}` (the smallest shapes the original runs on, beside the synthesised example)"
+    elif variant.origin.startswith("padding variant"):
         shapes = f"`{variant.canonical()}` (a padding variant: a size the wrapper pads, made one its padding changes)"
     else:
         shapes = f"`{variant.canonical()}` (a ragged variant: sizes the code allows that do not divide)"

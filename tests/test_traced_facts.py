@@ -1,0 +1,198 @@
+"""Facts from the examples (core.traced_facts): what tracing the original on its examples shows
+and the source does not say (an operand's rank behind a factory), used only as a hypothesis: the
+plan that rests on it is unsafe, so plain `--apply` writes it only once verified, and a fact that
+any example contradicts is not used at all.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pallas_fix.core.config import Config
+from pallas_fix.core.model import FixSafety
+from pallas_fix.core.traced_facts import Seen, TracedFacts
+from pallas_fix.engine import analyze_source, fix_source
+from pallas_fix.verify.facts import facts_from_records
+
+# The array reaches the pallas_call through a factory's inner function: no line of the source
+# says its rank (`x.shape[0]` says only "at least 1"), and the kernel indexes one dim.
+_SOURCE = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BS = 128
+
+
+def _make_scale():
+    def scale_kernel(x_ref, o_ref):
+        i = pl.program_id(0)
+        o_ref[pl.ds(i * BS, BS)] = x_ref[pl.ds(i * BS, BS)] * 2.0
+
+    def run(x):
+        return pl.pallas_call(
+            scale_kernel,
+            grid=(x.shape[0] // BS,),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )(x)
+
+    return run
+
+
+{example}def scale(x):
+    return _make_scale()(x)
+'''
+
+_AFTER = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BS = 128
+
+
+def _make_scale():
+    def scale_kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    def run(x):
+        if x.ndim != 1:
+            raise ValueError(f"x.ndim ({{x.ndim}}) must equal 1")
+        return pl.pallas_call(
+            scale_kernel,
+            grid=(x.shape[0] // BS,),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec((BS,), lambda i: (i,))],
+            out_specs=pl.BlockSpec((BS,), lambda i: (i,)),
+        )(x)
+
+    return run
+
+
+{example}def scale(x):
+    return _make_scale()(x)
+'''
+
+_EXAMPLE = "# pallas-fix: example scale(f32[512])\n"
+
+
+def _seen(example: str, shape: tuple, kernel: str = "scale_kernel") -> Seen:
+    return Seen(example, kernel, 0, ((shape, "float32"),), ((shape, "float32"),))
+
+
+def _findings(source: str, facts=None) -> list:
+    return [f for f in analyze_source(source, "k.py", Config(traced_facts=facts)).findings if f.code == "PF103"]
+
+
+# -- learning: what a fact is ---------------------------------------------------------------------
+def test_a_rank_every_example_shows_is_a_fact_and_names_the_examples():
+    facts = TracedFacts((_seen("scale(f32[512])", (512,)), _seen("scale(f32[256])", (256,))))
+    assert facts.rank("scale_kernel", "in", 0, (0, 1, 1)) == (1, "`scale(f32[512])`, `scale(f32[256])`")
+    assert facts.rank("scale_kernel", "out", 0, (0, 1, 1))[0] == 1
+
+
+def test_no_fact_where_the_examples_disagree_the_kernel_was_not_reached_or_the_call_differs():
+    facts = TracedFacts((_seen("scale(f32[512]) (synthesised)", (512,)), _seen("scale(f32[4, 512]) (recorded)", (4, 512))))
+    rank, why = facts.rank("scale_kernel", "in", 0, (0, 1, 1))
+    assert rank is None and "disagree" in why and "rank 2 on `scale(f32[4, 512]) (recorded)`" in why
+    assert facts.rank("other_kernel", "in", 0, (0, 1, 1)) == (None, "no example reaches the kernel")
+    assert facts.rank("scale_kernel", "in", 0, (0, 2, 1))[0] is None  # another form of the call
+
+
+def test_the_workers_records_become_facts_and_an_untraced_example_contradicts_nothing():
+    records = [{"type": "start"},
+               {"type": "facts", "index": 0, "example": "scale(f32[512])",
+                "calls": [{"kernel": "scale_kernel", "num_scalar_prefetch": 0, "operands": [[[512], "float32"]],
+                           "results": [[[512], "float32"]]}]},
+               {"type": "facts", "index": 1, "example": "scale(f32[3])", "error": "TypeError: ..."}]
+    facts = facts_from_records(records)
+    assert facts.seen == (_seen("scale(f32[512])", (512,)),)
+    assert facts.untraced == ("scale(f32[3])",)
+
+
+# -- planning: a hypothesis makes the plan unsafe ------------------------------------------------
+def test_without_facts_the_rank_is_refused_saying_what_would_tell_it():
+    reasons = [f.refusal for f in _findings(_SOURCE.format(example=_EXAMPLE))]
+    assert reasons and all("cannot tell the rank of" in r and "give an example call" in r for r in reasons), reasons
+
+
+def test_a_rank_from_the_trace_gives_an_unsafe_plan_that_names_the_fact():
+    facts = TracedFacts((_seen("scale(f32[512])", (512,)),))
+    found = _findings(_SOURCE.format(example=_EXAMPLE), facts)
+    assert found and all(f.fixable and f.fix_safety is FixSafety.UNSAFE for f in found)
+    assert all("has rank 1 on the examples (`scale(f32[512])`)" in f.plan.description for f in found)
+    fixed = fix_source(_SOURCE.format(example=_EXAMPLE), "k.py", Config(traced_facts=facts), unsafe=True)
+    assert fixed.source == _AFTER.format(example=_EXAMPLE)
+    # Not a safe fix: without --unsafe-fixes (and without verification) nothing is written.
+    assert not fix_source(_SOURCE.format(example=_EXAMPLE), "k.py", Config(traced_facts=facts)).changed
+
+
+def test_the_rank_check_the_rewrite_writes_states_the_rank_for_later_analyses():
+    """`if x.ndim != 1: raise` (and `assert x.ndim == 1`) before the call state the rank: a plan
+    needs no fact from the examples there, and is safe."""
+    for check in ("        if x.ndim != 1:\n            raise ValueError('1-D only')\n", "        assert x.ndim == 1\n"):
+        source = _SOURCE.format(example=_EXAMPLE).replace("    def run(x):\n", "    def run(x):\n" + check.replace("        ", "        ", 1))
+        found = _findings(source)
+        assert found and all(f.fixable and f.fix_safety is FixSafety.SAFE for f in found), [f.refusal for f in found]
+
+
+def test_trap_a_fact_the_synthesised_example_shows_and_the_recorded_one_breaks_is_not_used():
+    facts = TracedFacts((_seen("scale(f32[512]) (synthesised from the code)", (512,)),
+                         _seen("scale(f32[4, 512]) (recorded)", (4, 512))))
+    reasons = [f.refusal for f in _findings(_SOURCE.format(example=""), facts)]
+    assert reasons and all("the examples disagree" in r and "recorded" in r for r in reasons), reasons
+
+
+def test_a_kernel_name_defined_twice_in_the_module_takes_no_fact():
+    twice = _SOURCE.format(example=_EXAMPLE) + "\n\ndef scale_kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...]\n"
+    reasons = [f.refusal for f in _findings(twice, TracedFacts((_seen("scale(f32[512])", (512,)),)))]
+    assert reasons and all("names 2 functions" in r for r in reasons), reasons
+
+
+# -- end to end: traced, planned, verified -----------------------------------------------------------
+@pytest.mark.interp
+def test_apply_traces_the_example_and_writes_the_verified_rewrite(tmp_path: Path):
+    """The golden pair: `--apply` traces the example, lifts with the rank it showed, verifies the
+    rewrite in the interpreters (its jaxpr keeps no dynamic slice) and writes it."""
+    path = tmp_path / "k.py"
+    path.write_text(_SOURCE.format(example=_EXAMPLE))
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", "--format", "json", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert path.read_text() == _AFTER.format(example=_EXAMPLE), out
+    verdicts = json.loads(run.stdout)["verification"]
+    assert verdicts and all(v["status"] == "verified" for v in verdicts), out
+    assert [(v["dynamic_slices_before"], v["dynamic_slices_after"]) for v in verdicts] == [(2, 0)], out
+
+
+@pytest.mark.interp
+def test_trap_end_to_end_two_examples_of_different_ranks_keep_the_file_unchanged(tmp_path: Path):
+    """The original runs on a 1-D and on a 2-D call (its windows slice dim 0): the rank is no
+    fact, so nothing is lifted, and the refusal names the example that breaks it."""
+    path = tmp_path / "k.py"
+    source = _SOURCE.format(example=_EXAMPLE + "# pallas-fix: example scale(f32[512, 4])\n")
+    path.write_text(source)
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", "--unsafe-fixes", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert path.read_text() == source, out
+    assert "the examples disagree" in out and "rank 2 on `scale(f32[512, 4])" in out, out
+
+
+@pytest.mark.interp
+def test_trap_end_to_end_the_recorded_example_wins_over_the_synthesised_one(tmp_path: Path):
+    """No example in the file: synthesis would build a 1-D call (the code reads one dim), the
+    recorded call is 2-D. Facts come from the examples verification uses, the recorded one, so
+    the rank-1 fact true only on the synthesised call is never used: the blocks are 2-D."""
+    path = tmp_path / "k.py"
+    path.write_text(_SOURCE.format(example=""))
+    recorded = {"version": 1, "examples": {"k.py": ["scale(f32[512, 4])"]}}
+    (tmp_path / "pallas-fix-examples.json").write_text(json.dumps(recorded))
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    assert "in_specs=[pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))]" in path.read_text(), out
+    assert "has rank 2 on the examples (`scale(f32[512, 4]) (recorded" in out, out
