@@ -9,7 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.effects.syntax import param_names
+from pallas_fix.analysis.discovery.passed_in import passed_kernels
 from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
@@ -42,66 +42,16 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
 
 
 def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
-    """The site, or one site per kernel def when the kernel is a parameter of the function that
-    holds the pallas_call (`def call_kernel(*, kernel, grid): return pl.pallas_call(kernel, ...)`,
-    called as `call_kernel(kernel=_dkdv_kernel, ...)`): the kernels its calls in the module pass
-    in, each analysed (and none rewritten: kernel_entry)."""
-    if site.kernel is not None or site.kernel_expr is None:
-        return [site]
-    name = _kernel_name_expr(ctx, site.kernel_expr, site.call)
-    helper = ctx.enclosing_function(site.call)
-    if name is None or helper is None or name.value not in param_names(helper):
-        return [site]
+    """The site, or one site per kernel def the calls of the function holding the pallas_call
+    pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten."""
     found: list[KernelSite] = []
-    for call in _calls_of(ctx, helper):
-        arg = _argument_for(helper, call, name.value)
-        if arg is None:
-            continue
+    for call, arg in passed_kernels(ctx, site):
         each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
                                    partial_args=list(site.partial_args), passed_by=call)
         _resolve_kernel(ctx, each, arg, call)
         if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
             found.append(each)
     return found or [site]
-
-
-def _kernel_name_expr(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[cst.Name]:
-    """The name under `expr`'s functools.partial layers (resolved through assignments)."""
-    seen: set[int] = set()
-    while id(expr) not in seen:
-        seen.add(id(expr))
-        expr = ctx.resolve_value(expr, at)
-        if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
-            break
-        expr, at = expr.args[0].value, expr
-    return expr if isinstance(expr, cst.Name) else None
-
-
-def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
-    """Calls `fn(...)` by its name in the scope that defines it."""
-    scope = ctx.scope_of(fn)
-    return [
-        node for node in walk(scope)
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == fn.name.value
-        and ctx.resolve_def(fn.name.value, node) is fn
-    ]
-
-
-def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
-    """The expression `call` passes for `fn`'s parameter `param` (by keyword or position)."""
-    positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-    pos = 0
-    for arg in call.args:
-        if arg.star:
-            return None  # `*args` / `**kwargs`: which one is the kernel is not written here
-        if arg.keyword is not None:
-            if arg.keyword.value == param:
-                return arg.value
-        elif pos < len(positional):
-            if positional[pos] == param:
-                return arg.value
-            pos += 1
-    return None
 
 
 def _variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
