@@ -17,7 +17,8 @@ import libcst as cst
 
 from pallas_fix import codemods as recipes
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.result import Analysis, SourceError, analyze
+from pallas_fix.analysis.discovery.kernel_entry import entry_problem
+from pallas_fix.analysis.result import Analysis, SourceError, analyze, mentions_pallas
 from pallas_fix.analysis.loops.windows import window_of
 from pallas_fix.core.config import Config
 from pallas_fix.core.directives import suppressed
@@ -34,7 +35,7 @@ from pallas_fix.rewrite.text.line_width import fit_width
 from pallas_fix.rules.dynamic_index.pf102_reduction_loop_slice import message as reduction_message
 from pallas_fix.rules.registry import RULES, classify
 
-__all__ = ["START_FIXES", "CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "plan_kernel", "planned_kernels"]
+__all__ = ["START_FIXES", "CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "mentions_pallas", "plan_kernel", "planned_kernels"]
 
 MAX_ROUNDS = 32
 
@@ -47,7 +48,10 @@ _NO_PLANNER = {
 }
 
 
-def _no_planner_reason(code: str, use: IndexUse, window_reason: Optional[str]) -> str:
+def _no_planner_reason(analysis: Analysis, code: str, use: IndexUse, window_reason: Optional[str]) -> str:
+    site = use.kernel_site
+    if site is not None and site.entry is not None:  # `plgpu.kernel`: no BlockSpecs to move a window into
+        return entry_problem(analysis, site) or ""
     reason = _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason)
     return reason + contiguous_window_hint(use) if code == "PF108" else reason
 
@@ -118,7 +122,7 @@ def check(analysis: Analysis) -> CheckResult:
             provenance=use.provenance.description,
             origin=use.provenance.origin.value,
             fixable=False,
-            refusal=_no_planner_reason(rule.code, use, window.reason),
+            refusal=_no_planner_reason(analysis, rule.code, use, window.reason),
             severity=rule.severity,
             kernel=use.kernel_site.kernel_name if use.kernel_site else None,
             anchor=use_key(use),

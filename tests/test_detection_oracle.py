@@ -12,7 +12,7 @@ from kernel_loading import FIXTURES, abstract_args, expected_markers, file_flags
 from pallas_fix.analysis.accesses import scalar_index_dims
 from pallas_fix.analysis.context import own_nodes
 from pallas_fix.core.plans import use_key
-from pallas_fix.engine import analyze_source
+from pallas_fix.engine import analyze_source, mentions_pallas
 
 DETECT = sorted((FIXTURES / "detect").glob("*.py"))
 
@@ -53,7 +53,7 @@ def _oracle(path: Path, source: str):
     from pallas_fix.verify.examples.sources import collect_examples
 
     examples = collect_examples(path, source, pyproject=False)
-    if "pallas_call" not in source:
+    if not mentions_pallas(source):
         return None
     assert examples, f"{path.name} has no example directive"
     module = load_module(path)

@@ -1,5 +1,7 @@
 """A kernel defined once per arm of a static `if` is analysed in every def (and not rewritten); a
-def redefined in one block is not a variant: only the last one runs."""
+def redefined in one block is not a variant: only the last one runs. The same for a body a kernel
+picks when it runs and hands its refs, for kernels passed to the function holding the
+pallas_call, and for a `plgpu.kernel` entry."""
 
 from __future__ import annotations
 
@@ -97,3 +99,99 @@ def test_an_elif_chain_gives_each_call_its_arms_def():
     findings = analyze_source(src, "k.py").findings
     assert len({f.span.line for f in findings}) == 3
     assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
+_DISPATCH = """\
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+BS = 16
+
+
+def _whole(x_ref, o_ref):
+    o_ref[...] = x_ref[...] * 2
+
+
+def _tiled(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * BS, BS), :] = x_ref[pl.ds(i * BS, BS), :] * 2
+
+
+def _relu(x):
+    return jnp.maximum(x, 0)
+
+
+def _gelu(x):
+    return jax.nn.gelu(x)
+
+
+def dispatching(x_ref, o_ref, *, tiled):
+    kernel = _tiled if tiled else _whole
+    kernel(x_ref, o_ref)
+
+
+def activating(x_ref, o_ref, *, use_gelu):
+    act = _gelu if use_gelu else _relu
+    scale = act(jnp.float32(2.0))
+
+    def body(i, c):
+        o_ref[pl.ds(i * BS, BS), :] = act(x_ref[pl.ds(i * BS, BS), :]) * scale
+        return c
+
+    lax.fori_loop(0, x_ref.shape[0] // BS, body, 0)
+
+
+def looping(x_ref, o_ref, *, tiled):  # `dispatching`, with the call in a loop body
+    kernel = _tiled if tiled else _whole
+
+    @pl.loop(0, 2)
+    def _(j):
+        kernel(x_ref, o_ref)
+
+
+def run(x, tiled=True):
+    y = pl.pallas_call(functools.partial(dispatching, tiled=tiled), grid=(x.shape[0] // BS,),
+                       out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    return pl.pallas_call(functools.partial(activating, use_gelu=True),
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(y)
+"""
+
+
+def test_a_body_a_kernel_picks_and_hands_its_refs_is_analysed_and_refused():
+    """`kernel = _tiled if tiled else _whole; kernel(x_ref, o_ref)`: _tiled's windows are
+    findings, and no fix: one set of BlockSpecs would serve _whole too."""
+    # called in the kernel, or in a loop body inside it
+    in_loop = _DISPATCH.replace("functools.partial(dispatching,", "functools.partial(looping,")
+    for kernel, src in (("dispatching", _DISPATCH), ("looping", in_loop)):
+        findings = [f for f in analyze_source(src, "k.py").findings if f.kernel == kernel]
+        assert {f.span.line for f in findings} == _lines(_DISPATCH, "o_ref[pl.ds(i * BS, BS), :] = x_ref")
+        assert findings and all(not f.fixable for f in findings)
+        assert all("a name bound to one of `_tiled`, `_whole`" in (f.refusal or "") for f in findings), [f.refusal for f in findings]
+
+
+def test_an_activation_picked_by_a_flag_keeps_the_fix():
+    """`act = _gelu if use_gelu else _relu` called on values touches no ref: the lift stands."""
+    findings = [f for f in analyze_source(_DISPATCH, "k.py").findings if f.kernel == "activating"]
+    assert len(findings) == 2 and all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
+def test_kernels_passed_to_the_function_holding_the_pallas_call_are_refused():
+    from kernel_loading import FIXTURES
+
+    path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
+    findings = analyze_source(path.read_text(), str(path)).findings
+    assert {f.kernel for f in findings} == {"_scale_kernel", "_shift_kernel"}
+    assert all(not f.fixable and "as a parameter of `call_kernel`" in (f.refusal or "") for f in findings)
+
+
+def test_a_plgpu_kernel_entry_is_analysed_and_refused():
+    from kernel_loading import FIXTURES
+
+    path = FIXTURES / "detect" / "mosaic_gpu_kernel_entry.py"
+    findings = analyze_source(path.read_text(), str(path)).findings
+    assert [f.code for f in findings] == ["PF109"] * 3
+    assert all(not f.fixable and "runs under `plgpu.kernel`" in (f.refusal or "") for f in findings)

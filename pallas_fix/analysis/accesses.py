@@ -141,7 +141,7 @@ def _traced_int_scalar(env: Env, sl: cst.BaseSlice) -> bool:
     if not isinstance(sl, cst.Index) or env.ds_call(sl.value) is not None:
         return False
     val = env.value(sl.value)
-    return val.dynamic and val.vtype == "int"
+    return val.dynamic and val.vtype == "int" and _built_window(env, sl.value) is None
 
 
 def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], bool]:
@@ -184,10 +184,47 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
         return None
     if not is_ref:
         return None
+    built = _built_window(env, value)
+    if built is not None:
+        start, size, source = built
+        sval = Val(Origin.TRACED, "int", f"a comprehension building windows from `{_short(env, source)}`")
+        return access.use(dim, value, start, size, "ds", sval, None)
     val = env.value(value)
     if val.dynamic and val.vtype in ("array", "array1"):
         return access.use(dim, value, value, None, "int_array", val, None)
     return None
+
+
+def _built_window(env: Env, expr: cst.BaseExpression) -> Optional[tuple]:
+    """(start, size, what it iterates) of the `pl.ds(start, size)` an index tuple built by a comprehension holds
+    (`index = tuple(pl.ds(s * b, b) for s, b in zip(starts, block))`, also sliced or joined:
+    `index[:1] + index[2:]`), when the comprehension names something traced; None otherwise.
+    Its dims are not known statically, so the windows are reported, never rewritten."""
+    for _ in range(8):
+        if isinstance(expr, cst.Name):
+            expr = env.single_assignment(expr.value)
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in ("tuple", "list") and expr.args:
+            expr = expr.args[0].value
+        elif isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            expr = expr.left
+        elif isinstance(expr, cst.Subscript):
+            expr = expr.value
+        else:
+            break
+        if expr is None:
+            return None
+    if not isinstance(expr, (cst.GeneratorExp, cst.ListComp)) or not isinstance(expr.elt, cst.Call):
+        return None
+    if not env.ctx.imports.is_(expr.elt.func, N.DS | N.SLICE) or not expr.elt.args:
+        return None
+    traced = any(env.value(n).dynamic for n in walk(expr.for_in) if isinstance(n, cst.Call))
+    args = [a.value for a in expr.elt.args]
+    return (args[0], args[1] if len(args) > 1 else None, expr.for_in.iter) if traced else None
+
+
+def _short(env: Env, node: cst.CSTNode) -> str:
+    text = " ".join(env.ctx.code(node).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _only_waited(ctx: ModuleContext, sub: cst.Subscript) -> bool:

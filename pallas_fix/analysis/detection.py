@@ -16,7 +16,7 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.accesses import index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
-from pallas_fix.analysis.discovery.helper_calls import HelperEnv
+from pallas_fix.analysis.discovery.helper_calls import HelperEnv, partial_arguments
 from pallas_fix.analysis.loops.loops import find_loops
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.roles import Params, bind_args, kernel_params, role_params, unknown_params
@@ -30,6 +30,9 @@ class Detection:
     # Each analysed function -> the kernel sites it was reached from.
     reached: dict[cst.CSTNode, list[KernelSite]] = field(default_factory=dict)
     envs: dict[cst.CSTNode, Env] = field(default_factory=dict)
+    # Each kernel that calls a name bound to one of several functions (`kernel = _a if f else _b;
+    # kernel(...)`) -> that call and the names it may be bound to (analysis.discovery.kernel_entry).
+    dispatches: dict[cst.CSTNode, tuple[cst.Call, list[str]]] = field(default_factory=dict)
 
 
 def detect(ctx: ModuleContext, sites: list[KernelSite]) -> Detection:
@@ -144,12 +147,52 @@ class _Walker:
                 if loop.call is call and isinstance(body, cst.FunctionDef) and body not in self.active:
                     if self.ctx.scope_of(body) is self.ctx.module:
                         params = self._role_params(body, env) or {}
-                        self.function(body, Env(self.ctx, body, self.module_env, params, self.result.loops))
+                        self.function(body, self._loop_body_env(body, call, params, env))
             return
         if not isinstance(call.func, cst.Name):
             return
         target = self.ctx.resolve_def(call.func.value, call)
-        if target is None or target in self.active:
+        if target is None:
+            options, chosen = self._dispatched(call, env)
+            # Only a variant given refs depends on the blocks a rewrite would give them
+            # (an activation picked by a flag and called on values does not).
+            if chosen and self.site.kernel is not None and any(env.value(a.value).is_ref for a in call.args):
+                self.result.dispatches.setdefault(self.site.kernel, (call, options))
+            for fn in chosen:
+                self._module_helper(fn, call, env)
+            return
+        self._module_helper(target, call, env)
+
+    def _loop_body_env(self, body: cst.FunctionDef, call: cst.Call, params, env: Env) -> Env:
+        """A module-level loop body: with `functools.partial(body, x_ref=x_ref)` as the loop's
+        body, the names the partial binds stand for the kernel's arguments (as a helper's do)."""
+        bound = partial_arguments(self.ctx, body, call)
+        if bound is None:
+            return Env(self.ctx, body, self.module_env, params, self.result.loops)
+        partial, args = bound
+        inner = HelperEnv(self.ctx, body, self.module_env, params, self.result.loops, partial, env)
+        inner.args = args
+        return inner
+
+    def _dispatched(self, call: cst.Call, env: Env) -> tuple[list[str], list[cst.FunctionDef]]:
+        """`kernel = _variant_a if flag else ...` / assigned in each arm of an `if`, then
+        `kernel(...)`: the names the scope binding it assigns to it, and the defs among them."""
+        name = call.func.value  # type: ignore[attr-defined]
+        owner = env.owner(name)
+        names: list[str] = []
+        found: list[cst.FunctionDef] = []
+        for value in self.ctx.assignments(name, owner.scope) if owner is not None else ():
+            for option in [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]:
+                if not isinstance(option, cst.Name):
+                    continue
+                names.append(option.value)
+                fn = self.ctx.resolve_def(option.value, call)
+                if fn is not None and fn not in found:
+                    found.append(fn)
+        return names, found
+
+    def _module_helper(self, target: cst.FunctionDef, call: cst.Call, env: Env) -> None:
+        if target in self.active:
             return
         # Nested defs are handled where they are defined (their scope is the caller's).
         if self.ctx.scope_of(target) is not self.ctx.module:

@@ -49,7 +49,8 @@ class Analysis:
 
 
 def mentions_pallas(source: str) -> bool:
-    return "pallas_call" in source
+    """Could the module hold a kernel: a pallas_call, or a `pl.kernel` / `plgpu.kernel` entry."""
+    return "pallas_call" in source or (".kernel(" in source and "pallas" in source)
 
 
 # LibCST's message repeats the place in its own numbering ("parser error: error at 14:4: ..."),

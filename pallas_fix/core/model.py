@@ -136,6 +136,12 @@ class KernelSite:
     # `if transpose: def kernel(...) ... else: def kernel(...)`: every def of the kernel's name in
     # its scope, the kernel among them, when there are several (discovery makes one site for each)
     variants: tuple[cst.FunctionDef, ...] = ()
+    # `call_kernel(kernel=_dq_kernel, ...)`: the call of the function holding the pallas_call that
+    # passes the kernel in as a parameter (discovery makes one site for each kernel passed)
+    passed_by: Optional[cst.Call] = None
+    # `plgpu.kernel` / `pl.kernel` as written, where that (not pallas_call) runs the kernel: a grid
+    # or mesh without BlockSpecs, so the kernel is analysed and its fixes refused
+    entry: Optional[str] = None
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
         """A pallas_call setting, looked up on the call first, then on its grid_spec."""

@@ -22,6 +22,10 @@ def _alts(*names: str) -> frozenset[str]:
 
 
 PALLAS_CALL = _alts(PALLAS + ".pallas_call", "jax._src.pallas.pallas_call.pallas_call")
+# Kernel entries with a grid (or a mesh) but no BlockSpecs: `pl.kernel(body, out_shape=..., mesh=...)`,
+# `plgpu.kernel(body, out_type=..., grid=..., grid_names=...)`. Their kernels are analysed, not rewritten.
+KERNEL_ENTRY = _alts(PALLAS + ".kernel", MOSAIC_GPU + ".kernel")
+AXIS_INDEX = _alts("jax.lax.axis_index")
 DS = _alts(PALLAS + ".ds", PALLAS + ".dslice", "jax.ds", "jax._src.state.indexing.ds")
 SLICE = _alts(PALLAS + ".Slice", "jax._src.state.indexing.Slice")
 FORI_LOOP = _alts("jax.lax.fori_loop", "jax._src.lax.control_flow.loops.fori_loop")

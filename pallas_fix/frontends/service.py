@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
 from pallas_fix.core.examples import ExampleSyntaxError
 from pallas_fix.core.traced_facts import WANTS_FACTS
-from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source
+from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source, mentions_pallas
 from pallas_fix.frontends.files.files import FileError, read_source, write_source
 from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
@@ -90,7 +90,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     except FileError as exc:
         return FileReport(path=path, error=str(exc))
     report = FileReport(path=path, original=src.text)
-    if "pallas_call" not in src.text:
+    if not mentions_pallas(src.text):
         return report
     try:
         config = config_for(path, opts)

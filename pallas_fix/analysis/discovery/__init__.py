@@ -1,4 +1,5 @@
-"""Finding the kernels: every pallas_call site and its kernel, the part of a module they reach,
+"""Finding the kernels: every pallas_call (and `pl.kernel` / `plgpu.kernel`) site and its kernel,
+also one passed in as a parameter of the function holding the call, the part of a module they reach,
 which refs are inputs and outputs (also through `*refs`), helpers called with refs, and the
 roles of each function's parameters.
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.passed_in import passed_kernels
 from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
@@ -25,6 +26,9 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
             continue
         if ctx.imports.is_(node.func, N.PALLAS_CALL):  # type: ignore[attr-defined]
             site = _direct_site(ctx, node)
+        elif ctx.imports.is_(node.func, N.KERNEL_ENTRY):  # type: ignore[attr-defined]
+            site = _direct_site(ctx, node)
+            site.entry = ctx.code(node.func).strip()  # type: ignore[attr-defined]
         elif _is_partial_of_pallas_call(ctx, node):
             site = _decorator_site(ctx, node)
         else:
@@ -32,8 +36,22 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
         if site is None:
             continue
         site.backend, site.backend_reason = _backend(ctx, site, backend_override)
-        sites += _variant_sites(ctx, site)
+        for each in _passed_in_sites(ctx, site):
+            sites += _variant_sites(ctx, each)
     return sites
+
+
+def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
+    """The site, or one site per kernel def the calls of the function holding the pallas_call
+    pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten."""
+    found: list[KernelSite] = []
+    for call, arg in passed_kernels(ctx, site):
+        each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
+                                   partial_args=list(site.partial_args), passed_by=call)
+        _resolve_kernel(ctx, each, arg, call)
+        if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
+            found.append(each)
+    return found or [site]
 
 
 def _variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:

@@ -15,6 +15,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.values import Val
@@ -34,6 +35,25 @@ def bound_arguments(fn: cst.FunctionDef, call: cst.Call) -> dict[str, cst.BaseEx
         if a.keyword is not None and a.keyword.value in named:
             out[a.keyword.value] = a.value
     return out
+
+
+def partial_arguments(ctx: ModuleContext, fn: cst.FunctionDef,
+                      loop: cst.Call) -> Optional[tuple[cst.Call, dict[str, cst.BaseExpression]]]:
+    """`lax.fori_loop(lo, hi, functools.partial(body, x_ref, bs=bs), init)`: the partial and the
+    parameters of `body` it binds -> their argument expressions; None without such a partial."""
+    for arg in loop.args:
+        value = arg.value
+        if not (isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.PARTIAL) and value.args):
+            continue
+        if not (isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == fn.name.value):
+            continue
+        if any(a.star for a in value.args):
+            return None
+        positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        out = {p: a.value for p, a in zip(positional, [a for a in value.args[1:] if a.keyword is None])}
+        out.update({a.keyword.value: a.value for a in value.args[1:] if a.keyword is not None})
+        return value, out
+    return None
 
 
 class HelperEnv(Env):

@@ -47,6 +47,30 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
+    if site.entry is not None:
+        return (
+            f"kernel `{kernel.name.value}` runs under `{site.entry}`, which takes no BlockSpecs: every ref is the whole "
+            "array and each grid cell picks its part by hand; pallas-fix rewrites pl.pallas_call kernels. Write it as a "
+            "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
+        )
+    if site.passed_by is not None:
+        helper = ctx.enclosing_function(site.call)
+        return (
+            f"kernel `{kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed on "
+            f"line {ctx.span(site.passed_by).line}), so the one pallas_call runs whatever kernel each call passes in; "
+            "pallas-fix rewrites a pallas_call together with the kernel it names. Give each kernel its own "
+            "pallas_call that names it to get this fix"
+        )
+    dispatch = analysis.detection.dispatches.get(kernel) if analysis.detection is not None else None
+    if dispatch is not None:
+        call, options = dispatch
+        names = ", ".join(f"`{name}`" for name in options)
+        return (
+            f"kernel `{kernel.name.value}` calls `{ctx.code(call.func)}` (line {ctx.span(call).line}), a name bound to "
+            f"one of {names} when the kernel runs; one grid and one set of BlockSpecs would be "
+            "written for whichever the flag picks. Give each variant its own kernel and pallas_call (the same flag "
+            "choosing between them) to get this fix"
+        )
     if site.decorated is kernel:
         return None  # the name is the pallas_call: calling it runs the call, not the body
     if site.factory is not None:

@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.provenance import Env
+from pallas_fix.analysis.discovery.helper_calls import kernel_ref_name
 from pallas_fix.analysis.discovery.varargs import bound_names
 from pallas_fix.core.model import KernelSite
 
@@ -24,15 +25,16 @@ def operand_ref(site: KernelSite, env: Env, ref_expr: cst.BaseExpression) -> boo
     """`ref_expr` names one of the kernel's own ref parameters that is an input or an output."""
     if site.kernel is None or not isinstance(ref_expr, cst.Name):
         return False
-    owner = env.owner(ref_expr.value)
-    if owner is None or owner.scope is not site.kernel:
+    # The kernel's own name, also where a helper or a loop body receives the ref as an argument.
+    name = kernel_ref_name(env, ref_expr.value, site.kernel)
+    if name is None:
         return False
     refs = _positional_refs(site)
-    if ref_expr.value not in refs:
+    if name not in refs:
         # A name bound from `*refs`: its slot needs the call's counts, which the planner's
         # CallSite reads (analysis.discovery.varargs); it refuses what it cannot block.
-        return ref_expr.value in bound_names(env.ctx, site.kernel)
-    position = refs.index(ref_expr.value)
+        return name in bound_names(env.ctx, site.kernel)
+    position = refs.index(name)
     prefetch = _count(env, site.kw("num_scalar_prefetch"), default=0)
     scratch = scratch_count(site)
     if prefetch is None or scratch is None:

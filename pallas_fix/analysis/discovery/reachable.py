@@ -30,6 +30,7 @@ from pallas_fix.analysis.discovery.top_level import LINE, bound_names, first_lin
 # mentions, found at C speed.
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 _SEED = "pallas_call"
+_ENTRY_SEED = ".kernel("
 
 
 @dataclass
@@ -131,6 +132,8 @@ def _reached(units: list[_Unit]) -> list[bool]:
             return True
         if u.header is not None:
             return _SEED in u.header
+        if _ENTRY_SEED in u.text and _calls_attribute(u.statements, "kernel"):
+            return True  # `plgpu.kernel(body, ...)` / `pl.kernel(...)` runs a kernel as pallas_call does
         return _SEED in u.text and _names_in_code(u.statements, _SEED)
 
     kept = list(imports)
@@ -171,6 +174,14 @@ def _reached(units: list[_Unit]) -> list[bool]:
             for j in [j for n in mentions(k) for j in binders.get(n, ())]:
                 keep(j, down)
     return kept
+
+
+def _calls_attribute(group: list[ast.stmt], attr: str) -> bool:
+    """A call `x.attr(...)` in the statements."""
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attr
+        for stmt in group for node in ast.walk(stmt)
+    )
 
 
 def _names_in_code(group: list[ast.stmt], name: str) -> bool:

@@ -130,6 +130,12 @@ def bind_args(fn: cst.FunctionDef, call: cst.Call, caller: Env) -> Params:
     pos_args = [a for a in call.args if a.keyword is None and not a.star]
     for p, a in zip(positional, pos_args):
         params[p.name.value] = caller.value(a.value)
+    starred = [a for a in call.args if a.star == "*"]
+    if starred and all(caller.value(a.value).vtype == "reflist" for a in starred):
+        # `kernel(idx, x_ref, *refs)` forwards the kernel's own refs: the parameters after the
+        # written arguments receive refs (a dispatching kernel calling the variant it picks).
+        for p in positional[len(pos_args):]:
+            params[p.name.value] = REF
     for a in call.args:
         if a.keyword is not None:
             params[a.keyword.value] = caller.value(a.value)

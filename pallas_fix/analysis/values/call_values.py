@@ -13,7 +13,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.core.model import Origin
-from pallas_fix.analysis.values.values import STATIC, STATIC_FLOAT, Val, ValueEnv, combine
+from pallas_fix.analysis.values.values import REF, REFLIST, STATIC, STATIC_FLOAT, Val, ValueEnv, combine
 
 _BUILTINS = ("int", "len", "range", "min", "max", "abs", "round")
 _ARRAY_METHODS = ("reshape", "sum", "max", "min", "squeeze", "item")
@@ -41,6 +41,9 @@ def _pallas_value(env: ValueEnv, call: cst.Call) -> Optional[Val]:
         which = "program_id" if imports.is_(func, N.PROGRAM_ID) else "num_programs"
         words = f"`pl.{which}({env.ctx.code(args[0]) if args else ''})`"
         return Val(Origin.PROGRAM_ID, "int", words, pid_axis=axis)
+    if imports.is_(func, N.AXIS_INDEX):
+        # `lax.axis_index("m")` in a `pl.kernel` / `plgpu.kernel` body: the grid cell's position.
+        return Val(Origin.TRACED, "int", f"`{env.ctx.code(call)}`")
     if imports.is_(func, N.MULTIPLE_OF) and args:
         inner = env.value(args[0])
         # multiple_of binds a primitive even on a Python int: the result is traced.
@@ -88,6 +91,9 @@ def _cast_value(env: ValueEnv, call: cst.Call) -> Optional[Val]:
 def _library_value(env: ValueEnv, call: cst.Call) -> Val:
     """Builtins, jnp / lax / pallas / math functions, array methods and local helpers."""
     imports, func = env.ctx.imports, call.func
+    refs = _ref_iteration(env, call)
+    if refs is not None:
+        return refs
     if isinstance(func, cst.Name) and func.value in _BUILTINS:
         vals = [env.value(a.value) for a in call.args]
         return combine(vals) if any(v.dynamic for v in vals) else STATIC
@@ -108,6 +114,22 @@ def _library_value(env: ValueEnv, call: cst.Call) -> Val:
         return _scalar_of(inner) if _to_scalar(func.attr.value, call.args) else inner
     # A local helper returning a value: only traced when its arguments are.
     return combine(dyn) if dyn else STATIC
+
+
+def _ref_iteration(env: ValueEnv, call: cst.Call) -> Optional[Val]:
+    """`it = iter(refs)`, `x_ref = next(it)`, and a local lambda that returns one
+    (`take = lambda present: next(it) if present else None`): refs taken one by one."""
+    func = call.func
+    if not isinstance(func, cst.Name):
+        return None
+    args = [a.value for a in call.args if not a.star and a.keyword is None]
+    if func.value in ("iter", "next") and args and env.value(args[0]).vtype == "reflist":
+        return REFLIST if func.value == "iter" else REF
+    single = getattr(env, "single_assignment", None)
+    bound = single(func.value) if single is not None else None
+    if isinstance(bound, cst.Lambda) and env.value(bound.body).is_ref:
+        return REF
+    return None
 
 
 def _to_scalar(op: str, args) -> bool:

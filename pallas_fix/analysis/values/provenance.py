@@ -163,7 +163,10 @@ class Env(PositionalReads):
             val = combine([self.value(expr.left), self.value(expr.right)])
             return replace(val, vtype="bool") if val.dynamic else STATIC
         if isinstance(expr, cst.IfExp):
-            return combine([self.value(expr.test), self.value(expr.body), self.value(expr.orelse)])
+            arms = [self.value(expr.body), self.value(expr.orelse)]
+            if any(v.is_ref for v in arms) and all(v.is_ref or _is_none(e) for v, e in zip(arms, (expr.body, expr.orelse))):
+                return REF  # `next(it) if has_bias else None`: an optional ref
+            return combine([self.value(expr.test), *arms])
         if isinstance(expr, (cst.Tuple, cst.List)):
             vals = [self.value(e.value) for e in expr.elements if isinstance(e, cst.Element)]
             if vals and all(v.is_ref for v in vals):
@@ -277,3 +280,7 @@ class Env(PositionalReads):
         return env._plain_value(name)
 
 
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from pallas_fix.core.config import Config, ConfigError
-from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source
+from pallas_fix.engine import FixResult, SourceError, analyze_source, fix_source, mentions_pallas
 from pallas_fix.frontends.finding_fixes import settle
 from pallas_fix.frontends.files.files import FileError, SourceFile, read_source, write_source
 from pallas_fix.frontends.files.notebook import (
@@ -48,7 +48,7 @@ def analyse_notebook(path: str, config_for: Callable[[], Config]) -> FileReport:
     except ConfigError as exc:
         return FileReport(path=path, error=f"configuration: {exc}")
     report = FileReport(path=path, config=config, original=vm.text)
-    if "pallas_call" not in vm.text:
+    if not mentions_pallas(vm.text):
         return report
     try:
         analysis = analyze_source(vm.text, path, config, reach=True)
