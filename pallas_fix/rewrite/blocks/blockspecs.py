@@ -51,6 +51,8 @@ class SpecWriter:
         placement = spec.carried_placement(slot.param)
         if spec.index_map is not None and not isinstance(spec.index_map, cst.Lambda):
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
+        rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
+        spec.fill_zero_index(rank)
         if spec.index_map is not None and spec.index_exprs is None:
             raise CallSiteError(f"the index_map of `{slot.param}` does not return a literal tuple")
         if spec.index_extra:
@@ -58,7 +60,6 @@ class SpecWriter:
         other = next((d for d in spec.dims or [] if d.kind == "other"), None)
         if other is not None:
             raise CallSiteError(other_dim_refusal(slot.param, other))
-        rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
         if rank is None:
             raise CallSiteError(f"cannot tell the rank of `{slot.param}` at the call site")
         # The kernel sees only the non-squeezed dims: map its dim to the array's.

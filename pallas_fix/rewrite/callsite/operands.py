@@ -37,6 +37,7 @@ class Spec:
     index_map: Optional[cst.BaseExpression]  # lambda / function name
     index_params: list[str] = field(default_factory=list)
     index_exprs: Optional[list[cst.BaseExpression]] = None  # lambda's returned tuple
+    index_all_zero: bool = False  # the lambda returns `(0,) * n`: zeros, as many as the block has dims
     whole: bool = True  # block is the whole array and index is zero
     dims: Optional[list[BlockDim]] = None  # what each entry of `block` means
     index_star: Optional[str] = None  # the lambda's `*args` name: it takes the grid indices past its params
@@ -65,9 +66,41 @@ class Spec:
             p.default is not None for p in params.params
         )
         self.index_exprs = elements(lam.body)
+        if self.index_exprs is None and _scalar_index(lam.body, set(self.index_params)):
+            self.index_exprs = [lam.body]  # Pallas reads a returned non-tuple as a 1-tuple
+        self.index_all_zero = self.index_exprs is None and _zeros_repeated(lam.body)
+
+    def fill_zero_index(self, rank: Optional[int]) -> None:
+        """`(0,) * x.ndim` once the block's rank is known: Pallas requires one index per block
+        dim, so a call that runs returns exactly `rank` zeros."""
+        if self.index_all_zero and rank is not None:
+            self.index_exprs = [cst.Integer("0") for _ in range(rank)]
 
     def visible_dims(self) -> list[int]:
         """The array dims the kernel sees (squeezed dims are gone from its view)."""
         if self.dims is None:
             return []
         return [e for e, d in enumerate(self.dims) if d.kind != "squeezed"]
+
+
+_SCALAR_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
+
+
+def _scalar_index(expr: cst.BaseExpression, params: set[str]) -> bool:
+    """An index_map body that is one integer, not a tuple: an int literal, a grid parameter, or
+    `+ - * // %` of those (`lambda i, j: (0)`, `lambda i: i`)."""
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in params
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _SCALAR_OPS):
+        return _scalar_index(expr.left, params) and _scalar_index(expr.right, params)
+    return False
+
+
+def _zeros_repeated(expr: cst.BaseExpression) -> bool:
+    """`(0,) * n` / `n * (0,)` (or a list): block 0 along every dim, however many there are."""
+    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply)):
+        return False
+    return any((items := elements(side)) and all(isinstance(i, cst.Integer) and int(i.evaluated_value) == 0 for i in items)
+               for side in (expr.left, expr.right))

@@ -289,6 +289,7 @@ class CallSite(CallTiming):
             lam = self.ctx.resolve_value(index_map, self.site.call)
             if isinstance(lam, cst.Lambda):
                 spec.read_lambda(lam)
+                spec.fill_zero_index(len(spec.block) if spec.block is not None else declared_rank(self.ctx, self.site, self.slots, slot))
             spec.index_map = lam
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
