@@ -22,7 +22,7 @@ from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import block_dim
-from pallas_fix.rewrite.callsite.built_lists import built_items, mutates
+from pallas_fix.rewrite.callsite.built_lists import built_items, mutates, present_arm
 from pallas_fix.rewrite.callsite.call_params import dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
@@ -86,6 +86,12 @@ class CallSite(CallTiming):
         out = self.site.kw("out_shape")
         if out is None:
             raise CallSiteError("pallas_call has no out_shape")
+        built = built_items(self.ctx, out, self.site.call)
+        if built is not None and built[1]:  # `out_shape.append(...)`, also under `if` beside its spec
+            if any(id(r) not in built[1] for r in self.other_reads(out, within_call=False)):
+                raise CallSiteError(f"`{self.ctx.code(out)}` (out_shape) is also used elsewhere; give this pallas_call its own out_shape")
+            self.builder_reads |= built[1]
+            return [self.ctx.resolve_value(i, self.site.call) for i in built[0]], False
         out = self.ctx.resolve_value(out, self.site.call)
         items = elements(out)
         if items is None:
@@ -200,7 +206,7 @@ class CallSite(CallTiming):
             )
         if len(items) != count:
             raise CallSiteError(f"{kind}_specs has {len(items)} entries for {count} operands")
-        return items
+        return [present_arm(i) for i in items]
 
     def refuse_if_shared(self, expr: Optional[cst.BaseExpression], what: str, *, within_call: bool) -> None:
         """Edits change a name's bound value in place: refuse when `expr` is a name that is also
