@@ -22,7 +22,7 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.proofs.guards import check_text, checks_just_before, guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
@@ -57,6 +57,7 @@ class CallEdits:
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
         self.bounds = Bounds(cs, partial_ok, guarding)
+        self.standing: list = []  # guards an earlier round already wrote before the call
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
@@ -276,7 +277,11 @@ class CallEdits:
         anchor = placement(self.cs.ctx, self.cs.site)
         assert anchor is not None  # Bounds guards only where there is a place
         use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
-        self.edits[anchor] = guard_edit([g for g, _why in self.guards], use_assert, self.edits.get(anchor))
+        written = checks_just_before(self.cs.ctx, anchor)  # by an earlier round's plan
+        self.standing = [g for g, _why in self.guards if check_text(cst.parse_statement(g.statement(use_assert))) in written]
+        guards = [g for g, _why in self.guards if all(g is not s for s in self.standing)]
+        if guards:
+            self.edits[anchor] = guard_edit(guards, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""
@@ -361,11 +366,17 @@ def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAx
     except CallSiteError:
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    return edits, guards_note(calls.guards), tuple(g.failing() for g, _why in calls.guards)
+    return edits, guards_note(calls.guards, calls.standing), tuple(g.failing() for g, _why in calls.guards)
 
 
-def guards_note(guards: list) -> str:
-    checks = "; ".join(f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`" for g, _why in guards)
+def guards_note(guards: list, standing: list = ()) -> str:
+    """What the fix message says of the checks: those it adds, and those an earlier fix's
+    round already wrote before the call."""
+    def text(g) -> str:
+        return f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`"
+    added = "; ".join(text(g) for g, _why in guards if all(g is not s for s in standing))
+    kept = "; ".join(text(g) for g in standing)
+    what = f"adds {added}" + (f" (beside {kept}, already there)" if kept else "") if added else f"relies on {kept}, already"
     whys = "; ".join(dict.fromkeys(why for _g, why in guards))
-    return (f"guarded: adds {checks} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
+    return (f"guarded: {what} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
             f"for every call that passes it, and one that does not fails at trace time); {whys}")
