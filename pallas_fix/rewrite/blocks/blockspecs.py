@@ -49,7 +49,7 @@ class SpecWriter:
     def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
         """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
         placement = spec.carried_placement(slot.param)
-        if spec.index_map is not None and not isinstance(spec.index_map, cst.Lambda):
+        if spec.index_map is not None and not isinstance(spec.index_map, (cst.Lambda, cst.FunctionDef)):
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
         spec.fill_zero_index(rank)
@@ -121,7 +121,7 @@ class SpecWriter:
         divides the block and no existing block is partial (all of them inside the array)."""
         param = dims.slot.param
         self.bounds.require_divides(dims.block.size, outer, param, e)
-        assert isinstance(dims.spec.index_map, cst.Lambda)
+        assert isinstance(dims.spec.index_map, (cst.Lambda, cst.FunctionDef))
         self.bounds.check_existing_blocks(dims.spec.index_map, old_index, outer, self.cs.shape_dim(param, e), param, e)
 
     def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock) -> None:

@@ -31,7 +31,7 @@ from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subs
 from pallas_fix.rewrite.callsite.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.callsite.operand_groups import refuse_shared_tail, whole_tail_specs
-from pallas_fix.rewrite.blocks.spec_slots import drop_unused_spec_names, own_spec_node
+from pallas_fix.rewrite.blocks.spec_slots import drop_unused_index_defs, drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.text.syntax import code, names_in, paren_text
 
 __all__ = [
@@ -101,7 +101,7 @@ class CallEdits:
                         continue
                     self.edits[lam] = _add_lambda_param(self.ngrid, self.grid_params.fresh(spec.index_params + sorted(names_in(lam))))
                 else:
-                    node = spec.index_map
+                    node = spec.index_arg  # a named function (a def stays as it is)
                     grid, _rest = self.grid_params.for_spec(Spec(None, None, None))
                     old = grid[:-1]
                     call_args = ", ".join(old + (["*_prefetch"] if self.cs.num_prefetch else []))
@@ -292,6 +292,7 @@ class CallEdits:
         self.write_grid()
         self.write_specs()
         self.extend_index_maps()
+        drop_unused_index_defs(self.cs, self.edits)
         self.check_bounds()
         self.write_guards()
         self.renumber_axes()

@@ -29,7 +29,7 @@ from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
+from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec, local_index_def
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -293,10 +293,11 @@ class CallSite(CallTiming):
                 spec.dims = [block_dim(self.ctx, b, self.site.call) for b in items]
         if index_map is not None:
             lam = self.ctx.resolve_value(index_map, self.site.call)
-            if isinstance(lam, cst.Lambda):
+            lam = local_index_def(self.ctx, lam, node) or lam  # `def idx_map(i, j): return i, 0`
+            if isinstance(lam, (cst.Lambda, cst.FunctionDef)):
                 spec.read_lambda(lam)
                 spec.fill_zero_index(len(spec.block) if spec.block is not None else declared_rank(self.ctx, self.site, self.slots, slot))
-            spec.index_map = lam
+            spec.index_map, spec.index_arg = lam, index_map
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
         else:
