@@ -228,6 +228,27 @@ def test_verdict_line_and_json_carry_the_footprint_and_its_findings():
 # =========================================================================== layouts read off a trace
 
 
+def test_a_named_pallas_call_still_names_its_kernel():
+    """`pallas_call(..., name="attn_fwd")` puts its name where the kernel's was in the trace's
+    debug info; the survey reads the kernel's name off its `def` line, which tells which kernel
+    an example reached (an unsafe fix of a named call is otherwise never verified)."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    from pallas_fix.verify.worker.kernel_survey import pallas_call_infos, trace
+
+    def double_rows_kernel(x_ref, o_ref):
+        o_ref[...] = 2 * x_ref[...]
+
+    def f(x):
+        return pl.pallas_call(double_rows_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              name="renamed_call")(x)
+
+    (info,) = pallas_call_infos(trace(f, [jax.ShapeDtypeStruct((8, 128), jnp.float32)]))
+    assert info["kernel"] == "double_rows_kernel"
+
+
 def test_layout_of_a_traced_scalar_prefetch_call():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

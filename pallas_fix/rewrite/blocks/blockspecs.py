@@ -50,8 +50,10 @@ class SpecWriter:
     def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
         """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
         placement = spec.carried_placement(slot.param)
-        if spec.index_map is not None and not isinstance(spec.index_map, cst.Lambda):
+        if spec.index_map is not None and not isinstance(spec.index_map, (cst.Lambda, cst.FunctionDef)):
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
+        rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
+        spec.fill_zero_index(rank)
         if spec.index_map is not None and spec.index_exprs is None:
             raise CallSiteError(f"the index_map of `{slot.param}` does not return a literal tuple")
         if spec.index_extra:
@@ -59,7 +61,6 @@ class SpecWriter:
         other = next((d for d in spec.dims or [] if d.kind == "other"), None)
         if other is not None:
             raise CallSiteError(other_dim_refusal(slot.param, other))
-        rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)
         if rank is None and spec.index_exprs is not None:
             rank = len(spec.index_exprs)  # an index_map returns one block index per dim
         if rank is None:
@@ -123,7 +124,7 @@ class SpecWriter:
         divides the block and no existing block is partial (all of them inside the array)."""
         param = dims.slot.param
         self.bounds.require_divides(dims.block.size, outer, param, e)
-        assert isinstance(dims.spec.index_map, cst.Lambda)
+        assert isinstance(dims.spec.index_map, (cst.Lambda, cst.FunctionDef))
         self.bounds.check_existing_blocks(dims.spec.index_map, old_index, outer, self.cs.shape_dim(param, e), param, e)
 
     def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock) -> None:

@@ -22,7 +22,7 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.proofs.guards import check_text, checks_just_before, guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
@@ -32,7 +32,7 @@ from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subs
 from pallas_fix.rewrite.callsite.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.callsite.operand_groups import refuse_shared_tail, whole_tail_specs
-from pallas_fix.rewrite.blocks.spec_slots import drop_unused_spec_names, own_spec_node
+from pallas_fix.rewrite.blocks.spec_slots import drop_unused_index_defs, drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.text.syntax import code, names_in, paren_text
 
 __all__ = [
@@ -58,6 +58,7 @@ class CallEdits:
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
         self.bounds = Bounds(cs, partial_ok, guarding)
+        self.standing: list = []  # guards an earlier round already wrote before the call
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
@@ -101,7 +102,7 @@ class CallEdits:
                         continue
                     self.edits[lam] = _add_lambda_param(self.ngrid, self.grid_params.fresh(spec.index_params + sorted(names_in(lam))))
                 else:
-                    node = spec.index_map
+                    node = spec.index_arg  # a named function (a def stays as it is)
                     grid, _rest = self.grid_params.for_spec(Spec(None, None, None))
                     old = grid[:-1]
                     call_args = ", ".join(old + (["*_prefetch"] if self.cs.num_prefetch else []))
@@ -278,7 +279,11 @@ class CallEdits:
             assert not self.guards  # Bounds guards only where there is a place
             return
         use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
-        self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
+        written = checks_just_before(self.cs.ctx, anchor)  # by an earlier round's plan
+        self.standing = [g for g, _why in self.guards if check_text(cst.parse_statement(g.statement(use_assert))) in written]
+        fresh = [c for c in checks if all(c is not s for s in self.standing)]
+        if fresh:
+            self.edits[anchor] = guard_edit(fresh, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""
@@ -289,6 +294,7 @@ class CallEdits:
         self.write_grid()
         self.write_specs()
         self.extend_index_maps()
+        drop_unused_index_defs(self.cs, self.edits)
         self.check_bounds()
         self.write_guards()
         self.renumber_axes()
@@ -366,13 +372,19 @@ def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAx
             raise failed from None
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    # No new check: the one an earlier rewrite of this call wrote proves it, as a check of the user's would.
-    note = guards_note(calls.guards) if calls.guards else None
+    # No new check where one an earlier rewrite of this call wrote proves it, as a check of the user's would.
+    note = guards_note(calls.guards, calls.standing) if calls.guards else None
     return edits, note, tuple(g.failing() for g, _why in calls.guards)
 
 
-def guards_note(guards: list) -> str:
-    checks = "; ".join(f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`" for g, _why in guards)
+def guards_note(guards: list, standing: list = ()) -> str:
+    """What the fix message says of the checks: those it adds, and those an earlier fix's
+    round already wrote before the call."""
+    def text(g) -> str:
+        return f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`"
+    added = "; ".join(text(g) for g, _why in guards if all(g is not s for s in standing))
+    kept = "; ".join(text(g) for g in standing)
+    what = f"adds {added}" + (f" (beside {kept}, already there)" if kept else "") if added else f"relies on {kept}, already"
     whys = "; ".join(dict.fromkeys(why for _g, why in guards))
-    return (f"guarded: adds {checks} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
+    return (f"guarded: {what} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
             f"for every call that passes it, and one that does not fails at trace time); {whys}")

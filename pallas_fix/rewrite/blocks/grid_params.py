@@ -37,6 +37,8 @@ class GridParams:
 
     def for_spec(self, spec: Spec) -> tuple[list[str], list[str]]:
         """(grid params, prefetch params) for a rebuilt index_map."""
+        if _ignores_its_arguments(spec):
+            spec = Spec(None, None, None)  # `lambda *_: (0,) * x.ndim`: rebuilt with a name per grid axis
         if spec.index_star is not None and len(spec.index_params) < self.ngrid:
             raise CallSiteError(
                 f"an index_map takes grid indices through `*{spec.index_star}`, so the new grid axis has no place "
@@ -62,6 +64,15 @@ class GridParams:
         while name in existing:
             name += "_"
         return name
+
+
+def _ignores_its_arguments(spec: Spec) -> bool:
+    """`lambda *_: ...` whose body reads none of what `*_` takes."""
+    lam = spec.index_map
+    return (
+        isinstance(lam, cst.Lambda) and spec.index_star is not None and not spec.index_params
+        and spec.index_star not in names_in(lam.body)
+    )
 
 
 def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[object, str]:

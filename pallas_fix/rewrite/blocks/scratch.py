@@ -10,7 +10,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import CallEdits
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, followed_comma, uncommented
 
 
 def scratch_spelling(ctx, backend: Backend) -> tuple[imports.Spelling, str]:
@@ -45,9 +45,12 @@ def add_params(fn: cst.FunctionDef, names: list[str]) -> cst.FunctionDef:
     if not names:
         return fn  # no scratch (R2's accumulate-in-place form): no comma after the last parameter
     params = list(fn.params.params)
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    # One parameter per line stays so, and the comment after the last one stays with it.
+    first = next((p.comma for p in params if isinstance(p.comma, cst.Comma)), None)
+    comma = uncommented(first) if first is not None else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     if params:
-        params[-1] = params[-1].with_changes(comma=comma)
+        last = params[-1].comma
+        params[-1] = params[-1].with_changes(comma=followed_comma(last, comma) if isinstance(last, cst.Comma) else comma)
     for i, n in enumerate(names):
         last = i == len(names) - 1
         has_more = bool(fn.params.star_arg) if isinstance(fn.params.star_arg, cst.Param) else fn.params.kwonly_params

@@ -83,3 +83,29 @@ def _binds_only(stmt: cst.CSTNode, name: str, value: cst.BaseExpression) -> bool
         and isinstance(assign.targets[0].target, cst.Name)
         and assign.targets[0].target.value == name
     )
+
+
+def drop_unused_index_defs(cs: CallSite, edits: dict) -> None:
+    """`def idx_map(i, j): return i, 0` read as a lambda (rewrite.callsite.operands) whose every
+    read sits inside a spec the plan rewrites: remove it."""
+    ctx = cs.ctx
+    defs = {}
+    for slot in cs.slots.values():
+        if slot.kind in ("in", "out"):
+            try:
+                fn = cs.spec_of(slot).index_map
+            except CallSiteError:
+                continue
+            if isinstance(fn, cst.FunctionDef):
+                defs[id(fn)] = fn
+    unused = []
+    for fn in defs.values():
+        reads = [n for n in walk(ctx.scope_of(fn)) if isinstance(n, cst.Name) and n.value == fn.name.value and n is not fn.name]
+        if fn not in edits and all(any(a in edits for a in ctx.ancestors(r)) for r in reads):
+            unused.append(fn)
+    # Last first, each handing its comments to the next statement that stays: in source order there.
+    for fn in sorted(unused, key=lambda f: ctx.span(f).line, reverse=True):
+        siblings = siblings_of(ctx, fn)
+        after = siblings[siblings.index(fn) + 1 :]
+        kept = next((s for s in after if all(s is not u for u in unused)), None)
+        remove_statement(edits, fn, [fn] + ([kept] if kept is not None else []))

@@ -7,9 +7,12 @@
   are the literal's items followed by the added ones.
 - `in_specs = [a, b] + [c]` (or names bound to such lists): the items of each part in order.
 
+- `if c: in_specs.append(spec) else: in_specs.append(None)`, or an item `None if c else spec`:
+  the slot's spec is `spec` (the `None` arm goes with a `None` operand).
+
 Each item is a node of the source, so an edit of one slot's spec lands where that spec is
-written. Anything else (a conditional append, `insert`, `pop`, a list built in a loop) is not
-read, and the caller refuses as before.
+written. Anything else (other conditional appends, `insert`, `pop`, a list built in a loop) is
+not read, and the caller refuses as before.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.rewrite.text.syntax import elements
+from pallas_fix.rewrite.text.syntax import elements, is_none
 
 
 def starred_items(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> Optional[list[cst.BaseExpression]]:
@@ -75,16 +78,54 @@ def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.
         return None
     items: list = []
     reads: set[int] = set()
+    plain = list(block)
     for stmt in block[block.index(binding) + 1 : block.index(user)]:
         change = list_change(stmt, name)
+        either = either_change(stmt, name) if change is None else None
         if change is not None:
             items += change[0]
             reads.add(change[1])
+        elif either is not None:
+            items += either[0]
+            reads |= either[1]
+            plain += either[2]
         elif any(isinstance(n, cst.Name) and n.value == name for n in walk(stmt)):
             return None
-    if _changed_elsewhere(ctx, name, block, ctx.scope_of(value)):
+    if _changed_elsewhere(ctx, name, plain, ctx.scope_of(value)):
         return None
     return items, reads
+
+
+def either_change(stmt: cst.CSTNode, name: str) -> Optional[tuple[list, set[int], list]]:
+    """`if c: name.append(spec) else: name.append(None)` (either way round, or `.extend` of as
+    many items): each slot takes the arm's spec that is not `None`. Pallas matches in_specs
+    against the operands as pytrees, so where the call runs the `None` arm its operand is `None`
+    too (no ref, nothing to block) and the spec written in the other arm is the slot's only
+    spec. A slot with a spec in both arms is not read. Also: the ids of the names read, and
+    the two changing statements; the arms' other statements do not touch `name`."""
+    if not (isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else)):
+        return None
+    arms = [[s for s in arm.body if any(isinstance(n, cst.Name) and n.value == name for n in walk(s))]
+            for arm in (stmt.body, stmt.orelse.body)]
+    if any(len(arm) != 1 for arm in arms):
+        return None
+    changes = [list_change(arm[0], name) for arm in arms]
+    if changes[0] is None or changes[1] is None or len(changes[0][0]) != len(changes[1][0]):
+        return None
+    items = []
+    for a, b in zip(changes[0][0], changes[1][0]):
+        if not (is_none(a) or is_none(b)):
+            return None
+        items.append(b if is_none(a) else a)
+    return items, {changes[0][1], changes[1][1]}, [arms[0][0], arms[1][0]]
+
+
+def present_arm(item: cst.BaseExpression) -> cst.BaseExpression:
+    """`None if b is None else spec` (or the other way round): `spec`, for the reason
+    `either_change` gives; any other item as it is."""
+    if isinstance(item, cst.IfExp) and is_none(item.body) != is_none(item.orelse):
+        return item.orelse if is_none(item.body) else item.body
+    return item
 
 
 def list_change(stmt: cst.CSTNode, name: str) -> Optional[tuple[list, int]]:

@@ -11,6 +11,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.callsite.block_dims import BlockDim
 from pallas_fix.rewrite.text.syntax import elements
 
@@ -34,14 +35,16 @@ class Spec:
 
     node: Optional[cst.BaseExpression]  # the spec expression (None when absent)
     block: Optional[list[cst.BaseExpression]]
-    index_map: Optional[cst.BaseExpression]  # lambda / function name
+    index_map: Optional[cst.BaseExpression]  # lambda / function name / a local def read as a lambda
     index_params: list[str] = field(default_factory=list)
     index_exprs: Optional[list[cst.BaseExpression]] = None  # lambda's returned tuple
+    index_all_zero: bool = False  # the lambda returns `(0,) * n`: zeros, as many as the block has dims
     whole: bool = True  # block is the whole array and index is zero
     dims: Optional[list[BlockDim]] = None  # what each entry of `block` means
     index_star: Optional[str] = None  # the lambda's `*args` name: it takes the grid indices past its params
     index_extra: bool = False  # the lambda has defaults, keyword-only or `**` parameters
     placement: Optional[str] = None  # `memory_space=...` / `pipeline_mode=...` as written, if any
+    index_arg: Optional[cst.BaseExpression] = None  # the index_map argument as written (a def's name)
 
     def carried_placement(self, param: str) -> str:
         """`, memory_space=pltpu.VMEM` (as written) to repeat on the spec that replaces this one,
@@ -56,18 +59,84 @@ class Spec:
                                 "not copied in per grid step, so pallas-fix cannot block it")
         return ", " + self.placement
 
-    def read_lambda(self, lam: cst.Lambda) -> None:
-        """The index_map's parameters and returned tuple, as this spec reports them."""
+    def read_lambda(self, lam: cst.Lambda | cst.FunctionDef) -> None:
+        """The index_map's parameters and returned tuple, as this spec reports them (a local
+        `def` whose body is one `return`, read as the lambda it could be)."""
         params = lam.params
         self.index_params = [p.name.value for p in params.params]
         self.index_star = params.star_arg.name.value if isinstance(params.star_arg, cst.Param) else None
         self.index_extra = bool(params.kwonly_params or params.star_kwarg or params.posonly_params) or any(
             p.default is not None for p in params.params
         )
-        self.index_exprs = elements(lam.body)
+        body = lam.body if isinstance(lam, cst.Lambda) else returned(lam)
+        assert body is not None
+        self.index_exprs = elements(body)
+        if self.index_exprs is None and _scalar_index(body, set(self.index_params)):
+            self.index_exprs = [body]  # Pallas reads a returned non-tuple as a 1-tuple
+        self.index_all_zero = self.index_exprs is None and _zeros_repeated(body)
+
+    def fill_zero_index(self, rank: Optional[int]) -> None:
+        """`(0,) * x.ndim` once the block's rank is known: Pallas requires one index per block
+        dim, so a call that runs returns exactly `rank` zeros."""
+        if self.index_all_zero and rank is not None:
+            self.index_exprs = [cst.Integer("0") for _ in range(rank)]
 
     def visible_dims(self) -> list[int]:
         """The array dims the kernel sees (squeezed dims are gone from its view)."""
         if self.dims is None:
             return []
         return [e for e, d in enumerate(self.dims) if d.kind != "squeezed"]
+
+
+def local_index_def(ctx, name: cst.BaseExpression, spec: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The `def` a BlockSpec's index_map `name` names, when it can be read as a lambda written
+    at the spec: defined once, in the spec's own scope, nothing else bound to the name there, a
+    plain def returning one value whose other names are assigned at most once in that scope
+    (so they mean at the spec what they meant in the def)."""
+    if not isinstance(name, cst.Name):
+        return None
+    scope = ctx.scope_of(spec)
+    fn = ctx.resolve_def(name.value, spec)
+    if fn is None or ctx.scope_of(fn) is not scope or ctx.assignments(name.value, scope) or returned(fn) is None:
+        return None
+    defs = [n for n in walk(scope) if isinstance(n, cst.FunctionDef) and n.name.value == name.value]
+    params = {p.name.value for p in fn.params.params}
+    free = {n.value for n in walk(returned(fn)) if isinstance(n, cst.Name)} - params
+    if len(defs) != 1 or any(len(ctx.assignments(n, scope)) > 1 for n in free):
+        return None
+    return fn
+
+
+def returned(fn: cst.FunctionDef) -> Optional[cst.BaseExpression]:
+    """What `def f(i, j): return i, 0` returns: the value of its only statement, a `return`,
+    for a plain (undecorated, not async) def; None otherwise."""
+    if fn.decorators or fn.asynchronous is not None:
+        return None
+    body = fn.body.body
+    line = body[0] if len(body) == 1 else None
+    if isinstance(line, cst.SimpleStatementLine):
+        line = line.body[0] if len(line.body) == 1 else None
+    return line.value if isinstance(line, cst.Return) and line.value is not None else None
+
+
+_SCALAR_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide, cst.Modulo)
+
+
+def _scalar_index(expr: cst.BaseExpression, params: set[str]) -> bool:
+    """An index_map body that is one integer, not a tuple: an int literal, a grid parameter, or
+    `+ - * // %` of those (`lambda i, j: (0)`, `lambda i: i`)."""
+    if isinstance(expr, cst.Integer):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value in params
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _SCALAR_OPS):
+        return _scalar_index(expr.left, params) and _scalar_index(expr.right, params)
+    return False
+
+
+def _zeros_repeated(expr: cst.BaseExpression) -> bool:
+    """`(0,) * n` / `n * (0,)` (or a list): block 0 along every dim, however many there are."""
+    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply)):
+        return False
+    return any((items := elements(side)) and all(isinstance(i, cst.Integer) and int(i.evaluated_value) == 0 for i in items)
+               for side in (expr.left, expr.right))

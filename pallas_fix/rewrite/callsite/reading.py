@@ -22,14 +22,14 @@ from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import block_dim
-from pallas_fix.rewrite.callsite.built_lists import built_items, mutates
+from pallas_fix.rewrite.callsite.built_lists import built_items, mutates, present_arm
 from pallas_fix.rewrite.callsite.call_params import dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
+from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec, local_index_def
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -89,6 +89,12 @@ class CallSite(CallTiming):
         out = self.site.kw("out_shape")
         if out is None:
             raise CallSiteError("pallas_call has no out_shape")
+        built = built_items(self.ctx, out, self.site.call)
+        if built is not None and built[1]:  # `out_shape.append(...)`, also under `if` beside its spec
+            if any(id(r) not in built[1] for r in self.other_reads(out, within_call=False)):
+                raise CallSiteError(f"`{self.ctx.code(out)}` (out_shape) is also used elsewhere; give this pallas_call its own out_shape")
+            self.builder_reads |= built[1]
+            return [self.ctx.resolve_value(i, self.site.call) for i in built[0]], False
         out = self.ctx.resolve_value(out, self.site.call)
         items = elements(out)
         if items is None:
@@ -203,7 +209,7 @@ class CallSite(CallTiming):
             )
         if len(items) != count:
             raise CallSiteError(f"{kind}_specs has {len(items)} entries for {count} operands")
-        return items
+        return [present_arm(i) for i in items]
 
     def refuse_if_shared(self, expr: Optional[cst.BaseExpression], what: str, *, within_call: bool) -> None:
         """Edits change a name's bound value in place: refuse when `expr` is a name that is also
@@ -290,9 +296,11 @@ class CallSite(CallTiming):
                 spec.dims = [block_dim(self.ctx, b, self.site.call) for b in items]
         if index_map is not None:
             lam = self.ctx.resolve_value(index_map, self.site.call)
-            if isinstance(lam, cst.Lambda):
+            lam = local_index_def(self.ctx, lam, node) or lam  # `def idx_map(i, j): return i, 0`
+            if isinstance(lam, (cst.Lambda, cst.FunctionDef)):
                 spec.read_lambda(lam)
-            spec.index_map = lam
+                spec.fill_zero_index(len(spec.block) if spec.block is not None else declared_rank(self.ctx, self.site, self.slots, slot))
+            spec.index_map, spec.index_arg = lam, index_map
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
         else:
@@ -376,9 +384,6 @@ class CallSite(CallTiming):
     # -- writing ------------------------------------------------------------------------------------
     def pl_alias(self) -> str:
         return pallas_alias(self.ctx)
-
-    def needs_pallas_import(self) -> bool:
-        return spelling(self.ctx, PALLAS).add is not None
 
     def dimension_semantics(self) -> tuple[Optional[cst.Call], Optional[cst.Arg], Optional[list[str]]]:
         """(compiler_params call, its dimension_semantics argument, the values) as written."""

@@ -30,7 +30,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.edits import Edit, remove_statement
 from pallas_fix.rewrite.text.scopes import bindings, fresh_namer, param_names
 from pallas_fix.rewrite.text.statements import siblings_of
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, followed_comma, uncommented
 
 FUNCTOOLS = imports.Module("functools", imports.NewImport("functools"), dotted=False)
 _DIM_WORDS = {0: "rows", 1: "cols"}
@@ -150,20 +150,28 @@ def _with_kwonly(ps: cst.Parameters, names: list[str]) -> cst.Parameters:
     in the signature's own comma style (one per line stays one per line)."""
     params, kwonly, star = list(ps.params), list(ps.kwonly_params), ps.star_arg
     commas = [p.comma for p in [*params, *kwonly] if isinstance(p.comma, cst.Comma)]
-    sep = commas[0] if commas else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    sep = uncommented(commas[0]) if commas else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     trailing: object = cst.MaybeSentinel.DEFAULT
     if ps.star_kwarg is None:  # the comma of what was last (a trailing comma stays trailing)
         if kwonly:
-            trailing, kwonly[-1] = kwonly[-1].comma, kwonly[-1].with_changes(comma=sep)
+            trailing, kwonly[-1] = _kept_comma(kwonly[-1], sep)
         elif not isinstance(star, cst.MaybeSentinel):
-            trailing, star = star.comma, star.with_changes(comma=sep)
+            trailing, star = _kept_comma(star, sep)
         elif params:
-            trailing, params[-1] = params[-1].comma, params[-1].with_changes(comma=sep)
+            trailing, params[-1] = _kept_comma(params[-1], sep)
     if isinstance(star, cst.MaybeSentinel):
         star = cst.ParamStar(comma=sep)
     new = [cst.Param(cst.Name(n), comma=sep) for n in names]
     new[-1] = new[-1].with_changes(comma=trailing)
     return ps.with_changes(params=params, star_arg=star, kwonly_params=kwonly + new)
+
+
+def _kept_comma(node, sep: cst.Comma):
+    """(the comma the new last parameter takes, `node` followed by a comma): a comma `node`
+    has stays, with any comment after it; the new one copies it without the comment."""
+    if isinstance(node.comma, cst.Comma):
+        return uncommented(node.comma), node.with_changes(comma=followed_comma(node.comma, sep))
+    return node.comma, node.with_changes(comma=sep)
 
 
 def _with_keywords(call: cst.Call, kws: list[tuple[str, str]]) -> cst.Call:

@@ -201,7 +201,7 @@ def lifted_element_ids(blocks) -> set[int]:
 
 def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional[int]]:
     """What a mention of a ref's name does: "param" (declares it, or is an attribute's name),
-    "meta" (`.dtype`, `.ndim`: the same for a block), "shape" with the static dim it reads
+    "meta" (`.dtype`, `.ndim`, `is None` / `is not None`: the same for a block), "shape" with the static dim it reads
     (None: all of `.shape`, or a dim pallas-fix cannot read), or "other"."""
     parent = ctx.parent(node)
     if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.attr is node):
@@ -211,7 +211,7 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("dtype", "ndim"):
         return "meta", None
     if _none_test(parent, node):
-        return "meta", None  # `b_ref is not None`: an optional operand is passed or not, blocked or whole
+        return "meta", None  # an optional operand: blocking never makes a ref None or not
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":
         grand = ctx.parent(parent)
         if isinstance(grand, cst.Subscript) and len(grand.slice) == 1 and isinstance(grand.slice[0].slice, cst.Index):
@@ -223,12 +223,14 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
 
 
 def _none_test(parent: Optional[cst.CSTNode], node: cst.Name) -> bool:
-    """`node is None` / `node is not None`: whether the ref was passed at all."""
-    if not (isinstance(parent, cst.Comparison) and parent.left is node and len(parent.comparisons) == 1):
+    """`node is None` / `node is not None` (either side)."""
+    if not (isinstance(parent, cst.Comparison) and len(parent.comparisons) == 1):
         return False
     target = parent.comparisons[0]
-    return isinstance(target.operator, (cst.Is, cst.IsNot)) and isinstance(target.comparator, cst.Name) \
-        and target.comparator.value == "None"
+    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
+        return False
+    other = target.comparator if parent.left is node else parent.left if target.comparator is node else None
+    return isinstance(other, cst.Name) and other.value == "None"
 
 
 def shape_refusal(ref: str) -> Refuse:

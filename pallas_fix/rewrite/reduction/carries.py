@@ -136,6 +136,9 @@ def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst
         )
     if q.startswith("jax.numpy.") and q.rsplit(".", 1)[1] in _EXACT_DTYPES and len(item.args) == 1 and item.args[0].keyword is None:
         return cst.Tuple([]), item.func  # `jnp.float32(0)`: a 0-d array of that dtype
+    literal = _array_of_number(q, item)
+    if literal is not None:
+        return cst.Tuple([]), literal  # `jnp.array(0, dtype=jnp.int32)`: a 0-d array of that dtype
     if q not in _SHAPED_CTORS and q != _FULL:
         raise Refuse(f"cannot tell the shape and dtype of the carry `{code(item)}`; {_FIX}")
     pos = [a.value for a in item.args if a.keyword is None]
@@ -181,6 +184,19 @@ def _whole_ref_read(region, item: cst.BaseExpression) -> Optional[cst.Name]:
 def _is_operand_dtype(dtype: cst.BaseExpression) -> bool:
     """`x.dtype` written at the call site for an input (rewrite.callsite.dtypes)."""
     return isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype"
+
+
+def _array_of_number(q: str, item: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The dtype of `jnp.array(0, dtype=jnp.int32)` / `jnp.asarray(0, jnp.int32)`: a number
+    literal and a dtype (not None), nothing else; None for anything else."""
+    if q not in ("jax.numpy.array", "jax.numpy.asarray") or any(a.star for a in item.args):
+        return None
+    pos = [a.value for a in item.args if a.keyword is None]
+    kw = {a.keyword.value: a.value for a in item.args if a.keyword is not None}
+    dtype = kw.get("dtype", pos[1] if len(pos) > 1 else None)
+    if len(pos) + len(kw) != 2 or not pos or not _is_number(pos[0]) or dtype is None:
+        return None
+    return None if isinstance(dtype, cst.Name) and dtype.value == "None" else dtype
 
 
 def _is_number(expr: cst.BaseExpression) -> bool:

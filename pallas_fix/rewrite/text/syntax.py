@@ -58,3 +58,21 @@ def paren_text(text: str) -> str:
     """`text` as an operand: atoms (`bs`, `x.shape[0]`) bare, anything else in parentheses."""
     simple = text.replace("_", "").replace(".", "").replace("[", "").replace("]", "")
     return text if simple.isalnum() else f"({text})"
+
+
+def uncommented(comma: cst.Comma) -> cst.Comma:
+    """`comma` without the comment that ends its line (`x_ref,  # [bm, bk]`): the separator to
+    copy after a new parameter or argument, in the same one-per-line or inline style."""
+    ws = comma.whitespace_after
+    if isinstance(ws, cst.ParenthesizedWhitespace) and ws.first_line.comment is not None:
+        return comma.with_changes(whitespace_after=ws.with_changes(first_line=cst.TrailingWhitespace()))
+    return comma
+
+
+def followed_comma(comma: cst.Comma, sep: cst.Comma) -> cst.Comma:
+    """The comma of what was last once new items follow it: `sep`'s line break and indent
+    (those of the list's first comma), with the comment `comma` carried."""
+    own, ws = comma.whitespace_after, sep.whitespace_after
+    if isinstance(own, cst.ParenthesizedWhitespace) and own.first_line.comment is not None:
+        ws = ws.with_changes(first_line=own.first_line) if isinstance(ws, cst.ParenthesizedWhitespace) else own
+    return comma.with_changes(whitespace_after=ws)

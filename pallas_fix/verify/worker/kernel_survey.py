@@ -12,8 +12,10 @@ dynamic), ``"windowed"`` (blocks that move with the grid: what Pallas pipelines)
 
 from __future__ import annotations
 
+import linecache
 import math
 import os
+import re
 from typing import Callable
 
 from pallas_fix.verify.worker.block_layouts import block_records, call_layout
@@ -150,7 +152,20 @@ def kernel_name(eqn):
     path:line"; partials unwrapped), or None; it tells which kernels an example reached."""
     info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
     src = getattr(info, "func_src_info", None) or ""
-    return src.split(" at ", 1)[0] or None
+    name, _, where = src.partition(" at ")
+    if name and name == eqn.params.get("name") and where:
+        # `pallas_call(..., name="attn_fwd")` names the call in the kernel's place; the location
+        # is still the kernel's `def` line.
+        return _def_named_at(where) or name
+    return name or None
+
+
+def _def_named_at(where: str):
+    """The function a `def` at "path:line" defines, or None (a decorator's line, no source)."""
+    path, _, line = where.rpartition(":")
+    text = linecache.getline(path, int(line)) if line.isdigit() else ""
+    found = re.match(r"\s*(?:async\s+)?def\s+(\w+)", text)
+    return found.group(1) if found else None
 
 
 def _describe_core_map(eqn) -> dict:
