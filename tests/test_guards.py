@@ -310,9 +310,10 @@ def test_no_check_for_a_kernel_that_masks_its_tail():
 
 
 def test_a_plan_that_fails_before_its_bounds_are_checked_says_its_own_reason():
-    starred = _MASKED.replace("lambda i: (0, 0)", "lambda *p: (0, 0)")
-    reasons = [f.refusal for f in analyze_source(starred, "k.py").findings if f.refusal]
-    assert reasons and all("through `*p`" in r and "may run past the end" not in r for r in reasons), reasons
+    # An index_map with a default parameter is refused while its spec is read, before any bound.
+    defaulted = _MASKED.replace("lambda i: (0, 0)", "lambda i, k=0: (0, 0)")
+    reasons = [f.refusal for f in analyze_source(defaulted, "k.py").findings if f.refusal]
+    assert reasons and all("default, keyword" in r and "may run past the end" not in r for r in reasons), reasons
 
 
 _PAST_THE_END = '''
