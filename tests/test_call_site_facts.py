@@ -143,3 +143,37 @@ def test_position_reads(kernel, line):
     ctx = ModuleContext("from jax.experimental import pallas as pl\nimport jax.numpy as jnp\n" + kernel)
     fn = next(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef))
     assert position_read(ctx, fn, {"x_ref", "o_ref"}) == line
+
+
+_SQUEEZED_INPUT = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def k(x_ref, o_ref):
+    j = pl.program_id(1)
+    o_ref[pl.program_id(0), j, :] = x_ref[j, :] * 2.0
+
+
+def f(x):
+    return pl.pallas_call(
+        k,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0], x.shape[1]),
+        in_specs=[pl.BlockSpec((None, x.shape[1], x.shape[2]), lambda i, j: (i, 0, 0))],
+    )(x)
+"""
+
+
+def test_an_output_shaped_like_an_input_takes_its_rank_with_its_squeezed_dims():
+    # The input's spec squeezes dim 0, so the kernel indexes x_ref with two indices: the output
+    # `ShapeDtypeStruct(x.shape, ...)` still has x's three dims (a whole spec written with two
+    # zeros failed verification on the merged tree: linearnexus mamba).
+    from pallas_fix.analysis.result import analyze
+    from pallas_fix.rewrite.callsite.reading import CallSite
+
+    analysis = analyze(_SQUEEZED_INPUT, "k.py")
+    site = analysis.sites[0]
+    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
+    assert cs.rank("x_ref") == 3
+    assert cs.rank("o_ref") == 3

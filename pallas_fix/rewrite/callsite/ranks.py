@@ -7,7 +7,7 @@ of indices every access to the ref inside the kernel spells out.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
@@ -20,10 +20,13 @@ from pallas_fix.rewrite.callsite.operands import Slot
 from pallas_fix.rewrite.text.syntax import elements, is_plain_name
 
 
-def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot) -> Optional[int]:
-    """The rank the call site states for `slot`'s array (not counting its BlockSpec)."""
+def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot,
+                  input_rank: Optional[Callable[[str], Optional[int]]] = None) -> Optional[int]:
+    """The rank the call site states for `slot`'s array (not counting its BlockSpec).
+    `input_rank(param)` is an input's rank where its BlockSpec is known (it may squeeze dims the
+    kernel then does not index); without it, the kernel's indexing alone."""
     if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
-        found = _out_shape_rank(ctx, site, slots, slot.out_shape)
+        found = _out_shape_rank(ctx, site, slots, slot.out_shape, input_rank or (lambda p: rank_from_kernel(site, p)))
         if found is not None:
             return found
     if slot.kind in ("in", "prefetch") and is_plain_name(slot.arg):
@@ -37,7 +40,8 @@ def _rank_of_array(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpr
     return found if found is not None else _rank_from_examples(ctx, site, name_expr)
 
 
-def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], sds: cst.Call) -> Optional[int]:
+def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], sds: cst.Call,
+                    input_rank: Callable[[str], Optional[int]]) -> Optional[int]:
     shape = call_arg(sds, 0, "shape")
     if shape is None:
         return None
@@ -54,7 +58,7 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
     text = ctx.code(shape.value)
     for other in slots.values():
         if other.kind == "in" and other.arg is not None and ctx.code(other.arg) == text:
-            found = rank_from_kernel(site, other.param)
+            found = input_rank(other.param)
             if found is not None:
                 return found
     return None

@@ -364,7 +364,8 @@ class CallSite(CallTiming):
         slot = self.slots.get(param)
         if slot is None:
             return None
-        found = declared_rank(self.ctx, self.site, self.slots, slot)
+        # An output shaped like an input takes that input's rank, its BlockSpec counted.
+        found = declared_rank(self.ctx, self.site, self.slots, slot, self.rank if slot.kind == "out" else None)
         if found is not None:
             return found
         try:
