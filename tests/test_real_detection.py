@@ -14,7 +14,7 @@ import pytest
 
 import libcst as cst
 
-from kernel_loading import FIXTURES, load_module
+from kernel_loading import FIXTURES, abstract_args, load_module
 from pallas_fix.analysis.accesses import scalar_index_dims
 from pallas_fix.analysis.context import own_nodes
 from pallas_fix.core.plans import use_key
@@ -76,18 +76,6 @@ def _static(path: Path, source: str) -> tuple[set[int], set[int], set[int]]:
     return {u.span.line for u in windows}, covered, scalars
 
 
-def _abstract(value):
-    import jax
-    import jax.numpy as jnp
-    from pallas_fix.core.examples import ArgSpec
-
-    if isinstance(value, ArgSpec):
-        return jax.ShapeDtypeStruct(value.shape, jnp.dtype(value.numpy_dtype))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_abstract(v) for v in value)
-    return value
-
-
 def _is_array(value) -> bool:
     import jax
 
@@ -107,8 +95,7 @@ def oracle_lines(path: Path, source: str) -> tuple[set[int], set[int]]:
     windows: set[int] = set()
     scalars: set[int] = set()
     for ex in examples:
-        args = [_abstract(a) for a in ex.args]
-        kwargs = {k: _abstract(v) for k, v in ex.kwargs.items()}
+        args, kwargs = abstract_args(ex)
         entry = getattr(module, ex.entry)
 
         def call(*arrays, args=args, kwargs=kwargs, entry=entry):
