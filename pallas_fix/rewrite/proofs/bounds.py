@@ -243,7 +243,9 @@ class Bounds:
         if size_expr is None:
             raise CallSiteError(
                 f"cannot tell the size of dim {block.dim} of `{block.param}` at the pallas_call, "
-                "so its blocks cannot be proved to stay inside the array"
+                "so its blocks cannot be proved to stay inside the array; pass the array by a name the "
+                "wrapper binds, or write the output's shape where the pallas_call is built "
+                "(`jax.ShapeDtypeStruct((m, n), x.dtype)` with `m, n = x.shape`)"
             )
         partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr, trip) is not None
         if not partial and not self._fits(block.index, block.size, size_expr, trip):
