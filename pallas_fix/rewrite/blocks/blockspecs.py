@@ -102,7 +102,9 @@ class SpecWriter:
             return "None", dims.squeezed[e]
         if e == dims.array_dim and block.squeeze:
             if old_index is not None and not is_zero(old_index):
-                raise CallSiteError(f"dim {e} of `{param}` already has a block index; a squeezed dim cannot nest in it")
+                raise CallSiteError(f"dim {e} of `{param}` already has a block index; a squeezed dim cannot nest in it "
+                                    "(the scalar index stays in the kernel, inside the block the spec already moves "
+                                    "along that dim; the spec pipelines it already)")
             return "None", dims.new_index
         if e == dims.array_dim:
             if old_index is None or is_zero(old_index):
