@@ -104,13 +104,13 @@ def test_a_run_that_finds_no_example_says_the_same_fresh_cached_and_from_another
     # Issue 25: the first run said "the original ran on none of ...", a later (cached) run and a
     # directory run "no example call (add ...)". Each now says what the first run said, naming its
     # own path, and why the __main__ call gave nothing.
-    from pallas_fix.verify import runner
+    from pallas_fix.verify import runner, worker_process
 
     source = (FIX / "main_block_unread_layernorm.py").read_text()
     [group] = synth.synthesised_examples("ln.py", source)
     assert "passes `x` (bound on line" in group.note
-    monkeypatch.setattr(runner, "_run_worker", lambda *a, **k: (False, 0))
-    monkeypatch.setattr(runner, "_read_records", lambda out: [_none_ran_record(group, "ln.py")])
+    monkeypatch.setattr(worker_process, "_run_worker", lambda *a, **k: (False, 0))
+    monkeypatch.setattr(worker_process, "_read_records", lambda out: [_none_ran_record(group, "ln.py")])
     [fresh] = verify_sources(source, source, [group], path="ln.py")
     assert fresh.status == "unverified" and fresh.message.startswith(
         "not verified: the original ran on none of the 2 example call(s) synthesised for layernorm (first: ")

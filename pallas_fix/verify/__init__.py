@@ -4,8 +4,9 @@ not import jax.
 
 Rooms: `examples/` (where example calls come from; client side), `worker/` (what runs in the
 subprocess and imports jax) and `judge/` (comparison, the jaxpr oracle, the on-chip footprint).
-`runner.py` is the client that starts the worker and reads its verdicts; `facts.py` the one that
-asks it to trace the original on the examples (facts from the examples, core.traced_facts).
+`worker_process.py` runs one worker on a job and reads its records; `runner.py` asks it to verify
+and turns the records into verdicts, `facts.py` asks it to trace the original on the examples
+(facts from the examples, core.traced_facts).
 
 May import core, analysis and rules; never output or frontends."""
 

@@ -47,16 +47,7 @@ giving a TPU kernel a block Mosaic rejects is ``"refused"`` (:mod:`pallas_fix.ve
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional, Sequence
 
 from pallas_fix.core.example_values import origin_phrase
@@ -68,6 +59,7 @@ from pallas_fix.verify.judge.footprint_findings import format_finding
 from pallas_fix.verify.examples.synthesised import suggested_example
 from pallas_fix.verify.worker.interpreters import compared_in
 from pallas_fix.verify.judge.lift_cost import trade_note
+from pallas_fix.verify.worker_process import run_worker_job
 
 __all__ = ["Verdict", "verify_sources", "format_verdict", "JSON_KEYS"]
 
@@ -89,7 +81,6 @@ JSON_KEYS = (
     "findings",  # what verification found on the example: PF301 (pallas_fix.verify.judge.footprint_findings)
 )
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass
@@ -211,44 +202,6 @@ def _unverified(path: str, seeds: Sequence[int], source: str) -> Verdict:
                    message=f"not verified: {no_example_message(path, suggested_example(source, path) or 'ENTRY(f32[...])')}")
 
 
-def _worker_env() -> dict:
-    # Read key by key: verification runs in threads while another thread may change the
-    # environment (pytest sets and deletes PYTEST_CURRENT_TEST), and `dict(os.environ)` raises
-    # KeyError for a key deleted while it copies.
-    env = {k: v for k in list(os.environ) if (v := os.environ.get(k)) is not None}
-    pp = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + pp if pp else "")
-    env.setdefault("JAX_PLATFORMS", "cpu")
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            proc.kill()
-        except ProcessLookupError:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        pass
-
-
-def _tail(path: str, n: int = 1500) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - n))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
 def verify_sources(
     original_src: str,
     rewritten_src: str,
@@ -290,10 +243,6 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
              seeds: list[int], gpu_interpret: bool, tpu_interpret: Optional[bool], max_cores: int,
              backend_seeds: Optional[int], python: Optional[str]) -> list[Verdict]:
     """One worker for every example; caches the candidates it kept."""
-    tmpdir = tempfile.mkdtemp(prefix="pallas-fix-verify-")
-    job_path = os.path.join(tmpdir, "job.json")
-    out_path = os.path.join(tmpdir, "results.jsonl")
-    err_path = os.path.join(tmpdir, "stderr.txt")
     job = {
         "original": {"source": original_src, "path": path},
         "rewritten": {"source": rewritten_src, "path": path},
@@ -304,58 +253,12 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
         "tpu_interpret": tpu_interpret,
         "max_cores": int(max_cores),
         "backend_seeds": backend_seeds,
-        "tmpdir": os.path.join(tmpdir, "src"),
     }
-    try:
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker.main", "--job", job_path, "--out", out_path]
-        t0 = time.perf_counter()
-        timed_out, rc = _run_worker(cmd, err_path, timeout_s)
-        elapsed = time.perf_counter() - t0
-        records = _read_records(out_path)
-        verdicts = _assemble(records, examples, seeds, timed_out=timed_out, rc=rc, elapsed=elapsed,
-                             timeout_s=timeout_s, stderr_tail=_tail(err_path))
-        store_choices(examples, [v.details.get("candidate") for v in verdicts])
-        return verdicts
-    finally:
-        if not os.environ.get("PALLAS_FIX_KEEP_TMP"):
-            shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def _run_worker(cmd: list[str], err_path: str, timeout_s: float) -> tuple[bool, Optional[int]]:
-    """(timed out, exit code): the worker in its own process group, killed whole at the limit."""
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=_worker_env(),
-            start_new_session=True,
-        )
-        try:
-            return False, proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return True, proc.returncode
-
-
-def _read_records(out_path: str) -> list[dict]:
-    records = []
-    try:
-        with open(out_path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass  # a line cut short by the kill
-    except OSError:
-        pass
-    return records
+    run = run_worker_job(job, "pallas-fix-verify-", timeout_s, python)
+    verdicts = _assemble(run.records, examples, seeds, timed_out=run.timed_out, rc=run.rc,
+                         elapsed=run.elapsed, timeout_s=timeout_s, stderr_tail=run.stderr_tail)
+    store_choices(examples, [v.details.get("candidate") for v in verdicts])
+    return verdicts
 
 
 def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, stderr_tail) -> list[Verdict]:
