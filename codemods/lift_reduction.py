@@ -140,7 +140,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
-        f"{'; ' + guards_note(call_edits.guards, call_edits.standing) if call_edits.guards else ''}"
+        f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
         f"{'; ' + hypothesis_doubt(None, cs.hypotheses) if cs.hypotheses else ''}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,

@@ -22,7 +22,7 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.proofs.guards import check_text, checks_just_before, guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
@@ -58,7 +58,6 @@ class CallEdits:
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         self.grid_params = GridParams.of(cs, new_axis)
         self.bounds = Bounds(cs, partial_ok, guarding)
-        self.standing: list = []  # guards an earlier round already wrote before the call
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
 
@@ -279,11 +278,7 @@ class CallEdits:
             assert not self.guards  # Bounds guards only where there is a place
             return
         use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
-        written = checks_just_before(self.cs.ctx, anchor)  # by an earlier round's plan
-        self.standing = [g for g, _why in self.guards if check_text(cst.parse_statement(g.statement(use_assert))) in written]
-        fresh = [c for c in checks if all(c is not s for s in self.standing)]
-        if fresh:
-            self.edits[anchor] = guard_edit(fresh, use_assert, self.edits.get(anchor))
+        self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""
@@ -372,19 +367,15 @@ def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAx
             raise failed from None
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
-    # No new check where one an earlier rewrite of this call wrote proves it, as a check of the user's would.
-    note = guards_note(calls.guards, calls.standing) if calls.guards else None
+    # No new check where one an earlier rewrite of this call wrote proves it, as a check of the user's
+    # would: the bounds proof reads it as a stated fact (rewrite.proofs.guards.written_before).
+    note = guards_note(calls.guards) if calls.guards else None
     return edits, note, tuple(g.failing() for g, _why in calls.guards)
 
 
-def guards_note(guards: list, standing: list = ()) -> str:
-    """What the fix message says of the checks: those it adds, and those an earlier fix's
-    round already wrote before the call."""
-    def text(g) -> str:
-        return f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`"
-    added = "; ".join(text(g) for g, _why in guards if all(g is not s for s in standing))
-    kept = "; ".join(text(g) for g in standing)
-    what = f"adds {added}" + (f" (beside {kept}, already there)" if kept else "") if added else f"relies on {kept}, already"
+def guards_note(guards: list) -> str:
+    """What the fix message says of the checks it adds."""
+    added = "; ".join(f"`{g.statement(False).splitlines()[0]} raise ValueError(...)`" for g, _why in guards)
     whys = "; ".join(dict.fromkeys(why for _g, why in guards))
-    return (f"guarded: {what} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
+    return (f"guarded: adds {added} before the pallas_call (a fact the code leaves unsaid; the rewrite is exact "
             f"for every call that passes it, and one that does not fails at trace time); {whys}")

@@ -337,34 +337,6 @@ def _walk(node: cst.CSTNode):
         yield from _walk(child)
 
 
-def checks_just_before(ctx, anchor: cst.CSTNode) -> set[str]:
-    """The checks (`if ...: raise ...`, `assert ...`) standing right before `anchor` in its
-    block, as normalised text: a guard an earlier round wrote there already holds, since
-    nothing between it and the call rebinds a name."""
-    parent = ctx.parent(anchor)
-    siblings = list(getattr(parent, "body", ())) if parent is not None else []
-    at = next((n for n, s in enumerate(siblings) if s is anchor), None)
-    found: set[str] = set()
-    for stmt in reversed(siblings[:at] if at is not None else []):
-        if not _is_check(stmt):
-            break
-        found.add(check_text(stmt))
-    return found
-
-
-def _is_check(stmt: cst.CSTNode) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assert)
-    if isinstance(stmt, cst.If) and stmt.orelse is None:
-        body = stmt.body.body
-        return len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) and all(isinstance(b, cst.Raise) for b in body[0].body)
-    return False
-
-
-def check_text(stmt: cst.CSTNode) -> str:
-    return " ".join(cst.Module([]).code_for_node(stmt.with_changes(leading_lines=())).split())
-
-
 def guard_edit(guards: list[Guard], use_assert: bool, existing=None):
     """An edit of the anchor statement that puts the guards' checks before it."""
     checks = [cst.parse_statement(g.statement(use_assert)) for g in guards]
