@@ -20,6 +20,7 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.kernel.scratch_temps import whole_dim
 from pallas_fix.rewrite.reduction.carry_counters import Counter, carry_counters
 from pallas_fix.rewrite.reduction.carry_shapes import call_site_shape
 from pallas_fix.rewrite.reduction.carry_names import body_unpack, result_target
@@ -173,12 +174,7 @@ def _whole_ref_read(region, item: cst.BaseExpression) -> Optional[cst.Name]:
         return None
     if item.value.value not in {p.name.value for p in region.site.kernel.params.params}:
         return None
-    for element in item.slice:
-        s = element.slice
-        full = isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
-        if not (full or (isinstance(s, cst.Index) and isinstance(s.value, cst.Ellipsis))):
-            return None
-    return item.value
+    return item.value if all(whole_dim(element.slice) for element in item.slice) else None
 
 
 def _is_operand_dtype(dtype: cst.BaseExpression) -> bool:
