@@ -186,28 +186,6 @@ def _summary_lines(rows: list[Row], verify: bool) -> None:
             print(f"  {n:3}  {reason[:150]}")
 
 
-def _abstract(value):
-    """An example value for tracing: arrays become ShapeDtypeStructs, literals stay."""
-    import jax
-    import jax.numpy as jnp
-
-    from pallas_fix.core.example_values import ArgSpec
-
-    if isinstance(value, ArgSpec):
-        return jax.ShapeDtypeStruct(value.shape, jnp.dtype(value.numpy_dtype))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_abstract(v) for v in value)
-    return value
-
-
-def _is_array(value) -> bool:
-    import jax
-
-    if isinstance(value, (list, tuple)):
-        return any(_is_array(v) for v in value)
-    return isinstance(value, jax.ShapeDtypeStruct)
-
-
 def jaxpr_accesses(path: Path) -> Optional[dict[str, int]]:
     """Dynamic ref accesses in the kernels the file's examples trace to, at this file's lines, counted
     by kind (distinct line, kind, dim); None when the file has no example.
@@ -215,7 +193,7 @@ def jaxpr_accesses(path: Path) -> Optional[dict[str, int]]:
     import importlib.util
 
     from pallas_fix.verify.examples.sources import collect_examples
-    from pallas_fix.verify.judge.oracle import trace_report
+    from pallas_fix.verify.judge.oracle import example_report
 
     text = path.read_text(encoding="utf-8")
     examples = collect_examples(path, text, pyproject=False, recorded=False)
@@ -226,17 +204,7 @@ def jaxpr_accesses(path: Path) -> Optional[dict[str, int]]:
     spec.loader.exec_module(module)
     lines: set[tuple[int, str, int]] = set()
     for ex in examples:
-        args = [_abstract(a) for a in ex.args]
-        kwargs = {k: _abstract(v) for k, v in ex.kwargs.items()}
-        entry = getattr(module, ex.entry)
-
-        def call(*arrays, args=args, kwargs=kwargs, entry=entry):
-            it = iter(arrays)
-            pos = [next(it) if _is_array(a) else a for a in args]
-            return entry(*pos, **{k: (next(it) if _is_array(v) else v) for k, v in kwargs.items()})
-
-        dynamic = [a for a in args if _is_array(a)] + [v for v in kwargs.values() if _is_array(v)]
-        report = trace_report(call, *dynamic)
+        report = example_report(getattr(module, ex.entry), ex)
         lines |= {(a.line, a.kind, a.dim) for a in report.accesses
                   if a.line is not None and a.file and Path(a.file).name == path.name}
     return dict(collections.Counter(kind for _, kind, _ in lines))

@@ -14,7 +14,7 @@ import pytest
 
 import libcst as cst
 
-from kernel_loading import FIXTURES, abstract_args, load_module
+from kernel_loading import FIXTURES, load_module
 from pallas_fix.analysis.accesses import scalar_index_dims
 from pallas_fix.analysis.context import own_nodes
 from pallas_fix.core.plans import use_key
@@ -76,18 +76,10 @@ def _static(path: Path, source: str) -> tuple[set[int], set[int], set[int]]:
     return {u.span.line for u in windows}, covered, scalars
 
 
-def _is_array(value) -> bool:
-    import jax
-
-    if isinstance(value, (list, tuple)):
-        return any(_is_array(v) for v in value)
-    return isinstance(value, jax.ShapeDtypeStruct)
-
-
 def oracle_lines(path: Path, source: str) -> tuple[set[int], set[int]]:
     """(window lines, scalar lines) of the dynamic ref accesses the jaxpr oracle finds in the
     kernels `path`'s examples trace to, at `path`'s own lines."""
-    from pallas_fix.verify.judge.oracle import trace_report
+    from pallas_fix.verify.judge.oracle import example_report
 
     examples = collect_examples(path, source, pyproject=False, recorded=False)
     assert examples, f"{path.name} has no example directive"
@@ -95,16 +87,7 @@ def oracle_lines(path: Path, source: str) -> tuple[set[int], set[int]]:
     windows: set[int] = set()
     scalars: set[int] = set()
     for ex in examples:
-        args, kwargs = abstract_args(ex)
-        entry = getattr(module, ex.entry)
-
-        def call(*arrays, args=args, kwargs=kwargs, entry=entry):
-            it = iter(arrays)
-            pos = [next(it) if _is_array(a) else a for a in args]
-            return entry(*pos, **{k: (next(it) if _is_array(v) else v) for k, v in kwargs.items()})
-
-        dynamic = [a for a in args if _is_array(a)] + [v for v in kwargs.values() if _is_array(v)]
-        report = trace_report(call, *dynamic)
+        report = example_report(getattr(module, ex.entry), ex)
         for a in report.accesses:
             if a.line is None or not a.file or Path(a.file).name != path.name:
                 continue

@@ -257,6 +257,38 @@ def trace_report(fn, *args, **kwargs) -> OracleReport:
     return report_from_jaxpr(closed)
 
 
+def example_report(entry, example) -> OracleReport:
+    """The report for one example call (a :class:`~pallas_fix.core.examples.Example`) of
+    `entry`: its array arguments, positional or keyword, traced as ShapeDtypeStructs (also
+    inside lists and tuples), every other value static."""
+    import jax
+    import jax.numpy as jnp
+
+    from pallas_fix.core.examples import ArgSpec
+
+    def abstract(value):
+        if isinstance(value, ArgSpec):
+            return jax.ShapeDtypeStruct(value.shape, jnp.dtype(value.numpy_dtype))
+        if isinstance(value, (list, tuple)):
+            return type(value)(abstract(v) for v in value)
+        return value
+
+    def is_array(value) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(is_array(v) for v in value)
+        return isinstance(value, jax.ShapeDtypeStruct)
+
+    args = [abstract(a) for a in example.args]
+    kwargs = {k: abstract(v) for k, v in example.kwargs.items()}
+
+    def call(*arrays):
+        it = iter(arrays)
+        pos = [next(it) if is_array(a) else a for a in args]
+        return entry(*pos, **{k: (next(it) if is_array(v) else v) for k, v in kwargs.items()})
+
+    return trace_report(call, *[a for a in args if is_array(a)], *[v for v in kwargs.values() if is_array(v)])
+
+
 def iter_kernel_jaxprs(jaxpr) -> Iterable[tuple[Any, Any]]:
     """Yield (kernel equation, kernel jaxpr) for every kernel in ``jaxpr``."""
     for eqn in open_jaxpr(jaxpr).eqns:
