@@ -12,37 +12,26 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.syntax import param_names
-from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 
 
 def passed_kernels(ctx: ModuleContext, site: KernelSite) -> list[tuple[cst.Call, cst.BaseExpression]]:
     """(call of the function holding the pallas_call, the expression it passes as the kernel)
     for each call in the module, when the site's kernel is a parameter of that function."""
-    if site.kernel is not None or site.kernel_expr is None:
+    # Discovery followed the kernel argument through names and functools.partial layers
+    # (discovery._resolve_kernel): a name it found no def for is the one to look for here.
+    name = site.kernel_name
+    if site.kernel is not None or site.kernel_expr is None or name is None:
         return []
-    name = _kernel_name_expr(ctx, site.kernel_expr, site.call)
     helper = ctx.enclosing_function(site.call)
-    if name is None or helper is None or name.value not in param_names(helper):
+    if helper is None or name not in param_names(helper):
         return []
     out = []
     for call in _calls_of(ctx, helper):
-        arg = _argument_for(helper, call, name.value)
+        arg = _argument_for(helper, call, name)
         if arg is not None:
             out.append((call, arg))
     return out
-
-
-def _kernel_name_expr(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[cst.Name]:
-    """The name under `expr`'s functools.partial layers (resolved through assignments)."""
-    seen: set[int] = set()
-    while id(expr) not in seen:
-        seen.add(id(expr))
-        expr = ctx.resolve_value(expr, at)
-        if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
-            break
-        expr, at = expr.args[0].value, expr
-    return expr if isinstance(expr, cst.Name) else None
 
 
 def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
