@@ -12,7 +12,7 @@ from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
 from pallas_fix.rewrite.callsite.ranks import unknown_rank
-from pallas_fix.rewrite.blocks.plan import RefBlock
+from pallas_fix.rewrite.blocks.plan import RefBlock, name_grid_indices
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -74,7 +74,10 @@ class SpecWriter:
         for n in range(self.grid.ngrid):
             names[n] = grid[n]
         if self.grid.adds_axis:
-            names["new"] = grid[-1]
+            # a step the kernel skips asks for the block the next computing step reads, so the
+            # pipeline copies nothing for it (JAX's flash attention does the same)
+            skipped = self.grid.skipped_index
+            names["new"] = name_grid_indices(skipped, grid) if skipped is not None and slot.kind == "in" else grid[-1]
         dims = _Dims(slot, spec, block, visible[block.dim], block.index.render(names),
                      {visible[d]: names[axis] for d, axis in block.squeezed.items() if d < len(visible)})
         entries = [self._dim_entry(dims, e) for e in range(rank)]

@@ -29,11 +29,13 @@ class GridParams:
     names: dict[object, str]  # grid position, or "new" for the added axis -> parameter name
     num_prefetch: int
     adds_axis: bool
+    skipped_index: Optional[str] = None  # NewAxis.skipped_index
 
     @classmethod
     def of(cls, cs: CallSite, new_axis: Optional[NewAxis]) -> "GridParams":
         ngrid = len(cs.grid)
-        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, new_axis is not None)
+        skipped = new_axis.skipped_index if new_axis is not None else None
+        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, new_axis is not None, skipped)
 
     def for_spec(self, spec: Spec) -> tuple[list[str], list[str]]:
         """(grid params, prefetch params) for a rebuilt index_map."""

@@ -3,6 +3,7 @@ and the grid axis a plan may add. The codemods build these; rewrite.blocks.edits
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -88,3 +89,16 @@ class NewAxis:
     trip: cst.BaseExpression  # call-site trip count
     name: str  # preferred index_map parameter name
     semantics: str  # "parallel" | "arbitrary" | "sequential"
+    # Where the kernel skips the steps from a bound on (causal attention's `pl.when(k < upper)`):
+    # the block index of those steps, as text over NEW_INDEX and the grid placeholders
+    # (rewrite.text.translate.grid_placeholder), which the index_map's writer names.
+    skipped_index: Optional[str] = None
+
+
+NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index
+
+
+def name_grid_indices(text: str, grid: list[str]) -> str:
+    """`text` with NEW_INDEX and each grid placeholder replaced by the index_map's parameter."""
+    text = re.sub(r"\b__grid(\d+)__\b", lambda m: grid[int(m.group(1))], text)
+    return re.sub(rf"\b{NEW_INDEX}\b", grid[-1], text)

@@ -23,6 +23,7 @@ from pallas_fix.rewrite.reduction.grid_reads import hoist_grid_reads
 from pallas_fix.rewrite.loops.regions import LoopRegion
 from pallas_fix.rewrite.loops.result_use import EmbeddedResult
 from pallas_fix.rewrite.reduction.hygiene import WHEN_DEFS, check_reduction_scopes
+from pallas_fix.rewrite.reduction.lanes import LaneLayout, final_statements, step_statements
 from pallas_fix.rewrite.text.scopes import bindings
 from pallas_fix.rewrite.blocks.scratch import add_params
 from pallas_fix.rewrite.text.statements import capture, comments_only, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
@@ -40,6 +41,7 @@ class Step:
     carry: Carry
     dropped: tuple = ()  # statements after the loop that go (deleted_results)
     embedded: Optional[EmbeddedResult] = None  # the statement using the result in a larger expression
+    lanes: Optional[LaneLayout] = None  # (rows, 1) leaves kept lane-dense (reduction.lanes)
 
     @property
     def program_id(self) -> str:
@@ -95,6 +97,8 @@ def _replace_loop(step: Step, need_index: bool, effects: list, body_holder: dict
     def replace(updated: cst.CSTNode):
         if carry.leaves:
             stmts, result = body_and_result(region.updated_body(body_holder, updated), drop_unpack=unpack is not None)
+            if step.lanes is not None:
+                stmts, result = step_statements(region.ctx, step.lanes, carry, stmts, result, unpack)
         else:
             stmts, result = body_without_return(region.updated_body(body_holder, updated)), None
         out: list[cst.BaseStatement] = []
@@ -138,6 +142,9 @@ def _finish_kernel(step: Step, after: list):
     def finish(fn: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(fn, cst.FunctionDef)
         fn = add_params(fn, [l.ref for l in step.carry.scratch])
+        lanes = step.lanes
+        if after and lanes is not None:
+            after[:] = final_statements(step.region.ctx, lanes, step.carry, step.region, after)
         if after:
             used = {x.value for st in after for x in walk(st) if isinstance(x, cst.Name)}
             loads = result_loads(step.region, step.carry, used, step.steps_run)
@@ -145,7 +152,11 @@ def _finish_kernel(step: Step, after: list):
             moved = [comments_only(after[0]), *after[1:]]  # no blank line under the loads
             fdef = when_def(step.pl, last, "_finalize", loads + moved)
             fn = fn.with_changes(body=fn.body.with_changes(body=[*fn.body.body, fdef]))
-        fn = hoist_grid_reads(fn, step.pl, set(WHEN_DEFS))
-        return strip_leading_blank_lines(fn)
+        fn = strip_leading_blank_lines(hoist_grid_reads(fn, step.pl, set(WHEN_DEFS)))
+        if lanes is not None and any(isinstance(n, cst.Name) and n.value == lanes.helper for n in walk(fn)):
+            blank = [l for l in fn.leading_lines if l.comment is None] or [cst.EmptyLine()]
+            helper = lanes.helper_def().with_changes(leading_lines=blank)
+            return cst.FlattenSentinel([helper, fn])
+        return fn
 
     return finish

@@ -9,17 +9,24 @@ value there (rebound before the call runs, rewrite.call_timing) raises CallSiteE
 
 from __future__ import annotations
 
+import copy
 from typing import Callable, Optional
 
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.values.bindings import Unpack, single_binding
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.rewrite.callsite.call_timing import closure_change
 from pallas_fix.rewrite.callsite.operands import CallSiteError
+
+def grid_placeholder(axis: int) -> str:
+    """The name standing for grid axis `axis`'s index in a Translator.grid_expression."""
+    return f"__grid{axis}__"
+
 
 RefShape = Callable[[str, int], Optional[cst.BaseExpression]]  # (ref param, dim) -> call-site dim
 
@@ -32,6 +39,16 @@ class Translator:
         self.ref_rank = ref_rank  # ref param -> rank of the kernel's view, when known
         self.ref_dtype = ref_dtype  # ref param -> its dtype written at the call site, when known
         self.call_scopes = ctx.scope_chain(site.call)
+        self.program_ids = False  # grid_expression: pl.program_id(k) becomes grid_placeholder(k)
+
+    def grid_expression(self, expr: cst.BaseExpression, env: Env) -> Optional[cst.BaseExpression]:
+        """`expr`, a function of pl.program_id and of values the call site can write (causal
+        attention's `(qi + 1) * block_q // block_k`), written for an index_map: each
+        `pl.program_id(k)` as the name `grid_placeholder(k)`, which the index_map's writer
+        replaces by its parameter for grid axis k. None when some part has no such form."""
+        with_ids = copy.copy(self)
+        with_ids.program_ids = True
+        return with_ids(expr, env)
 
     def __call__(self, expr: cst.BaseExpression, env: Env, depth: int = 0) -> Optional[cst.BaseExpression]:
         if depth > 16:
@@ -60,6 +77,9 @@ class Translator:
         if isinstance(expr, cst.UnaryOperation):
             inner = self(expr.expression, env, depth + 1)
             return None if inner is None else expr.with_changes(expression=_paren(inner))
+        if isinstance(expr, cst.Call) and self.program_ids and (self.ctx.imports.qualify(expr.func) or "") in N.PROGRAM_ID:
+            axis = env.static_int(expr.args[0].value) if len(expr.args) == 1 and expr.args[0].keyword is None else None
+            return None if axis is None else cst.Name(grid_placeholder(axis))
         if isinstance(expr, cst.Call) and self._module_level_callable(expr.func):
             args = self._each(expr.args, env, depth)
             return None if args is None else expr.with_changes(args=args)
@@ -119,7 +139,7 @@ class Translator:
             ):
                 return self.ref_shape(inner.value.value, value.index)
             return None
-        if owner.value(value).dynamic:
+        if owner.value(value).dynamic and not self.program_ids:
             return None
         return self(value, owner, depth + 1)
 
