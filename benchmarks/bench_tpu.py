@@ -14,7 +14,7 @@ it (``safe``), whether it needed the verified unsafe ones (``unsafe``), or wheth
 
 For every (pair, dtype, size): does each side compile, how far the rewrite's output is from the
 original's (max |a - b| / max |b|; from XLA's where the original did not run), the time of one
-call (the median of ``--repeat`` timed loops of calls after a warm-up: ``tpu_timing.py``), the
+call (the median of ``--repeat`` timed loops of calls after a warm-up: ``pallas_fix/verify/device/timing.py``), the
 speed ratio (original time / rewrite time: above 1 the rewrite is faster), the bytes one grid step holds on chip (``pallas_fix/verify/judge/footprint.py``,
 read off the traced calls) and, where one exists, JAX's hand-written kernel
 (``jax.experimental.pallas.ops.tpu``) and XLA at the same sizes, and what plain ``--apply`` does
@@ -54,11 +54,11 @@ PAIRS = ("map_silu", "matmul_kloop", "matmul_tiled", "flash_attention", "flash_a
 # f32 matmuls use bf16 passes on TPU at default precision, and whose op order differs).
 TOL_SAME = {"float32": 1e-5, "bfloat16": 2e-2}
 TOL_XLA = {"float32": 2e-2, "bfloat16": 5e-2}
-for _p in (ROOT, HERE):  # the product next to this script, and tpu_timing beside it
+for _p in (ROOT, HERE):  # the product next to this script
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from tpu_timing import dispatch_floor, looped, time_per_call  # noqa: E402
+from pallas_fix.verify.device.timing import classify_error, dispatch_floor, looped, time_per_call  # noqa: E402
 
 
 @dataclass
@@ -124,18 +124,6 @@ def make_rewrite(source: str, path: str) -> Rewrite:
     if full.source == source:
         return Rewrite(None, "none")
     return Rewrite(full.source, "safe" if safe.source == full.source else "unsafe", list(full.applied))
-
-
-def classify_error(exc: BaseException) -> str:
-    """A compile or run failure in a few words, then its first line."""
-    text = f"{type(exc).__name__}: {exc}"
-    kinds = (("CompileTimeScopedVmemOom", "VMEM OOM"), ("memory space vmem", "VMEM OOM"),
-             ("RESOURCE_EXHAUSTED", "out of memory"),
-             ("divisible by 8 and 128", "tiling"), ("UnprovenMemoryAccessAlignment", "alignment"),
-             ("Mosaic", "Mosaic"))
-    kind = next((k for needle, k in kinds if needle in text), "error")
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
-    return f"{kind}: {first[:300]}"
 
 
 def max_rel_err(a, b) -> float:

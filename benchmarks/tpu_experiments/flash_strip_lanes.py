@@ -14,12 +14,12 @@ beside JAX's kernel with block_k_major = 512 and 2048 and the user's original.
 """
 import functools, json, math, sys
 HERE = __import__("pathlib").Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent)); sys.path.insert(0, str(HERE.parent / "tpu_pairs"))
+sys.path.insert(0, str(HERE.parents[1])); sys.path.insert(0, str(HERE.parent / "tpu_pairs"))
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from tpu_timing import looped, time_per_call
+from pallas_fix.verify.device.timing import looped, time_per_call
 import flash_attention as pair
 
 INTERPRET = "--smoke" in sys.argv

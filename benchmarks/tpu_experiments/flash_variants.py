@@ -19,7 +19,7 @@ block_q=256, block_k=512 (bench_tpu's flash_attention rows, where the rewrite ra
 The variants are hand edits of the rewrite as this tree writes it (REWRITE_SHA below); the script
 says when the product's rewrite has changed since. Each kernel's output is compared with the
 original's (with XLA's where the original does not compile). Times are ms per call inside one
-jitted loop (``benchmarks/tpu_timing.py``, the median of ``--repeat`` loops).
+jitted loop (``pallas_fix/verify/device/timing.py``, the median of ``--repeat`` loops).
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from pallas_fix.core.example_values import origin_phrase
-from pallas_fix.core.examples import example_to_json
+from pallas_fix.core.examples import example_to_json, parse_example
+from pallas_fix.verify.device.chip import tpu_visible
 from pallas_fix.verify.examples.candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
                                                   no_example_message, none_ran, settled_from_cache, store_choices)
 from pallas_fix.verify.judge.footprint import format_bytes
@@ -258,7 +259,38 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
     verdicts = _assemble(run.records, examples, seeds, timed_out=run.timed_out, rc=run.rc,
                          elapsed=run.elapsed, timeout_s=timeout_s, stderr_tail=run.stderr_tail)
     store_choices(examples, [v.details.get("candidate") for v in verdicts])
+    if tpu_visible():
+        _on_chip(job, verdicts, timeout_s, python)
     return verdicts
+
+
+def _on_chip(job: dict, verdicts: list[Verdict], timeout_s: float, python: Optional[str]) -> None:
+    """On a machine with a TPU: every verified example's original and rewrite compiled there, in
+    a worker that sees it (verify.device); a compile error the original has not, or outputs that
+    differ, fail the verdict, and otherwise its message says how each ran and how fast."""
+    chosen = []
+    for v in verdicts:
+        try:
+            chosen.append((v, parse_example(v.example)) if v.ok and v.example else None)
+        except ValueError:  # a recorded call's text: no example to rebuild it from
+            chosen.append(None)
+    todo = [c for c in chosen if c is not None]
+    if not todo:
+        return
+    chip_job = {**job, "examples": [example_to_json(ex) for _, ex in todo], "chip": True}
+    run = run_worker_job(chip_job, "pallas-fix-chip-", timeout_s, python, platforms="")
+    records = {int(r["index"]): r for r in run.records if r.get("type") == "chip"}
+    for n, (v, _) in enumerate(todo):
+        r = records.get(n) or {"error": f"the chip check did not finish ({run.stderr_tail.splitlines()[-1:] or run.rc})"}
+        if "error" in r:
+            v.message += f"; not run on the TPU: {r['error']}"
+            continue
+        v.details["device"] = r["device"]
+        if r.get("failure"):
+            v.status = "error" if r["device"].get("mismatch") is None else "mismatch"
+            v.message = r["failure"]
+        else:
+            v.message += f"; {r['note']}"
 
 
 def _assemble(records, examples, seeds, *, timed_out, rc, elapsed, timeout_s, stderr_tail) -> list[Verdict]:

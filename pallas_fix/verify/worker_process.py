@@ -30,9 +30,11 @@ class WorkerRun:
     stderr_tail: str
 
 
-def run_worker_job(job: dict, prefix: str, timeout_s: float, python: Optional[str] = None) -> WorkerRun:
+def run_worker_job(job: dict, prefix: str, timeout_s: float, python: Optional[str] = None,
+                   platforms: Optional[str] = None) -> WorkerRun:
     """Run one worker on `job` (its `tmpdir` set here) and read what it wrote; the folder goes
-    afterwards unless PALLAS_FIX_KEEP_TMP is set."""
+    afterwards unless PALLAS_FIX_KEEP_TMP is set. `platforms`: the worker's JAX_PLATFORMS ("" lets
+    jax choose, a TPU first: the chip check); by default the CPU."""
     tmpdir = tempfile.mkdtemp(prefix=prefix)
     job_path, out_path = os.path.join(tmpdir, "job.json"), os.path.join(tmpdir, "results.jsonl")
     err_path = os.path.join(tmpdir, "stderr.txt")
@@ -41,7 +43,7 @@ def run_worker_job(job: dict, prefix: str, timeout_s: float, python: Optional[st
             json.dump({**job, "tmpdir": os.path.join(tmpdir, "src")}, f)
         cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker.main", "--job", job_path, "--out", out_path]
         t0 = time.perf_counter()
-        timed_out, rc = _run_worker(cmd, err_path, timeout_s)
+        timed_out, rc = _run_worker(cmd, err_path, timeout_s, platforms)
         elapsed = time.perf_counter() - t0
         return WorkerRun(_read_records(out_path), timed_out, rc, elapsed, _tail(err_path))
     finally:
@@ -49,7 +51,7 @@ def run_worker_job(job: dict, prefix: str, timeout_s: float, python: Optional[st
             shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _worker_env() -> dict:
+def _worker_env(platforms: Optional[str] = None) -> dict:
     # Read key by key: verification runs in threads while another thread may change the
     # environment (pytest sets and deletes PYTEST_CURRENT_TEST), and `dict(os.environ)` raises
     # KeyError for a key deleted while it copies.
@@ -57,6 +59,8 @@ def _worker_env() -> dict:
     pp = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + pp if pp else "")
     env.setdefault("JAX_PLATFORMS", "cpu")
+    if platforms is not None:
+        env["JAX_PLATFORMS"] = platforms
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
@@ -87,7 +91,7 @@ def _tail(path: str, n: int = 1500) -> str:
         return ""
 
 
-def _run_worker(cmd: list[str], err_path: str, timeout_s: float) -> tuple[bool, Optional[int]]:
+def _run_worker(cmd: list[str], err_path: str, timeout_s: float, platforms: Optional[str] = None) -> tuple[bool, Optional[int]]:
     """(timed out, exit code): the worker in its own process group, killed whole at the limit."""
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
@@ -95,7 +99,7 @@ def _run_worker(cmd: list[str], err_path: str, timeout_s: float) -> tuple[bool, 
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=_worker_env(),
+            env=_worker_env(platforms),
             start_new_session=True,
         )
         try:

@@ -172,3 +172,13 @@ def compare_leaves(ref: list[tuple[str, object]], got: list[tuple[str, object]])
     if ref_paths != got_paths:
         return [LeafResult("", False, reason=f"output structure differs: {got_paths} != reference {ref_paths}")]
     return [compare_leaf(a, b, p) for (p, a), (_, b) in zip(ref, got)]
+
+
+def error_bounds(compared: list[LeafResult]) -> tuple[Optional[float], Optional[float]]:
+    """(max abs error, max rel error) over every comparison; both None when a failed comparison
+    has no error to measure (shape or dtype differences)."""
+    if any(r.abs_err is None and not r.ok for r in compared):
+        return None, None
+    max_abs = max((r.abs_err for r in compared if r.abs_err is not None), default=0.0)
+    max_rel = max((r.rel_err for r in compared if r.rel_err is not None), default=0.0)
+    return max_abs, max_rel

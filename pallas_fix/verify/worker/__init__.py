@@ -3,4 +3,4 @@
 running example calls and candidates, surveying traced pallas_calls (blocks, backends, races),
 ragged variants, index ranges, and the operands' shapes the examples trace (facts from the examples).
 
-May import core, rules, verify.examples and verify.judge."""
+May import core, rules, verify.examples, verify.judge and verify.device."""

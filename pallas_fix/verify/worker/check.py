@@ -11,7 +11,6 @@ rejects (:mod:`pallas_fix.verify.judge.tiling`: status ``"refused"``, nothing ru
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from pallas_fix.core.examples import Example
 from pallas_fix.verify.judge import oracle
-from pallas_fix.verify.judge.compare import LeafResult, compare_leaves
+from pallas_fix.verify.judge.compare import LeafResult, compare_leaves, error_bounds
 from pallas_fix.verify.worker.calls import Call, Runner, output_leaves
 from pallas_fix.verify.worker.failures import NON_SCALAR_START, raised_by_user, summarize_exc, user_frame
 from pallas_fix.verify.judge.footprint import footprint_record
@@ -270,16 +269,6 @@ def _failure_kind(message: str) -> str:
     return re.split(r"[\d(\[]", head, maxsplit=1)[0].strip(" :")
 
 
-def _error_bounds(compared: list[LeafResult]) -> tuple[Optional[float], Optional[float]]:
-    """(max abs error, max rel error) over every comparison; both None when a failed comparison
-    has no error to measure (shape or dtype differences)."""
-    if any(r.abs_err is None and not r.ok for r in compared):
-        return None, None
-    max_abs = functools.reduce(max, (r.abs_err for r in compared if r.abs_err is not None), 0.0)
-    max_rel = functools.reduce(max, (r.rel_err for r in compared if r.rel_err is not None), 0.0)
-    return max_abs, max_rel
-
-
 def _failure_message(failures: list[_Failure]) -> tuple[str, str]:
     """(status, message): the first failure (a race first), then what the others caught."""
     first = next((f for f in failures if f.race), failures[0])
@@ -350,7 +339,7 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
         compared += run.compared
         details["timings"][name] = round(time.perf_counter() - ts, 3)
         details["outcomes"][name] = run.outcome
-    v["max_abs_err"], v["max_rel_err"] = _error_bounds(compared)
+    v["max_abs_err"], v["max_rel_err"] = error_bounds(compared)
     if failures:
         return _failure_message(failures)
     if not compared:  # `main()` returning None: both ran, nothing showed they compute the same

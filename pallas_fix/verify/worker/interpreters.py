@@ -54,16 +54,29 @@ def _tpu_plan(infos: list[dict], max_cores: int) -> list[tuple[str, Any]]:
     # uninitialized_memory="nan" (the jax 0.12 default, made explicit): a missing scratch
     # init then shows up as NaNs; with "zero" a zero-initialised accumulator would pass.
     plan: list[tuple[str, Any]] = [
-        (TPU, pltpu.InterpretParams(detect_races=True, on_race="warn", uninitialized_memory="nan"))
+        (TPU, _interpret_params(pltpu, detect_races=True, on_race="warn", uninitialized_memory="nan"))
     ]
     points = max((i["parallel_points"] for i in infos if i["backend"] == "tpu"), default=1)
-    if points > 1:
+    accepted = _accepted(pltpu)
+    if points > 1 and "num_cores_or_threads" in accepted:  # older jax runs one core only
         cores = max(2, min(points, max_cores))
         plan.append((f"{TPU}-{cores}cores",
-                     pltpu.InterpretParams(detect_races=True, on_race="warn",
-                                           uninitialized_memory="nan",
-                                           num_cores_or_threads=cores, random_seed=1)))
+                     _interpret_params(pltpu, detect_races=True, on_race="warn", uninitialized_memory="nan",
+                                       num_cores_or_threads=cores, random_seed=1)))
     return plan
+
+
+def _accepted(pltpu) -> set[str]:
+    import inspect
+
+    return set(inspect.signature(pltpu.InterpretParams).parameters)
+
+
+def _interpret_params(pltpu, **options):
+    """`pltpu.InterpretParams` with the options this jax knows (0.10.2 has no `on_race`: races
+    are then read from the interpreter's races flag alone, races.races_found_flag)."""
+    accepted = _accepted(pltpu)
+    return pltpu.InterpretParams(**{k: v for k, v in options.items() if k in accepted})
 
 
 def plan_interpreters(infos: list[dict], *, tpu_interpret: Optional[bool], gpu_interpret: bool,

@@ -36,10 +36,12 @@ import types
 from typing import Any, Callable, Optional
 
 from pallas_fix.core.examples import ArgSpec, Example, example_from_json, leaves
+from pallas_fix.verify.worker.calls import Call, output_leaves
 from pallas_fix.verify.worker.candidate_trial import try_candidates
 from pallas_fix.verify.examples.candidates import none_ran_message
 from pallas_fix.verify.worker.check import ReferenceRun, verdict_record, verify_example
 from pallas_fix.verify.worker.failures import summarize_exc
+from pallas_fix.verify.device.chip import keep_on_cpu, run_on_chip, tpu_chip
 from pallas_fix.verify.worker.interpret_mode import forced_interpreter, install_patches
 from pallas_fix.verify.worker.interpreters import MAX_CORES
 from pallas_fix.verify.worker.races import install_race_log
@@ -49,7 +51,7 @@ from pallas_fix.verify.worker.user_modules import load_module, resolve_entry
 
 # Names the tests' in-process harnesses reach through this module (tests/test_verify.py's patch
 # probe, tests/test_codemods_simple.py's GPU harness).
-from pallas_fix.verify.worker.calls import Call, Runner  # noqa: F401
+from pallas_fix.verify.worker.calls import Runner  # noqa: F401
 from pallas_fix.verify.worker.interpret_mode import reset_interpreters as _reset_interpreters  # noqa: F401
 from pallas_fix.verify.judge.jaxprs import as_jaxprs as _sub_jaxprs  # noqa: F401
 
@@ -140,15 +142,38 @@ def _verify_one(mods: dict, import_error: Optional[str], item, job: dict) -> dic
     return _verify(mods, item, job)
 
 
+def _chip_job(mods: dict, examples: list, seed: int, emit: Callable[[dict], None]) -> None:
+    """Each example's original and rewrite compiled on the TPU: one "chip" record each."""
+    chip = tpu_chip()
+    for i, ex in enumerate(examples):
+        if chip is None:
+            emit({"type": "chip", "index": i, "error": "the worker sees no TPU"})
+            continue
+        try:
+            f_orig, f_rew = resolve_entry(mods["original"], ex.entry), resolve_entry(mods["rewritten"], ex.entry)
+            call = Call(ex, reference=f_orig)
+            run = run_on_chip(chip, call.bind(f_orig), call.bind(f_rew), call.inputs(seed), None,
+                              lambda: forced_interpreter(False), output_leaves)
+            emit({"type": "chip", "index": i, "device": run.to_json(), "failure": run.failure, "note": run.note()})
+        except Exception as e:  # the check could not run: say so, judge nothing
+            emit({"type": "chip", "index": i, "error": summarize_exc(e)})
+
+
 def run_job(job: dict, emit: Callable[[dict], None]) -> None:
     examples = [_job_example(e) for e in job["examples"]]
     import jax
 
     if _uses_64_bit(examples):
         jax.config.update("jax_enable_x64", True)
+    keep_on_cpu()  # the interpreters; a TPU beside it only runs the chip check (verify.device)
     install_race_log()
     install_patches()
     mods, import_error = _import_sources(job)
+    if job.get("chip"):  # the chip check, in a worker that sees the TPU (verify.device)
+        if import_error is not None:
+            raise RuntimeError(import_error)
+        _chip_job(mods, examples, int(job["seeds"][0]), emit)
+        return
     if job.get("facts_only"):  # facts from the examples (pallas_fix.verify.worker.traced_facts)
         if import_error is not None:
             raise RuntimeError(import_error)

@@ -80,3 +80,15 @@ def dispatch_floor(repeat: int) -> tuple[float, float]:
     run = looped(f, {})
     jax.block_until_ready(run(1, x))
     return statistics.median(times) * 1e3, time_per_call(run, (x,), repeat)
+
+
+def classify_error(exc: BaseException) -> str:
+    """A compile or run failure in a few words (VMEM OOM, tiling, alignment, ...), then its first line."""
+    text = f"{type(exc).__name__}: {exc}"
+    kinds = (("CompileTimeScopedVmemOom", "VMEM OOM"), ("memory space vmem", "VMEM OOM"),
+             ("RESOURCE_EXHAUSTED", "out of memory"),
+             ("divisible by 8 and 128", "tiling"), ("UnprovenMemoryAccessAlignment", "alignment"),
+             ("Mosaic", "Mosaic"))
+    kind = next((k for needle, k in kinds if needle in text), "error")
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
+    return f"{kind}: {first[:300]}"
