@@ -42,12 +42,17 @@ def test_a_measured_speed_outranks_the_model_both_ways():
     (k,) = faster.kernels
     assert k.status == "verified" and "pl.program_id(2)" in faster.source
     assert "measured on the TPU v5 lite at matmul(" in k.applied[0] and "0.2 ms -> 0.1 ms per call (2.00x" in k.applied[0]
-    slower = rewrite_by_kernel(src, str(MATMUL), Config(), _scripted({"original": 0.1, "rewrite": 0.2}, []),
+    slower = rewrite_by_kernel(src, str(MATMUL), Config(), _scripted({"original": 0.1, "rewrite": 0.2}, _records()),
                                allow_unsafe=False)
     (k,) = slower.kernels
-    assert k.status == "refused" and slower.source == src  # the model had nothing to say; the chip did
-    assert "trades speed for memory: measured on the TPU v5 lite" in k.reason and "(0.50x" in k.reason
+    assert k.status == "refused" and slower.source == src
+    assert "already pipelined, and it measured on the TPU v5 lite" in k.reason and "(0.50x" in k.reason
     assert "--lift-for-memory" in k.reason
+    # no step record says the call was pipelined before: written, saying how fast it measured
+    unpiped = rewrite_by_kernel(src, str(MATMUL), Config(), _scripted({"original": 0.1, "rewrite": 0.2}, []),
+                                allow_unsafe=False)
+    (k,) = unpiped.kernels
+    assert k.status == "verified" and "(0.50x the original's speed)" in k.applied[0]
 
 
 def test_the_slowest_example_decides_and_a_failed_original_times_nothing():

@@ -19,9 +19,10 @@ The policy (README, "What --apply writes"):
   (`--lift-for-memory`) asks for it; written, its message says so. A lift no example measured
   keeps this policy and, where the source shows the call already pipelined, says that its speed
   is unknown (core.speed). Where verification ran both kernels compiled on a TPU (JAX's default
-  backend there, verify.device), the measurement decides instead of the model: a rewrite at
-  least 0.95x the original's speed is written, saying how fast, and a slower one is held back
-  the same way, with the times.
+  machine, verify.device), the measurement decides instead of the model: a rewrite at least
+  0.95x the original's speed is written, saying how fast, and a slower lift of a call already
+  pipelined is held back the same way, with the times (one that gives the call its pipelining
+  is written, with the times).
 
 Kernels are rewritten in the order of their first plan, each on top of the kernels accepted
 before it, so every verification compares two texts that differ in one kernel only.
@@ -180,10 +181,10 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     timed = chip_times([v for v in verdicts if v.ok and reached(v, kernel)])
     if timed is not None:  # a measurement on the chip outranks the step-count model
         ratio, words = timed
-        if ratio >= SLOWER:
+        if ratio >= SLOWER or held is None:  # as fast, or a call the lift gives its pipelining
             applied = tuple(f"{d}; {words}" for d in candidate.applied)
             return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
-        held, note = held or {}, f"trades speed for memory: {words}"
+        note = f"trades speed for memory: the original fits on chip and is already pipelined, and it {words}"
     if held is None:  # no example measured the steps: the source's note (core.speed), if any
         applied = tuple(candidate.applied) if measured else _static_notes(candidate)
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
