@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.affine import decompose
+from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
@@ -41,6 +41,7 @@ from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
+from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
@@ -49,7 +50,7 @@ from pallas_fix.rewrite.kernel.scalar_lift import (
 )
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, paren_text
 from pallas_fix.rewrite.text.translate import Translator
 
 NAME = "program-id-blocks"
@@ -119,6 +120,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
     window = _shared_window(analysis, cs, ref, dim, uses)
+    index = _folds_at_call(analysis, cs, ref, window, refuse=True)
     helpers = pid_helpers(analysis, site)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
     reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
@@ -126,13 +128,13 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     if cs.slots[ref].kind == "out":
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
     use = window.use
-    index_axes = {a for a in window.index.axes if isinstance(a, int)}
+    index_axes = index.grid_axes()
     squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
     size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
+    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
     check_squeezed_reads(analysis, site, [block])
     witnesses = _lockstep_witnesses(analysis, cs, ref)
     doubt, guards = None, ()
@@ -149,16 +151,22 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
             else:
                 edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
     pl = imports.spelling(ctx, imports.PALLAS)
-    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
+    window_edits: dict = {}
     removed = set()
     for sub, dims in block.subscripts:
-        edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
+        window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
         removed |= touched_element_ids(sub, dims | set(squeezed))
-    removed |= drop_unread_slices(ctx, helpers, removed, edits)
+    removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
+    dead = dead_assignments(ctx, functions, removed)
+    # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
+    # `t // nj`) goes with them: passing it in would leave a parameter nothing reads.
+    reads = [r for r in reads if not any(a is d for d in dead for a in ctx.ancestors(r.node))]
+    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
+    edits.update(window_edits)
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
-    for stmt in dead_assignments(ctx, functions, removed):
+    for stmt in dead:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needed = pl.add
 
@@ -167,10 +175,10 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
 
     # Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
     # line `--apply` prints must say which one it made.
-    axes = sorted({a for a in window.index.axes if isinstance(a, int)} | set(squeezed.values()))
+    axes = sorted(index.grid_axes() | set(squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec")
+                   f"in `{site.kernel_name}` into its BlockSpec{_fold_note(index)}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
@@ -189,9 +197,56 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
         except Refuse:
             continue
         size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
-        if size is not None:
-            out.append(RefBlock(other, window.use.dim, size, window.index, [], window.squeezed))
+        index = _folds_at_call(analysis, cs, other, window, refuse=False)
+        if size is not None and index is not None:
+            out.append(RefBlock(other, window.use.dim, size, index, [], window.squeezed))
     return out
+
+
+def _folds_at_call(analysis, cs: CallSite, ref: str, window: _Window, refuse: bool):
+    """The window's block index with the divisors of its folded program ids (`pid // H`) written
+    at the pallas_call, each proved positive there: the index_map computes `//` and `%` on a
+    program id, never negative, so only a positive divisor gives the kernel's parts whichever
+    rounding the kernel used (`lax.div` truncates). None (or a refusal, with `refuse`) otherwise."""
+    index = window.index
+    if not index.folds:
+        return index
+    translator = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)
+    bounds = None
+    folds = []
+    for mult, axis, op, divisor in index.folds:
+        try:
+            text = translator(divisor, window.use.env)
+        except CallSiteError:
+            text = None
+        if text is None:
+            if not refuse:
+                return None
+            raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
+                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has), so the "
+                         "index_map cannot compute the same part; pass the divisor to the kernel from the wrapper "
+                         "(a `functools.partial` keyword, a module constant) to get this fix")
+        bounds = bounds or Bounds(cs)
+        value = bounds.prover.substitute(bounds.poly(text))
+        # Sizes (dims, block counts, static sizes) are positive atoms (analysis.loops.symbolic): a sum of
+        # them with positive coefficients is positive; `H - 1` or a literal 0 is not.
+        if not value.terms or any(c <= 0 for _m, c in value.terms):
+            if not refuse:
+                return None
+            raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
+                         f"pallas-fix cannot prove `{code(text)}` positive at the pallas_call; `//` and `%` by a zero "
+                         "or negative divisor do not give the parts the kernel used, so the index_map would name other "
+                         f"blocks; assert `{code(text)} > 0` before the pallas_call to get this fix")
+        folds.append((mult, axis, op, text))
+    return BlockIndexExpr(dict(index.axes), index.offset, index.symbolic, tuple(folds))
+
+
+def _fold_note(index: BlockIndexExpr) -> str:
+    """What the fix message says about folded program ids: the index_map divides the same way."""
+    if not index.folds:
+        return ""
+    parts = ", ".join(f"`pl.program_id({axis}) {op} {paren_text(code(d))}`" for _, axis, op, d in index.folds)
+    return f"; its index_map computes {parts} as the kernel did (one grid axis, folded, as written)"
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
@@ -236,19 +291,25 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
 
 
 def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
-    """The window's block index along the grid axes its start moves with."""
-    window = window_of(use)
+    """The window's block index along the grid axes its start moves with, whole or folded
+    (`pid // H`, `pid % H`: the index_map computes the same quotient and remainder)."""
+    window = window_of(use, folds=True)
     if window.block is None:
         raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
-    axes = {}
+    axes, folds = {}, []
     for key, mult in window.block.atoms.items():
-        if not key.startswith("pid:"):
+        if not key.startswith(("pid:", "fold:")):
             raise Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
         axis = int(key.split(":")[1])
         if axis >= ngrid:
             raise Refuse(f"pl.program_id({axis}) is beyond the grid's {ngrid} axes")
-        axes[axis] = mult
-    return BlockIndexExpr(axes, window.block.offset)
+        if key.startswith("fold:"):
+            parts = fold_parts(window.block.atom_exprs[key], hooks_for(use.env))
+            assert parts is not None
+            folds.append((mult, axis, parts[1], parts[2]))
+        else:
+            axes[axis] = mult
+    return BlockIndexExpr(axes, window.block.offset, folds=tuple(folds))
 
 
 def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:

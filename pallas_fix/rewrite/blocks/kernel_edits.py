@@ -87,7 +87,7 @@ def touched_element_ids(sub: cst.Subscript, dims: set[int]) -> set[int]:
 def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:
     """Simple `name = <pure index arithmetic>` statements nobody reads once `removed` elements are
     gone (`start = pid * bs` after its window became a BlockSpec). Iterates: `pid` may die next."""
-    pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES
+    pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES | N.INDEX_FOLDS
 
     def pure(expr: cst.CSTNode) -> bool:
         for n in walk(expr):
