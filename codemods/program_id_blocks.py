@@ -223,9 +223,10 @@ def _folds_at_call(analysis, cs: CallSite, ref: str, window: _Window, refuse: bo
             if not refuse:
                 return None
             raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
-                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has), so the "
-                         "index_map cannot compute the same part; pass the divisor to the kernel from the wrapper "
-                         "(a `functools.partial` keyword, a module constant) to get this fix")
+                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has, or one the "
+                         "wrapper binds to something else), so the index_map cannot compute the same part; pass the "
+                         "divisor to the kernel from the wrapper (a `functools.partial` keyword) or use a module "
+                         "constant the wrapper does not rebind to get this fix")
         bounds = bounds or Bounds(cs)
         value = bounds.prover.substitute(bounds.poly(text))
         # Sizes (dims, block counts, static sizes) are positive atoms (analysis.loops.symbolic): a sum of
