@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.loops.affine import folded_index, shifted_fold, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.loops.affine import fold_parts, folded_index, shifted_fold, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
 from pallas_fix.analysis.accesses import packed_refusal, rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.values.provenance import Env
@@ -161,10 +161,16 @@ def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:
                 "without being the index itself: it may be negative, where `//` and `%` (floor) and `lax.div` / `lax.rem` "
                 "(truncation) disagree, and its parts are not blocks pallas-fix can bound; divide the index itself "
                 "(`pid // H`, `pid % H`) and add the offset to the parts")
-    return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one grid index (or loop "
-            "index) into two; pallas-fix writes index_maps as sums of grid indices and does not prove blocks of "
-            "divided indices: give each part its own grid axis (a grid `(B, H)` read with two `pl.program_id`s) or, "
-            "for a flat loop over tiles, its own loop (two nested loops) to get this fix")
+    parts = fold_parts(fold, hooks)
+    divided = decompose(parts[0], hooks) if parts is not None else None
+    if divided is not None and any(k.startswith("pid:") for k, c in divided.terms.items() if c.mult):
+        return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one grid index into "
+                "two; only program-id-blocks writes such parts into an index_map: give each part its own grid axis "
+                "(a grid `(B, H)` read with two `pl.program_id`s) to get this fix here")
+    return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one loop index into two; "
+            "a lifted loop becomes one grid axis that index_maps add up, never divide: write two nested loops (one "
+            "per part), or make the flat loop a grid `(n_i * n_j,)` read with `pl.program_id`, whose quotient and "
+            "remainder program-id-blocks moves into the index_maps, to get this fix")
 
 
 def scalar_window(use: IndexUse, folds: bool = False) -> Window:
