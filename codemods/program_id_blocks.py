@@ -34,6 +34,7 @@ from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
                                              packed_tuple, touched_element_ids)
 from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
+from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, folds_at_call
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
@@ -41,7 +42,6 @@ from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
-from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
@@ -50,7 +50,7 @@ from pallas_fix.rewrite.kernel.scalar_lift import (
 )
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
-from pallas_fix.rewrite.text.syntax import code, paren_text
+from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
 
 NAME = "program-id-blocks"
@@ -120,7 +120,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
     window = _shared_window(analysis, cs, ref, dim, uses)
-    index = _folds_at_call(analysis, cs, ref, window, refuse=True)
+    index = folds_at_call(ctx, cs, ref, window.index, window.use.env, refuse=True)
+    check_folded_output(cs, ref, index)
     helpers = pid_helpers(analysis, site)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
     reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
@@ -178,7 +179,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     axes = sorted(index.grid_axes() | set(squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec{_fold_note(index)}")
+                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
@@ -197,57 +198,10 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
         except Refuse:
             continue
         size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
-        index = _folds_at_call(analysis, cs, other, window, refuse=False)
+        index = folds_at_call(analysis.ctx, cs, other, window.index, window.use.env, refuse=False)
         if size is not None and index is not None:
             out.append(RefBlock(other, window.use.dim, size, index, [], window.squeezed))
     return out
-
-
-def _folds_at_call(analysis, cs: CallSite, ref: str, window: _Window, refuse: bool):
-    """The window's block index with the divisors of its folded program ids (`pid // H`) written
-    at the pallas_call, each proved positive there: the index_map computes `//` and `%` on a
-    program id, never negative, so only a positive divisor gives the kernel's parts whichever
-    rounding the kernel used (`lax.div` truncates). None (or a refusal, with `refuse`) otherwise."""
-    index = window.index
-    if not index.folds:
-        return index
-    translator = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)
-    bounds = None
-    folds = []
-    for mult, axis, op, divisor in index.folds:
-        try:
-            text = translator(divisor, window.use.env)
-        except CallSiteError:
-            text = None
-        if text is None:
-            if not refuse:
-                return None
-            raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
-                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has, or one the "
-                         "wrapper binds to something else), so the index_map cannot compute the same part; pass the "
-                         "divisor to the kernel from the wrapper (a `functools.partial` keyword) or use a module "
-                         "constant the wrapper does not rebind to get this fix")
-        bounds = bounds or Bounds(cs)
-        value = bounds.prover.substitute(bounds.poly(text))
-        # Sizes (dims, block counts, static sizes) are positive atoms (analysis.loops.symbolic): a sum of
-        # them with positive coefficients is positive; `H - 1` or a literal 0 is not.
-        if not value.terms or any(c <= 0 for _m, c in value.terms):
-            if not refuse:
-                return None
-            raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
-                         f"pallas-fix cannot prove `{code(text)}` positive at the pallas_call; `//` and `%` by a zero "
-                         "or negative divisor do not give the parts the kernel used, so the index_map would name other "
-                         f"blocks; assert `{code(text)} > 0` before the pallas_call to get this fix")
-        folds.append((mult, axis, op, text))
-    return BlockIndexExpr(dict(index.axes), index.offset, index.symbolic, tuple(folds))
-
-
-def _fold_note(index: BlockIndexExpr) -> str:
-    """What the fix message says about folded program ids: the index_map divides the same way."""
-    if not index.folds:
-        return ""
-    parts = ", ".join(f"`pl.program_id({axis}) {op} {paren_text(code(d))}`" for _, axis, op, d in index.folds)
-    return f"; its index_map computes {parts} as the kernel did (one grid axis, folded, as written)"
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
