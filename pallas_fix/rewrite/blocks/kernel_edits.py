@@ -91,7 +91,7 @@ def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: 
 
     def pure(expr: cst.CSTNode) -> bool:
         for n in walk(expr):
-            builtin_slice = isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "slice"
+            builtin_slice = isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("slice", "divmod")
             if isinstance(n, cst.Call) and not builtin_slice and not ctx.imports.is_(n.func, pure_calls):
                 return False
             if isinstance(n, (cst.Lambda, cst.Await, cst.Yield, cst.NamedExpr)):
