@@ -14,7 +14,7 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.text.syntax import code, paren_text
+from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
 
 
@@ -72,12 +72,12 @@ def check_folded_output(cs: CallSite, ref: str, index: BlockIndexExpr) -> None:
         partner = "//" if op == "%" else "%"
         if _in_spec(spec, axis, partner, divisor):
             continue
-        part = f"`pl.program_id({axis}) {op} {paren_text(code(divisor))}`"
+        part = f"`{BlockIndexExpr({}, folds=((1, axis, op, divisor),)).render({axis: f'pl.program_id({axis})'})}`"
         if op == "%":
             raise ResidentOutput(f"the output `{ref}` would come back to the block at {part} every "
                                  f"{code(divisor)} steps of grid axis {axis}, with only that step's part written (output blocks "
                                  "are copied out, never in); the quotient "
-                                 f"`pl.program_id({axis}) // {paren_text(code(divisor))}` must index the output's "
+                                 f"`{BlockIndexExpr({}, folds=((1, axis, '//', divisor),)).render({axis: f'pl.program_id({axis})'})}` must index the output's "
                                  "BlockSpec first, which pallas-fix does for a window or a scalar beside no window: "
                                  "index the output by the quotient's window, or lift it by hand, to get this fix",
                                  ref, frozenset({axis}))
@@ -92,7 +92,8 @@ def fold_note(index: BlockIndexExpr) -> str:
     """What the fix message says about folded program ids: the index_map divides the same way."""
     if not index.folds:
         return ""
-    parts = ", ".join(f"`pl.program_id({axis}) {op} {paren_text(code(d))}`" for _, axis, op, d in index.folds)
+    parts = ", ".join(f"`{BlockIndexExpr({}, folds=((1, axis, op, d),)).render({axis: f'pl.program_id({axis})'})}`"
+                      for _, axis, op, d in index.folds)
     return f"; its index_map computes {parts} as the kernel did (one grid axis, folded, as written)"
 
 

@@ -82,8 +82,9 @@ def _operand(expr: cst.BaseExpression) -> str:
 
 def _divisor(expr: cst.BaseExpression) -> str:
     """`expr` as the right operand of `//` / `%`: parenthesized unless it is a single operand."""
-    text = cst.Module([]).code_for_node(expr)
-    tight = isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
+    bare = expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
+    text = cst.Module([]).code_for_node(bare)
+    tight = isinstance(bare, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
     return text if tight else f"({text})"
 
 
