@@ -120,7 +120,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
     window = _shared_window(analysis, cs, ref, dim, uses)
-    index = folds_at_call(ctx, cs, ref, window.index, window.use.env, refuse=True)
+    index = window.index  # its divisors already written at the call site
     check_folded_output(cs, ref, index)
     helpers = pid_helpers(analysis, site)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
@@ -198,9 +198,8 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
         except Refuse:
             continue
         size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
-        index = folds_at_call(analysis.ctx, cs, other, window.index, window.use.env, refuse=False)
-        if size is not None and index is not None:
-            out.append(RefBlock(other, window.use.dim, size, index, [], window.squeezed))
+        if size is not None:
+            out.append(RefBlock(other, window.use.dim, size, window.index, [], window.squeezed))
     return out
 
 
@@ -230,7 +229,9 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         if not sub_uses:
             raise Refuse(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {ctx.span(node).line})")
         use = sub_uses[0]
-        index = _block_index(use, ref, len(cs.grid))
+        # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
+        # compare by what their index_maps would compute, not by the kernel's spelling.
+        index = folds_at_call(ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True)
         squeezed = _program_id_scalars(node, use, len(cs.grid))
         entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key(), tuple(sorted(squeezed.items())))
         if found is None:
