@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.affine import decompose
+from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
@@ -34,6 +34,7 @@ from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
                                              packed_tuple, touched_element_ids)
 from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
+from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, folds_at_call
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
@@ -119,6 +120,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
     window = _shared_window(analysis, cs, ref, dim, uses)
+    index = window.index  # its divisors already written at the call site
+    check_folded_output(cs, ref, index)
     helpers = pid_helpers(analysis, site)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
     reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
@@ -126,13 +129,13 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     if cs.slots[ref].kind == "out":
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
     use = window.use
-    index_axes = {a for a in window.index.axes if isinstance(a, int)}
+    index_axes = index.grid_axes()
     squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
     size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, window.index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
+    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
     check_squeezed_reads(analysis, site, [block])
     witnesses = _lockstep_witnesses(analysis, cs, ref)
     doubt, guards = None, ()
@@ -149,16 +152,22 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
             else:
                 edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
     pl = imports.spelling(ctx, imports.PALLAS)
-    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
+    window_edits: dict = {}
     removed = set()
     for sub, dims in block.subscripts:
-        edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
+        window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
         removed |= touched_element_ids(sub, dims | set(squeezed))
-    removed |= drop_unread_slices(ctx, helpers, removed, edits)
+    removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
+    dead = dead_assignments(ctx, functions, removed)
+    # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
+    # `t // nj`) goes with them: passing it in would leave a parameter nothing reads.
+    reads = [r for r in reads if not any(a is d for d in dead for a in ctx.ancestors(r.node))]
+    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
+    edits.update(window_edits)
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
-    for stmt in dead_assignments(ctx, functions, removed):
+    for stmt in dead:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needed = pl.add
 
@@ -167,10 +176,10 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
 
     # Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
     # line `--apply` prints must say which one it made.
-    axes = sorted({a for a in window.index.axes if isinstance(a, int)} | set(squeezed.values()))
+    axes = sorted(index.grid_axes() | set(squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec")
+                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
@@ -220,7 +229,9 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         if not sub_uses:
             raise Refuse(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {ctx.span(node).line})")
         use = sub_uses[0]
-        index = _block_index(use, ref, len(cs.grid))
+        # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
+        # compare by what their index_maps would compute, not by the kernel's spelling.
+        index = folds_at_call(ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True)
         squeezed = _program_id_scalars(node, use, len(cs.grid))
         entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key(), tuple(sorted(squeezed.items())))
         if found is None:
@@ -236,19 +247,25 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
 
 
 def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
-    """The window's block index along the grid axes its start moves with."""
-    window = window_of(use)
+    """The window's block index along the grid axes its start moves with, whole or folded
+    (`pid // H`, `pid % H`: the index_map computes the same quotient and remainder)."""
+    window = window_of(use, folds=True)
     if window.block is None:
         raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
-    axes = {}
+    axes, folds = {}, []
     for key, mult in window.block.atoms.items():
-        if not key.startswith("pid:"):
+        if not key.startswith(("pid:", "fold:")):
             raise Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
         axis = int(key.split(":")[1])
         if axis >= ngrid:
             raise Refuse(f"pl.program_id({axis}) is beyond the grid's {ngrid} axes")
-        axes[axis] = mult
-    return BlockIndexExpr(axes, window.block.offset)
+        if key.startswith("fold:"):
+            parts = fold_parts(window.block.atom_exprs[key], hooks_for(use.env))
+            assert parts is not None
+            folds.append((mult, axis, parts[1], parts[2]))
+        else:
+            axes[axis] = mult
+    return BlockIndexExpr(axes, window.block.offset, folds=tuple(folds))
 
 
 def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:

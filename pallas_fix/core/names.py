@@ -47,6 +47,8 @@ ARANGE = _alts("jax.numpy.arange", "jax.lax.iota", "jax.lax.broadcasted_iota")
 INT_DTYPES = frozenset(
     "jax.numpy." + t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 )
+# Integer quotient and remainder: `b = lax.div(pid, H)` is index arithmetic, as `pid // H` is.
+INDEX_FOLDS = frozenset({"jax.lax.div", "jax.lax.rem", "jax.numpy.floor_divide", "jax.numpy.remainder", "jax.numpy.mod"})
 FLOAT_DTYPES = frozenset(
     "jax.numpy." + t for t in ("float16", "bfloat16", "float32", "float64")
 )

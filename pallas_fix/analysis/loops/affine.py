@@ -113,6 +113,9 @@ class Hooks:
     inline: Callable[[cst.Name], Optional[cst.BaseExpression]]  # single assignment of a local name
     strip: Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]  # pl.multiple_of(x, n) -> x
     code: Callable[[cst.CSTNode], str]
+    # Read a quotient or remainder of a program id by a static divisor (`pid // H`, `lax.rem(pid, H)`)
+    # as an atom of its own (`fold_atom`), for planners that write it in an index_map.
+    folds: bool = False
 
 
 def decompose(expr: cst.BaseExpression, hooks: Hooks) -> Optional[Affine]:
@@ -134,6 +137,9 @@ def _dec(expr: cst.BaseExpression, h: Hooks, depth: int) -> Affine:
     stripped = h.strip(expr)
     if stripped is not None:
         return _dec(stripped, h, depth + 1)
+    fold = fold_atom(expr, h) if h.folds else None
+    if fold is not None:
+        return Affine(terms={fold: Coeff(1)}, atoms={fold: expr})
     key = h.atom_key(expr)
     if key is not None:
         # A loop index is `lower + step * g` in terms of its iteration number g, the quantity a
@@ -269,6 +275,40 @@ def provably_not_block(start: Affine, size: Coeff) -> bool:
 
 
 _FOLDS = ("lax.div", "lax.rem", "jnp.floor_divide", "jnp.remainder", "jnp.mod")
+_FLOOR_FOLDS = ("lax.div", "jnp.floor_divide")
+
+
+def fold_parts(expr: cst.BaseExpression, h: Hooks) -> Optional[tuple[cst.BaseExpression, str, cst.BaseExpression]]:
+    """(dividend, "//" or "%", divisor) of `a // b`, `a % b`, `lax.div(a, b)`, `lax.rem(a, b)`,
+    `jnp.floor_divide(a, b)`, `jnp.remainder(a, b)`, `jnp.mod(a, b)`; None for anything else.
+    lax.div and lax.rem round toward zero: the same as `//` and `%` only where `a >= 0` and
+    `b > 0`, which whoever writes the parts as `//` / `%` must know."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Modulo)):
+        return expr.left, "//" if isinstance(expr.operator, cst.FloorDivide) else "%", expr.right
+    if isinstance(expr, cst.Call) and len(expr.args) == 2 and not any(a.keyword or a.star for a in expr.args):
+        func = h.code(expr.func)
+        if func.endswith(_FOLDS):
+            return expr.args[0].value, "//" if func.endswith(_FLOOR_FOLDS) else "%", expr.args[1].value
+    return None
+
+
+def fold_atom(expr: cst.BaseExpression, h: Hooks) -> Optional[str]:
+    """The atom key (`fold:0://:H`) of a quotient or remainder of one program id by a static
+    divisor, else None. A program id is never negative, so floor and truncating division agree
+    on it; the divisor's sign is the planner's to prove where it writes the index_map."""
+    parts = fold_parts(expr, h)
+    if parts is None:
+        return None
+    value, op, divisor = parts
+    if h.is_dynamic(divisor):
+        return None
+    aff = decompose(value, h)
+    if aff is None or any(c.mult for c in aff.const):
+        return None
+    terms = [(k, c) for k, c in aff.terms.items() if c.mult]
+    if len(terms) != 1 or terms[0][1] != Coeff(1) or not terms[0][0].startswith("pid:"):
+        return None
+    return f"fold:{terms[0][0].split(':')[1]}:{op}:{h.code(divisor)}"
 
 
 def folded_index(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
@@ -293,6 +333,31 @@ def folded_index(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional
     if isinstance(expr, cst.Name) and h.is_dynamic(expr):
         value = h.inline(expr)
         return folded_index(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
+    return None
+
+
+def shifted_fold(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
+    """The first quotient or remainder that `expr` is computed from (through single assignments)
+    whose dividend moves with a grid or loop index without being that index itself
+    (`(pid - 1) // H`, `(2 * t) % n`): a value that may be negative, or whose parts no index_map
+    written as `index // n` gives; None when there is none."""
+    if depth > 16:
+        return None
+    parts = fold_parts(expr, h)
+    if parts is not None:
+        aff = decompose(parts[0], h)
+        if aff is not None and not aff.is_static() and not _splits_index(parts[0], parts[2], h):
+            return expr
+    if isinstance(expr, cst.BinaryOperation):
+        return shifted_fold(expr.left, h, depth + 1) or shifted_fold(expr.right, h, depth + 1)
+    if isinstance(expr, cst.UnaryOperation):
+        return shifted_fold(expr.expression, h, depth + 1)
+    if isinstance(expr, cst.Call):
+        stripped = h.strip(expr)
+        return shifted_fold(stripped, h, depth + 1) if stripped is not None else None
+    if isinstance(expr, cst.Name) and h.is_dynamic(expr):
+        value = h.inline(expr)
+        return shifted_fold(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
     return None
 
 

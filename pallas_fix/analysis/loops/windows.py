@@ -8,7 +8,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.loops.affine import folded_index, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
+from pallas_fix.analysis.loops.affine import fold_parts, folded_index, shifted_fold, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
 from pallas_fix.analysis.accesses import packed_refusal, rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.values.provenance import Env
@@ -18,7 +18,8 @@ def loop_key(loop) -> str:
     return f"loop:{id(loop.call)}"
 
 
-def hooks_for(env: Env) -> Hooks:
+def hooks_for(env: Env, folds: bool = False) -> Hooks:
+    """`folds`: read `pl.program_id(k) // n` and `% n` (n static) as atoms (affine.fold_atom)."""
     ctx = env.ctx
 
     def atom_key(expr: cst.BaseExpression) -> Optional[str]:
@@ -71,6 +72,7 @@ def hooks_for(env: Env) -> Hooks:
         inline=env.reaching_assignment,
         strip=strip,
         code=ctx.code,
+        folds=folds,
     )
 
 
@@ -86,14 +88,15 @@ class Window:
     symbolic_block: Optional[BlockIndex] = None
 
 
-def window_of(use: IndexUse) -> Window:
+def window_of(use: IndexUse, folds: bool = False) -> Window:
+    """`folds`: a block index may read quotients and remainders of program ids (`fold:` atoms)."""
     env: Env = use.env  # type: ignore[assignment]
     if use.starred:
         return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
     if not rewritable_in_place(use):
         return Window(None, None, None, False, packed_refusal(use))
     if use.kind == "scalar":
-        return scalar_window(use)
+        return scalar_window(use, folds)
     if use.kind != "ds" or use.start is None:
         return Window(None, None, None, False, "not a pl.ds window")
     if use.size is None:
@@ -102,9 +105,9 @@ def window_of(use: IndexUse) -> Window:
         return Window(None, None, None, True, f"its size `{env.ctx.code(use.size)}` is traced (dynamic size)")
     if use.stride is not None and env.static_int(use.stride) not in (None, 1):
         return Window(None, None, None, True, f"it has stride {env.ctx.code(use.stride)}")
-    hooks = hooks_for(env)
+    hooks = hooks_for(env, folds)
     start = decompose(use.start, hooks)
-    size_aff = decompose(use.size, hooks)
+    size_aff = decompose(use.size, hooks_for(env))
     size = size_aff.as_coeff() if size_aff is not None else None
     if start is not None and size is None and size_aff is not None and size_aff.is_static():
         # `pl.ds(t * tile, tile + halo)`: the window is the stride plus something, so
@@ -151,21 +154,33 @@ def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:
     `lax.div(t, nn)`) is refused, and what to write instead; None for other starts."""
     fold = folded_index(expr, hooks)
     if fold is None:
-        return None
-    return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one grid index (or loop "
-            "index) into two; pallas-fix writes index_maps as sums of grid indices and does not prove blocks of "
-            "divided indices: give each part its own grid axis (a grid `(B, H)` read with two `pl.program_id`s) or, "
-            "for a flat loop over tiles, its own loop (two nested loops) to get this fix")
+        shifted = shifted_fold(expr, hooks)
+        if shifted is None:
+            return None
+        return (f"it is computed from `{hooks.code(shifted)}`, which divides a value that moves with a grid or loop index "
+                "without being the index itself: it may be negative, where `//` and `%` (floor) and `lax.div` / `lax.rem` "
+                "(truncation) disagree, and its parts are not blocks pallas-fix can bound; divide the index itself "
+                "(`pid // H`, `pid % H`) and add the offset to the parts")
+    parts = fold_parts(fold, hooks)
+    divided = decompose(parts[0], hooks) if parts is not None else None
+    if divided is not None and any(k.startswith("pid:") for k, c in divided.terms.items() if c.mult):
+        return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one grid index into "
+                "two; only program-id-blocks writes such parts into an index_map: give each part its own grid axis "
+                "(a grid `(B, H)` read with two `pl.program_id`s) to get this fix here")
+    return (f"it is computed from `{hooks.code(fold)}`, a quotient or remainder that splits one loop index into two; "
+            "a lifted loop becomes one grid axis that index_maps add up, never divide: write two nested loops (one "
+            "per part), or make the flat loop a grid `(n_i * n_j,)` read with `pl.program_id`, whose quotient and "
+            "remainder program-id-blocks moves into the index_maps, to get this fix")
 
 
-def scalar_window(use: IndexUse) -> Window:
+def scalar_window(use: IndexUse, folds: bool = False) -> Window:
     """A scalar index `a * i + b` is a window of size 1, and every integer start is a block index
     of a size-1 block: the start itself, once it is affine in loop indices and program ids with
     static integer coefficients (`r * bs` with `bs` a static name is not: its block index is not
     a number pallas-fix can write)."""
     env: Env = use.env  # type: ignore[assignment]
     assert use.start is not None
-    hooks = hooks_for(env)
+    hooks = hooks_for(env, folds)
     start = decompose(use.start, hooks)
     if start is None:
         return Window(None, _ONE, None, False, fold_reason(use.start, hooks)

@@ -23,6 +23,21 @@ class Unpack:
     def __init__(self, value: cst.BaseExpression, index: int) -> None:
         self.value = value
         self.index = index
+        self._part: Optional[cst.BaseExpression] = None
+
+    def divmod_part(self) -> Optional[cst.BaseExpression]:
+        """`a // b` (index 0) or `a % b` (index 1) for `q, r = divmod(a, b)`, what the builtin
+        gives ints and traced ints alike; None for any other value. Built once per binding, so
+        the expression keeps one identity for the caches keyed by it."""
+        call = self.value
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "divmod"
+                and len(call.args) == 2 and not any(a.keyword or a.star for a in call.args) and self.index in (0, 1)):
+            return None
+        if self._part is None:
+            op = cst.FloorDivide() if self.index == 0 else cst.Modulo()
+            self._part = cst.BinaryOperation(left=call.args[0].value, operator=op, right=call.args[1].value,
+                                             lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return self._part
 
 
 def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:

@@ -60,8 +60,11 @@ class Env(PositionalReads):
         return self._bindings
 
     def _plain_value(self, name: str) -> Optional[cst.BaseExpression]:
-        """The expression `name` is bound to by its one plain assignment here (not `a, b = v`)."""
+        """The expression `name` is bound to by its one plain assignment here (not `a, b = v`,
+        except `q, r = divmod(a, b)`: `a // b`, `a % b`)."""
         value = single_binding(self.bindings().get(name, []))
+        if isinstance(value, Unpack):
+            return value.divmod_part()
         return value if isinstance(value, cst.BaseExpression) else None
 
     def single_assignment(self, name: str) -> Optional[cst.BaseExpression]:

@@ -1,6 +1,7 @@
 """Block plans ("ref read in blocks of S along dim d at block index I") and what they become: new
 BlockSpecs and index_map parameters, grid axes, renumbered axes, spec slots, the kernel's
-whole-block accesses and R2's scratch entries.
+whole-block accesses, R2's scratch entries, and block indices that fold a program id into
+quotient and remainder (folds.py).
 
 May import core, analysis, rewrite.text, rewrite.callsite and rewrite.proofs (a plan's blocks are
 proved in bounds before they are written; proofs read the plan's data types from blocks.plan)."""

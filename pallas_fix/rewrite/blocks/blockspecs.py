@@ -137,7 +137,7 @@ class SpecWriter:
         to the ones it uses. Otherwise the output was resident across an axis (an accumulator)
         and moving its block would write partial results back and start over."""
         ngrid = self.grid.ngrid
-        used: set[int] = {a for a in block.index.axes if isinstance(a, int)} | set(block.squeezed.values())
+        used: set[int] = block.index.grid_axes() | set(block.squeezed.values())
         if self.grid.adds_axis:
             used.add(ngrid)
         if spec.index_exprs is not None and spec.index_params:

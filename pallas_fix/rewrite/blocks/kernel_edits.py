@@ -87,11 +87,11 @@ def touched_element_ids(sub: cst.Subscript, dims: set[int]) -> set[int]:
 def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: set[int]) -> list[cst.BaseStatement]:
     """Simple `name = <pure index arithmetic>` statements nobody reads once `removed` elements are
     gone (`start = pid * bs` after its window became a BlockSpec). Iterates: `pid` may die next."""
-    pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES
+    pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES | N.INDEX_FOLDS
 
     def pure(expr: cst.CSTNode) -> bool:
         for n in walk(expr):
-            builtin_slice = isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "slice"
+            builtin_slice = isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("slice", "divmod")
             if isinstance(n, cst.Call) and not builtin_slice and not ctx.imports.is_(n.func, pure_calls):
                 return False
             if isinstance(n, (cst.Lambda, cst.Await, cst.Yield, cst.NamedExpr)):

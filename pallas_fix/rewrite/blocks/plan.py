@@ -19,11 +19,21 @@ class BlockIndexExpr:
     # A symbolic part of the offset, `+ mult * expr` per term (`x.shape[0] // bs - 1 - i`); the
     # exprs are kernel-side until `translated` writes them at the call site.
     symbolic: tuple[tuple[int, cst.BaseExpression], ...] = ()
+    # `+ mult * (axis // divisor)` or `+ mult * (axis % divisor)` per term: a program id that folds
+    # two indices into one (`b = pid // H; h = pid % H`), the index_map computing the same parts.
+    # The divisor is kernel-side until `translated` writes it at the call site.
+    folds: tuple[tuple[int, int, str, cst.BaseExpression], ...] = ()  # (mult, axis, "//" or "%", divisor)
+
+    def grid_axes(self) -> set[int]:
+        """The existing grid axes the index reads, whole or folded."""
+        return {a for a in self.axes if isinstance(a, int)} | {axis for _, axis, _, _ in self.folds}
 
     def render(self, names: dict[object, str]) -> str:
         if self.symbolic:
             return self._render_symbolic(names)
         parts = []
+        for mult, axis, op, divisor in self.folds:
+            parts.append(_term(mult, f"{names[axis]} {op} {_divisor(divisor)}"))
         for axis, mult in self.axes.items():
             name = names[axis]
             parts.append(name if mult == 1 else f"{mult} * {name}")
@@ -41,18 +51,26 @@ class BlockIndexExpr:
         return " + ".join(parts).replace("+ -", "- ")
 
     def translated(self, translate: Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]) -> Optional["BlockIndexExpr"]:
-        """The same index with its symbolic offset written by `translate`; None if a term cannot be."""
-        terms = []
+        """The same index with its symbolic offset and divisors written by `translate`; None if a
+        term cannot be."""
+        terms, folds = [], []
         for mult, expr in self.symbolic:
             text = translate(expr)
             if text is None:
                 return None
             terms.append((mult, text))
-        return BlockIndexExpr(dict(self.axes), self.offset, tuple(terms))
+        for mult, axis, op, divisor in self.folds:
+            text = translate(divisor)
+            if text is None:
+                return None
+            folds.append((mult, axis, op, text))
+        return BlockIndexExpr(dict(self.axes), self.offset, tuple(terms), tuple(folds))
 
     def key(self) -> tuple:
         symbolic = tuple(sorted((cst.Module([]).code_for_node(e), m) for m, e in self.symbolic))
-        return (tuple(sorted((str(k), v) for k, v in self.axes.items())), self.offset) + ((symbolic,) if symbolic else ())
+        folds = tuple(sorted((m, a, op, cst.Module([]).code_for_node(d)) for m, a, op, d in self.folds))
+        return ((tuple(sorted((str(k), v) for k, v in self.axes.items())), self.offset)
+                + ((symbolic,) if symbolic else ()) + ((folds,) if folds else ()))
 
 
 def _operand(expr: cst.BaseExpression) -> str:
@@ -60,6 +78,14 @@ def _operand(expr: cst.BaseExpression) -> str:
     text = cst.Module([]).code_for_node(expr)
     tight = isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
     tight = tight or (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.FloorDivide, cst.Multiply)))
+    return text if tight else f"({text})"
+
+
+def _divisor(expr: cst.BaseExpression) -> str:
+    """`expr` as the right operand of `//` / `%`: parenthesized unless it is a single operand."""
+    bare = expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
+    text = cst.Module([]).code_for_node(bare)
+    tight = isinstance(bare, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer))
     return text if tight else f"({text})"
 
 

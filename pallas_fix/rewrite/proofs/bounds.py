@@ -25,6 +25,7 @@ from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, c
                                               traced_names, written_before)
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.proofs.unproved import unproved_blocks
 from pallas_fix.rewrite.text.translate import Translator
 
 _ONE = Poly.const(1)
@@ -106,8 +107,8 @@ class Bounds:
         except CallSiteError:
             pass
         size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
-        if size_expr is None or placement(self.cs.ctx, self.cs.site) is None:
-            raise err
+        if size_expr is None or placement(self.cs.ctx, self.cs.site) is None or block.index.folds:
+            raise err  # folded program ids (`pid // H`): their counts are no fact a plain check states
         masked = masked_access(self.cs.ctx, self.cs.site.kernel)
         if masked is not None:
             self.broken_guard = (f"pallas-fix adds no check here: the kernel masks its loads or stores (line {masked}), so "
@@ -209,7 +210,7 @@ class Bounds:
     def _exact_bound(self, block: RefBlock, size_expr: cst.BaseExpression, trip) -> Optional[tuple]:
         """`full >= count * size` as a candidate guard, for blocks `i * size` over one axis."""
         index = block.index
-        if index.offset or index.symbolic or len(index.axes) != 1 or list(index.axes.values()) != [1]:
+        if index.offset or index.symbolic or index.folds or len(index.axes) != 1 or list(index.axes.values()) != [1]:
             return None
         (axis,) = index.axes
         extent = self._extent(axis, trip)
@@ -235,7 +236,22 @@ class Bounds:
                 high = high + span
             else:
                 low = low + span
+        for mult, axis, op, divisor in index.folds:  # call-site divisors, proved positive by the planner
+            span = (self._fold_count(axis, op, divisor, trip) - _ONE).scale(mult)
+            if mult > 0:
+                high = high + span
+            else:
+                low = low + span
         return low, self.poly(full) - self.poly(size) * (high + _ONE)
+
+    def _fold_count(self, axis: object, op: str, divisor: cst.BaseExpression, trip) -> Poly:
+        """How many values `g // n` (`g % n`) takes as grid index g runs over its axis' extent G:
+        `pl.cdiv(G, n)` (0 .. ceil(G / n) - 1), or n (0 .. n - 1) for a remainder."""
+        if op == "%":
+            return self.poly(divisor)
+        extent = self._extent(axis, trip)
+        text = f"pl.cdiv({code(extent)}, {code(divisor)})"
+        return self.symbols.quotient("ceil", self.poly(extent), self.poly(divisor), text)
 
     def check_block(self, block: RefBlock, trip: Optional[cst.BaseExpression]) -> None:
         """Every block of `block.param` the grid visits lies inside the kernel's view of the ref."""
@@ -250,7 +266,8 @@ class Bounds:
         partial = (block.param, block.dim) in self.partial_ok and self.cdiv_axis(block, size_expr, trip) is not None
         if not partial and not self._fits(block.index, block.size, size_expr, trip):
             broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
-            raise CallSiteError(_ragged(block, size_expr, [self._extent(a, trip) for a in block.index.axes]) + broken)
+            axes = [*block.index.axes, *sorted({a for _, a, _, _ in block.index.folds})]
+            raise CallSiteError(unproved_blocks(block, size_expr, [self._extent(a, trip) for a in axes]) + broken)
         for dim, axis in block.squeezed.items():
             self._check_squeezed(block.param, dim, self._extent(axis, trip))
 
@@ -260,7 +277,8 @@ class Bounds:
         `pl.cdiv(extent, size)` blocks `i * size` of the dim: every block starts inside the array
         and only the last may be partial."""
         index = block.index
-        if extent is None or block.squeeze or index.offset != 0 or index.symbolic or len(index.axes) != 1 or block.squeezed.get(block.dim) is not None:
+        if (extent is None or block.squeeze or index.offset != 0 or index.symbolic or index.folds or len(index.axes) != 1
+                or block.squeezed.get(block.dim) is not None):
             return None  # a scalar index has no partial block: it is in bounds or not
         (axis, mult), = index.axes.items()
         if mult != 1 or (axis == "new" and trip is None) or (axis != "new" and not (isinstance(axis, int) and axis < len(self.cs.grid))):
@@ -331,25 +349,6 @@ def _paren(expr: cst.BaseExpression) -> str:
 def _lockstep(block: RefBlock) -> tuple:
     """Blocks read at the same window in every step (along whichever dim of their refs)."""
     return code(block.size), block.index.key(), tuple(sorted(block.squeezed.items()))
-
-
-def _ragged(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> str:
-    counts = ", ".join(f"`{code(e)}`" for e in extents)
-    dim, size, ref = code(size_expr), code(block.size), block.param
-    what = (f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): with {counts} steps of "
-            f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
-            "block is partial")
-    strides = sorted({abs(m) for m in block.index.axes.values()} | ({abs(block.index.offset)} - {0}))
-    if strides != [1] or block.index.symbolic:
-        # A stepped loop (every other block) or an offset: a plain count would not make it provable.
-        names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
-        return (f"{what}; block `{block.index.render(names)}` (k counts the steps of the new grid axis) is not one "
-                "pallas-fix can bound from these sizes")
-    floor = f"{dim} // {size}"
-    fix = f"assert `{dim} % {size} == 0` before the pallas_call"
-    if floor not in {code(e) for e in extents}:
-        fix = f"make the count `{floor}` or {fix}"
-    return f"{what}; {fix}"
 
 
 def _translated(translator: Translator, expr: cst.BaseExpression, env) -> Optional[cst.BaseExpression]:

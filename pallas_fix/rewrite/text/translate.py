@@ -17,7 +17,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
-from pallas_fix.analysis.values.bindings import Unpack, single_binding
+from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.rewrite.callsite.call_timing import closure_change
@@ -182,7 +182,8 @@ class Translator:
                 return False
             if isinstance(scope, cst.FunctionDef):
                 params = {p.name.value for p in scope.params.params} | {p.name.value for p in scope.params.kwonly_params}
-                if name in params or self.ctx.assignments(name, scope):
+                # Any binding shadows: `B, H = x.shape` as much as `H = ...`.
+                if name in params or name in scope_bindings(self.ctx, scope):
                     return True
         return False
 
