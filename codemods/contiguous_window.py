@@ -14,8 +14,10 @@ applies its finding says why, as for a window written that way. The mask, `other
 use of `rows` stay as they are.
 
 Preconditions (each failure is a refusal with the reason):
-- every integer-array index of the subscript is a range written in the subscript itself, and the
-  integer indices (ranges and scalars) are adjacent: numpy puts a gather's dims first otherwise;
+- every integer-array index of the subscript is a range written in the subscript itself (not one
+  whose lanes `jnp.where(valid, rows, 0)` sends elsewhere: a window past the end is clamped whole,
+  moving the lanes kept), and the integer indices (ranges and scalars) are adjacent: numpy puts a
+  gather's dims first otherwise;
 - the windows have the gather's shape: range k lies along axis k of the ranges' broadcast
   (`rows[:, None], cols[None, :]`, `rows[:, None], cols`; one range unbroadcast), or the broadcast
   has a dim for every integer index and a scalar fills each dim no range lies along
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pallas_fix.analysis.values.ranges import Range, contiguous_range
+from pallas_fix.analysis.values.ranges import Range, contiguous_range, redirected_range
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse
@@ -164,6 +166,17 @@ def _windows(analysis, use: IndexUse, pl: str) -> dict:
     ranges = [(dim, k) for dim, k in enumerate(kinds) if isinstance(k, Range)]
     if "new axis" in kinds:
         raise Refuse(f"`{ctx.code(sub)}` adds a new axis (`None`) beside its integer arrays; broadcast the range itself")
+    for el, k in zip(sub.slice, kinds):
+        redirected = redirected_range(env, el.slice.value) if k == "array" else None
+        if redirected is not None:
+            where, r = redirected
+            start = ctx.code(r.start) if r.start is not None else "0"
+            raise Refuse(
+                f"`{ctx.code(el.slice.value)}` is the range `pl.ds({start}, {ctx.code(r.size)})` with some lanes sent elsewhere"
+                f" (`{ctx.code(where)}`), which no window reads: past the end a window is clamped whole, moving the lanes"
+                " that are kept; pad the array to whole windows and index the window (on Triton, a masked `load` of the"
+                " window reads the lanes past the end as padding)"
+            )
     if any(k == "array" for k in kinds) or not ranges:
         raise Refuse(
             f"an integer-array index of `{ctx.code(sub)}` is not a contiguous range `start + jnp.arange(n)` written in the"

@@ -58,12 +58,20 @@ def test_a_range_is_offered_as_its_window() -> None:
 
 def test_other_integer_arrays_are_refused_with_the_reason() -> None:
     for cols in ("idx_ref[...] + i", "i * bs + jnp.arange(0, 2 * bs, 2)", "i * bs * jnp.arange(bs)",
-                 "i * bs + 2 * jnp.arange(bs)", "i * bs + bs - 1 - jnp.arange(bs)", "idx_ref[...] + jnp.arange(bs)",
-                 "jnp.where(i * bs + jnp.arange(bs) < n, i * bs + jnp.arange(bs), 0)"):
+                 "i * bs + 2 * jnp.arange(bs)", "i * bs + bs - 1 - jnp.arange(bs)", "idx_ref[...] + jnp.arange(bs)"):
         findings = _pf108(cols)
         assert findings and all(not f.fixable for f in findings), (cols, findings)
         assert all("is not a contiguous range" in f.refusal for f in findings), (cols, [f.refusal for f in findings])
         assert _fixed(cols) == _source(cols)
+
+
+def test_a_range_with_lanes_sent_elsewhere_is_refused_with_what_to_write() -> None:
+    # brainevent's coomv: `jnp.where(valid, elems, 0)` keeps the lanes inside the array where they
+    # are; a window past the end would be clamped whole and move them.
+    (finding,) = _pf108("jnp.where(i * bs + jnp.arange(bs) < n, i * bs + jnp.arange(bs), 0)")
+    assert not finding.fixable, finding
+    assert "is the range `pl.ds(i * bs, bs)` with some lanes sent elsewhere" in finding.refusal, finding.refusal
+    assert "pad the array to whole windows" in finding.refusal
 
 
 def test_a_range_broadcast_against_the_window_shape_is_refused() -> None:

@@ -18,6 +18,7 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import walk
 
+_WHERE = frozenset({"jax.numpy.where"})
 _IOTA = "jax.lax.iota"
 _BROADCASTED = "jax.lax.broadcasted_iota"
 
@@ -52,6 +53,20 @@ def contiguous_range(env, expr: cst.BaseExpression, depth: int = 0) -> Optional[
             if inner is not None and inner.start is None and _scalar_int(env, offset):
                 return Range(offset, inner.size, inner.axis, inner.rank)
         return None
+    return None
+
+
+def redirected_range(env, expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, Range]]:
+    """`jnp.where(valid, rows, 0)` (through a name) with `rows` a range: the range with some lanes
+    sent elsewhere, as (the `where` call, the range); None otherwise."""
+    if isinstance(expr, cst.Name):
+        expr = env.reaching_assignment(expr)
+    if not isinstance(expr, cst.Call) or not env.ctx.imports.is_(expr.func, _WHERE) or len(expr.args) != 3:
+        return None
+    for arg in expr.args[1:]:
+        found = contiguous_range(env, arg.value)
+        if found is not None:
+            return expr, found
     return None
 
 
