@@ -202,8 +202,30 @@ def _windows(analysis, use: IndexUse, pl: str) -> dict:
         start = ctx.code(r.start) if r.start is not None else "0"
         windows[dim] = cst.parse_expression(f"{pl}.ds({start}, {ctx.code(r.size)})")
     for dim in ones:
-        windows[dim] = cst.parse_expression(f"{pl}.ds({ctx.code(sub.slice[dim].slice.value)}, 1)")
+        scalar = sub.slice[dim].slice.value
+        if not _not_negative(ctx, env, scalar):
+            raise Refuse(
+                f"the index `{ctx.code(scalar)}` beside the ranges of `{ctx.code(sub)}` would become `pl.ds({ctx.code(scalar)}, 1)`,"
+                " which means the same only for an index that is not negative (the gather wraps a negative index around,"
+                " the window clamps it); index with a `pl.program_id`, a Python int or the `k` of `for k in range(n)`"
+            )
+        windows[dim] = cst.parse_expression(f"{pl}.ds({ctx.code(scalar)}, 1)")
     return windows
+
+
+def _not_negative(ctx, env, expr: cst.BaseExpression) -> bool:
+    """A Python int >= 0, the `k` of `for k in range([0,] n)`, or `pl.program_id(...)` itself."""
+    static = env.static_int(expr)
+    if static is not None:
+        return static >= 0
+    if isinstance(expr, cst.Name):
+        loop = C.range_loop(ctx, expr)
+        if loop is not None:
+            args = [a.value for a in loop.iter.args]  # type: ignore[attr-defined]
+            low = env.static_int(args[0]) if len(args) == 2 else 0
+            return len(args) <= 2 and low is not None and low >= 0
+        expr = env.reaching_assignment(expr) or expr
+    return isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PROGRAM_ID)
 
 
 def _size_one_windows(ctx, sub: cst.Subscript, kinds: list, gathered: list[int], ranges: list[Range]) -> list[int]:
