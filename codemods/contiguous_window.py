@@ -26,11 +26,12 @@ Preconditions (each failure is a refusal with the reason):
 - a `.at[...]` view is read or written by a subscript or by Triton's `load` / `store` (whose
   masked forms pad a window past the end instead of clamping it), not passed to another call.
 
-Unsafe, applied once verified: past the end of the ref the two differ. The integer array clamps
-each index on its own (a read repeats the last element; a write drops the lanes past the end);
-an unmasked window is clamped whole (moved back to fit), a masked `load` / `store` pads it. They
-agree wherever the window stays inside the ref or the mask covers the lanes past the end, which
-is how Triton code is written (`mask = rows < n`), but pallas-fix does not prove it.
+Unsafe, applied once verified: outside the ref the two differ. The integer array clamps each
+index past the end on its own (a read repeats the last element; a write drops the lanes) and
+wraps a negative one around; an unmasked window is clamped whole (moved to fit), a masked `load` /
+`store` pads it. They agree wherever the window stays inside the ref or the mask covers the lanes
+outside it, which is how Triton code is written (`mask = rows < n`), but pallas-fix does not
+prove it.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
 
     description = (
         f"{CODE} line {C.line(ctx, use.subscript)}: index with the windows the ranges read: " + "; ".join(changes)
-        + "; unsafe: past the end of the ref an unmasked window is clamped whole where the integer array clamped each index"
+        + "; unsafe: outside the ref an unmasked window is clamped whole where the integer array clamped (or wrapped) each index"
     )
     plan = FixPlan(NAME, FixSafety.UNSAFE, [use], description, rewrite, site=use.kernel_site)
     return plan, frozenset(id(n) for n in edits)
