@@ -80,6 +80,8 @@ def plan_use(analysis, use: IndexUse) -> tuple[Outcome, frozenset[int]]:
 
     def rewrite(module: cst.Module) -> cst.Module:
         new, _ = apply_edits(module, edits)  # type: ignore[arg-type]
+        if dead:  # the ranges' bindings went: so may the imports only they read
+            new = imports.drop_unused_loop_imports(new, module, imports.RANGE_IMPORTS)
         return imports.add_imports(new, [pl.add])
 
     description = (
