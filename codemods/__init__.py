@@ -10,6 +10,7 @@ one offered.
 """
 
 from pallas_fix.codemods import (
+    contiguous_window,
     grid_to_loop,
     lift_loop,
     lift_reduction,
@@ -25,6 +26,7 @@ PLANNERS: list[Recipe] = [
     lift_loop.RECIPE,
     program_id_blocks.RECIPE,
     scalar_start.RECIPE,
+    contiguous_window.RECIPE,
     traced_constant.RECIPE,
     lift_reduction.RECIPE,
     scalar_prefetch.RECIPE,

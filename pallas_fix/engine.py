@@ -28,7 +28,6 @@ from pallas_fix.core.speed import Pipelined
 from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
-from pallas_fix.rules.dynamic_index.pf108_traced_integer_array_index import contiguous_window_hint
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.loops.dependence import accumulates_in_place
 from pallas_fix.rewrite.text.line_width import fit_width
@@ -52,8 +51,7 @@ def _no_planner_reason(analysis: Analysis, code: str, use: IndexUse, window_reas
     site = use.kernel_site
     if site is not None and site.entry is not None:  # `plgpu.kernel`: no BlockSpecs to move a window into
         return entry_problem(analysis, site) or ""
-    reason = _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason)
-    return reason + contiguous_window_hint(use) if code == "PF108" else reason
+    return _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason)
 
 
 @dataclass(frozen=True)
@@ -158,9 +156,10 @@ def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcome
     return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)
 
 
-# Start fixes (a one-element slice or a float used as a start, a traced constant) come before
-# lifts: a lift planned around a start that no interpreter accepts gives a kernel none runs.
-START_FIXES = ("scalar-start", "traced-constant")
+# Start fixes (a one-element slice or a float used as a start, a traced constant, a range read as
+# the window it is) come before lifts: a lift planned around a start that no interpreter accepts
+# gives a kernel none runs, and a range becomes a window a lift can see.
+START_FIXES = ("scalar-start", "traced-constant", "contiguous-window")
 
 
 def _plan_rank(plan: FixPlan) -> int:

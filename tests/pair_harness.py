@@ -2,7 +2,7 @@
 
 The fixtures of each codemod live in tests/fixtures/codemods/<codemod module>/ (the file name of
 its recipe in codemods/: lift_loop/, program_id_blocks/, lift_reduction/, traced_constant/,
-scalar_start/, static_unroll/, grid_to_loop/, scalar_prefetch/); `FAMILIES` says how each folder is run
+scalar_start/, contiguous_window/, static_unroll/, grid_to_loop/, scalar_prefetch/); `FAMILIES` says how each folder is run
 (target, unsafe fixes, refusal style, ...), and tests/test_codemod_pairs.py runs every check that
 applies to every pair and refusal. A fixture folder holds
 
@@ -13,8 +13,8 @@ applies to every pair and refusal. A fixture folder holds
   are left in the after-file (0 when absent).
 - `refuse_<name>.py`: a kernel that must come out unchanged, with
   `# pallas-fix-test: refusal <substring>` naming a fragment of the refusal reason some finding
-  must carry (the "declared" style), or, in traced_constant/ and scalar_start/ (the "marked"
-  style), a `# refuse: <words>` comment ending every line whose finding must be refused with a
+  must carry (the "declared" style), or, in traced_constant/, scalar_start/ and contiguous_window/
+  (the "marked" style), a `# refuse: <words>` comment ending every line whose finding must be refused with a
   reason containing <words>.
 
 The checks are plain functions (they raise AssertionError with a readable message), so test
@@ -347,7 +347,8 @@ class Family:
     refusal_style: str = "declared"  # "declared" (`# pallas-fix-test: refusal`) or "marked" (`# refuse:`)
     # The jaxpr check of what stays dynamic: "declared" (exactly `remaining N` dynamic slices left),
     # "fewer" (static detection agrees with the jaxpr; fewer dynamic slices), "int_starts" (static
-    # detection agrees; no start left that is not an integer scalar), None (not checked).
+    # detection agrees; no start left that is not an integer scalar), "windows" (static detection
+    # agrees; no integer-array index left, each now a window), None (not checked).
     oracle: Optional[str] = "declared"
     min_pairs: int = 1
     min_refusals: int = 1
@@ -441,6 +442,9 @@ FAMILIES: dict[str, Family] = {
                unsafe_pairs=frozenset({"unsafe"}), refusal_style="marked", oracle="int_starts", min_pairs=5,
                real_refusals=False, gpu_interpret=True, verify_timeout_s=300, interp_skips_unsafe_and_reference=True,
                one_verdict=True, libcst_refusal=True, cli_select="PF107"),
+        Family("contiguous_window", "contiguous-window", frozenset({"PF108"}), "ContiguousWindow", unsafe=True, only=True,
+               refusal_style="marked", oracle="windows", min_pairs=0, libcst_pairs=("rows_iota_loop", "triton_outer_product"),
+               libcst_refusal=True),
         Family("static_unroll", "static-unroll", frozenset({"PF101", "PF102"}), "StaticUnroll", target="gpu-interpret",
                oracle=None, min_pairs=3, min_refusals=4, real_refusals=False, gpu_interpret=True,
                libcst_pairs=("unroll",), applied_within=_GPU_CODEMODS),
@@ -537,6 +541,12 @@ def check_oracle_static(pair: Pair, kind: str) -> None:
     assert new.lines(str(pair.after)) == remaining
     if kind == "fewer":
         assert len(new.dynamic_slices()) < len(old.dynamic_slices())
+    elif kind == "windows":
+        gathers = lambda rep: [a for a in rep.accesses if a.kind == "int_array"]
+        assert gathers(old), "the original indexes a ref with an integer array"
+        assert gathers(new) == [], [a.line for a in gathers(new)]
+        # A gather counts once per index array (`x_ref.at[rows[:, None], k]`: two), its window once.
+        assert 0 < len(new.dynamic_slices()) <= len(old.dynamic_slices()), "the gathers became windows"
     elif kind == "int_starts":
         int_scalar = re.compile(r"u?int(8|16|32|64)\[\]")
         bad = lambda rep: [a for a in rep.dynamic_slices() if a.dynamic_start and not int_scalar.fullmatch(a.start_aval or "")]

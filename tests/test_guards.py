@@ -316,6 +316,84 @@ def test_a_plan_that_fails_before_its_bounds_are_checked_says_its_own_reason():
     assert reasons and all("default, keyword" in r and "may run past the end" not in r for r in reasons), reasons
 
 
+_UNFOLLOWED_COUNT = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def make_call(n, bs):
+    def kernel(x_ref, o_ref):
+        window = pl.ds(pl.program_id(0) * bs, bs)
+        o_ref[window, :] = x_ref[window, :] * 2.0
+
+    def run(x):
+        return pl.pallas_call(
+            kernel,
+            grid=(cdiv(n, bs),),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        )(x)
+
+    return run
+
+
+def doubled(x, bs=16):
+    return make_call(x.shape[0], bs)(x)
+'''
+
+
+def test_no_check_where_the_count_cannot_be_followed_back_to_the_dim_and_the_refusal_says_so():
+    """The grid counts `cdiv(n, bs)` (the module's own cdiv) with `n` a factory's parameter: no
+    check on `x.shape[0]` alone bounds it, and the bound itself is no check pallas-fix can write, so
+    none is written and the refusal says to compute the count from the dim
+    (brainevent's binary_densemv sizes its grid from a ShapeDtypeStruct handed to its factory)."""
+    assert not _guarded_plans(_UNFOLLOWED_COUNT)
+    reasons = [f.refusal for f in analyze_source(_UNFOLLOWED_COUNT, "k.py").findings if f.refusal]
+    assert reasons and all(
+        "cannot follow the count `cdiv(n, bs)` back to `x.shape[0]`; compute the count from `x.shape[0]`" in r
+        for r in reasons
+    ), reasons
+    fixed = _UNFOLLOWED_COUNT.replace("grid=(cdiv(n, bs),)", "grid=(pl.cdiv(x.shape[0], bs),)")
+    findings = analyze_source(fixed, "k.py").findings
+    assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
+_ONE_ELEMENT_STEPS = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+# pallas-fix: example tag_rows(i32[4], f32[8, 128], 6)
+
+
+def kernel(ids_ref, x_ref, o_ref):
+    g = pl.program_id(0)
+    o_ref[pl.ds(g, 1), :] = x_ref[pl.ds(g, 1), :] + ids_ref[pl.ds(g, 1)][:, None].astype(jnp.float32)
+
+
+def tag_rows(ids, x, num_groups):
+    return pl.pallas_call(
+        kernel,
+        grid=(num_groups,),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(ids, x)
+'''
+
+
+def test_steps_of_one_element_are_told_to_stay_within_the_dim_not_to_divide_it():
+    """Blocks of one element are never partial: `len % 1 == 0` says nothing. What may go wrong is
+    a step past the end, so the refusal asks for `steps <= extent` (axlearn's gmm reads its tile
+    metadata this way, one entry per program). The example runs 6 steps over 4 ids, so no check
+    is written."""
+    reasons = [f.refusal for f in analyze_source(_ONE_ELEMENT_STEPS, "k.py").findings if f.refusal]
+    assert reasons and all("% 1" not in r for r in reasons), reasons
+    assert any("assert `num_groups <= ids.shape[0]` before the pallas_call" in r for r in reasons), reasons
+
+
 _PAST_THE_END = '''
 import jax
 import jax.numpy as jnp

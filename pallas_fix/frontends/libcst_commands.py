@@ -50,6 +50,7 @@ def command_for(recipe: Recipe) -> type[CodemodCommand]:
 LiftIndependentLoop = command_for(codemods.lift_loop.RECIPE)
 ProgramIdBlocks = command_for(codemods.program_id_blocks.RECIPE)
 ScalarStart = command_for(codemods.scalar_start.RECIPE)
+ContiguousWindow = command_for(codemods.contiguous_window.RECIPE)
 TracedConstantToInt = command_for(codemods.traced_constant.RECIPE)
 LiftReduction = command_for(codemods.lift_reduction.RECIPE)
 ScalarPrefetch = command_for(codemods.scalar_prefetch.RECIPE)

@@ -42,6 +42,7 @@ class Bounds:
         self.guarding = guarding
         self.guards: list[tuple[Guard, str]] = []  # (guard, what the original did without it)
         self.broken_guard: Optional[str] = None  # why the guard a proof needed was refused
+        self.too_strong = False  # the last choice of guards found one that would reject a good call
         self.checked = False  # check_blocks ran: a plan that failed before it failed for another reason
         self.symbols = Symbols(cs.ctx)
         self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
@@ -124,7 +125,15 @@ class Bounds:
             bound = list(self._fit_polys(block.index, block.size, size_expr, trip))
             why = (f"without it the original's last {side} `{block.param}` runs past the end of its dim {block.dim} "
                    "(clamped in interpret mode, out of bounds on hardware) where a BlockSpec block is partial")
-            self._choose(combos, bound, why, err, lambda prover: self._fits(block.index, block.size, size_expr, trip, prover))
+            try:
+                self._choose(combos, bound, why, err, lambda prover: self._fits(block.index, block.size, size_expr, trip, prover))
+            except CallSiteError:
+                if self.broken_guard is None and not self.too_strong:
+                    counts = " * ".join(f"`{code(e)}`" for e in map(lambda a: self._extent(a, trip), block.index.axes))
+                    self.broken_guard = (f"pallas-fix adds no check here, and a check on `{code(size_expr)}` alone would not do: "
+                                         f"it cannot follow the count {counts} back to `{code(size_expr)}`; compute the count "
+                                         f"from `{code(size_expr)}` where the pallas_call is written")
+                raise
         for dim, axis in block.squeezed.items():
             full, extent = self.cs.kernel_shape_dim(block.param, dim), self._extent(axis, trip)
             if full is None or self.prover.nonneg(self.poly(full) - self.poly(extent)):
@@ -149,6 +158,7 @@ class Bounds:
         and can be written as guards no good call and no example of the file breaks; raise `err`
         otherwise, naming the guard an example broke."""
         broken = []
+        self.too_strong = False
         traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
         places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
         for combo in combos:
@@ -161,6 +171,7 @@ class Bounds:
             if not proves(Prover(self.symbols, facts)):
                 continue
             if rejects_a_good_call(self.symbols, self.prover.facts, bound, guards) is not None:
+                self.too_strong = True
                 continue  # too strong: it would reject a call whose windows all fit (rewrite.proofs.necessity)
             how = [b for b in (breaks_example(self.symbols, g, example_values(self.cs.ctx, self.cs.site.call), evaluate) for g in guards) if b]
             if how:

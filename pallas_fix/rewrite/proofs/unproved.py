@@ -35,6 +35,9 @@ def unproved_blocks(block: RefBlock, size_expr: cst.BaseExpression, extents: lis
         names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
         return (f"{what}; block `{block.index.render(names)}` (k counts the steps of the new grid axis) is not one "
                 "pallas-fix can bound from these sizes")
+    if size == "1" and len(extents) == 1:  # one element per step: no block is partial, one may lie past the end
+        return (f"cannot prove the {counts} steps over `{ref}` stay inside its dim {block.dim} (`{dim}`), one element "
+                f"each: past the end the original's slice is clamped and a BlockSpec block is out of range; size the grid by `{dim}` or assert `{counts[1:-1]} <= {dim}` before the pallas_call")
     floor = f"{dim} // {size}"
     fix = f"assert `{dim} % {size} == 0` before the pallas_call"
     if floor not in {code(e) for e in extents}:

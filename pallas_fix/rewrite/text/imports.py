@@ -111,18 +111,22 @@ def add_imports(module: cst.Module, imports: Iterable[Optional[NewImport]]) -> c
     return module
 
 
-# The imports a lifted loop may leave unused: (module, name bound by `from module import name`).
-_LOOP_IMPORTS = (("jax", "lax"), ("jax.lax", "fori_loop"))
+# The imports a lifted loop may leave unused: (module, name bound by `from module import name`,
+# alias of `import module as alias`).
+_LOOP_IMPORTS = (("jax", "lax", None), ("jax.lax", "fori_loop", None))
+# ... and a range read as a window (`jnp.arange`, `lax.iota`).
+RANGE_IMPORTS = (("jax", "lax", None), ("jax.numpy", None, "jnp"), ("jax.numpy", "arange", None),
+                 ("jax.lax", "iota", None), ("jax.lax", "broadcasted_iota", None))
 
 
-def drop_unused_loop_imports(module: cst.Module, original: cst.Module) -> cst.Module:
-    """`from jax import lax` / `from jax.lax import fori_loop` that only served the lifted loop:
-    one that `original` (the tree before the rewrite) already left unused is the user's to keep
-    or remove, not the rewrite's."""
+def drop_unused_loop_imports(module: cst.Module, original: cst.Module, candidates=_LOOP_IMPORTS) -> cst.Module:
+    """`from jax import lax` / `from jax.lax import fori_loop` (or other `candidates`) that only
+    served what the rewrite removed: one that `original` (the tree before the rewrite) already
+    left unused is the user's to keep or remove, not the rewrite's."""
     context = CodemodContext()
-    served = [(parent, name) for parent, name in _LOOP_IMPORTS if _read_outside_imports(original, name)]
-    for parent, name in served:
-        RemoveImportsVisitor.remove_unused_import(context, parent, name)
+    served = [(parent, name, alias) for parent, name, alias in candidates if _read_outside_imports(original, alias or name)]
+    for parent, name, alias in served:
+        RemoveImportsVisitor.remove_unused_import(context, parent, name, alias)
     return RemoveImportsVisitor(context).transform_module(module) if served else module
 
 

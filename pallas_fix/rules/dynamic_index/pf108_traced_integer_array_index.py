@@ -9,55 +9,20 @@ and GPU interpret mode fails at run time. When the indices are contiguous, a `pl
 Example:
     o_ref[...] = x_ref[i * 8 + jnp.arange(8)]   # PF108
 
-Fix: none automatic; for contiguous indices use `x_ref[pl.ds(i * 8, 8)]` (a masked `load` /
-`store` keeps its mask). The finding's reason names the window when the array is spelled
-`start + jnp.arange(size)` (or `lax.iota`), the Triton idiom for a ragged block.
+Fix: contiguous-window (unsafe, applied once verified) when the array is a contiguous range,
+`start + jnp.arange(size)` (or `lax.iota`, `lax.broadcasted_iota`, broadcast as `rows[:, None]`
+for an outer product), the Triton idiom for a ragged block: the index becomes the window
+`pl.ds(start, size)` (a masked `load` / `store` keeps its mask), which a later round can lift into
+a grid axis. A gather through a table, a step or a reversed range has no window and is refused.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-import libcst as cst
-
 from pallas_fix.analysis.loops.windows import Window
 from pallas_fix.core.model import IndexUse
 from pallas_fix.rules.rule import make_rule, start_text
-
-
-_ARANGES = {"jnp.arange": 0, "jax.numpy.arange": 0, "np.arange": 0, "numpy.arange": 0, "lax.iota": 1, "jax.lax.iota": 1}
-
-
-def contiguous_window_hint(use: IndexUse) -> str:
-    """What to write instead when the integer array is a contiguous window: `start +
-    jnp.arange(size)` in either order, directly or through the name it is bound to."""
-    env = use.env  # type: ignore[attr-defined]
-    expr = use.start
-    if isinstance(expr, cst.Name):
-        expr = env.reaching_assignment(expr) or expr
-    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add)):
-        return ""
-    for arange, start in ((expr.left, expr.right), (expr.right, expr.left)):
-        size = _arange_size(env.ctx, arange)
-        if size is not None:
-            window = f"pl.ds({env.ctx.code(start)}, {size})"
-            return (
-                f"; `{env.ctx.code(use.start)}` is the contiguous window `{window}`: index `{use.ref_name}.at[{window}]` "
-                "instead (a masked load or store keeps its mask; interpret mode clamps a window that runs past the end), "
-                "which pallas-fix can then consider for a grid axis"
-            )
-    return ""
-
-
-def _arange_size(ctx, node: cst.BaseExpression) -> Optional[str]:
-    """`size` of `jnp.arange(size)` / `lax.iota(dtype, size)` (one count, no start or step)."""
-    if not isinstance(node, cst.Call) or ctx.code(node.func) not in _ARANGES:
-        return None
-    positional = [a for a in node.args if a.keyword is None]
-    at = _ARANGES[ctx.code(node.func)]
-    if len(positional) != at + 1 or any(a.star for a in node.args):
-        return None
-    return ctx.code(positional[at].value)
 
 
 def check(use: IndexUse, window: Window) -> Optional[str]:

@@ -14,7 +14,8 @@ Example:
 
 What to do: for contiguous indices read a window, `x_ref[pl.ds(i * 8, 8)]` (integer scalar
 starts run in GPU interpret mode); for a true gather, load the whole ref and index the value
-(`x_ref[...][idx]`), or check the kernel with `interpret=True`. No automatic fix.
+(`x_ref[...][idx]`), or check the kernel with `interpret=True`. No automatic fix of its own:
+when the indices are traced and a contiguous range, PF108's contiguous-window fix writes the window.
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""PF108's contiguous-window fix: an integer array spelled as a contiguous range (`start +
+jnp.arange(size)`, the Triton idiom for a ragged block, as in JAX's gpu/rms_norm.py) is offered as
+the `pl.ds(start, size)` window it reads, and no other integer array is. The golden pairs and the
+interpreter runs are in tests/fixtures/codemods/contiguous_window/ (tests/test_codemod_pairs.py)."""
+
+from __future__ import annotations
+
+from pallas_fix.core.config import Config
+from pallas_fix.engine import analyze_source, fix_source
+
+_KERNEL = '''import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def kernel(x_ref, idx_ref, o_ref, *, bs):
+    n = x_ref.shape[0]
+
+    def body(i, acc):
+        cols = {cols}
+        return acc + pltriton.load(x_ref.at[{index}], mask=cols < n, other=0.0)
+
+    o_ref[...] = lax.fori_loop(0, pl.cdiv(n, bs), body, jnp.zeros(bs))
+
+
+def total(x, idx):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((16,), x.dtype),
+        compiler_params=pltriton.CompilerParams(),
+    )(x, idx)
+'''
+
+
+def _source(cols: str, index: str = "cols") -> str:
+    return _KERNEL.replace("{cols}", cols).replace("{index}", index)
+
+
+def _pf108(cols: str, index: str = "cols") -> list:
+    return [f for f in analyze_source(_source(cols, index), "k.py").findings if f.code == "PF108"]
+
+
+def _fixed(cols: str, index: str = "cols") -> str:
+    result = fix_source(_source(cols, index), "k.py", Config(), codemods={"contiguous-window"}, unsafe=True)
+    assert result.error is None, result.error
+    return result.source
+
+
+def test_a_range_is_offered_as_its_window() -> None:
+    for cols in ("i * bs + jnp.arange(bs)", "jnp.arange(bs) + i * bs", "i * bs + lax.iota(jnp.int32, bs)"):
+        (finding,) = _pf108(cols)
+        assert finding.fixable and finding.fix_id == "contiguous-window", (cols, finding.refusal)
+        fixed = _fixed(cols)
+        assert "pltriton.load(x_ref.at[pl.ds(i * bs, bs)], mask=cols < n, other=0.0)" in fixed, fixed
+        assert "cols = " in fixed  # the mask still reads it
+
+
+def test_other_integer_arrays_are_refused_with_the_reason() -> None:
+    for cols in ("idx_ref[...] + i", "i * bs + jnp.arange(0, 2 * bs, 2)", "i * bs * jnp.arange(bs)",
+                 "i * bs + 2 * jnp.arange(bs)", "i * bs + bs - 1 - jnp.arange(bs)", "idx_ref[...] + jnp.arange(bs)"):
+        findings = _pf108(cols)
+        assert findings and all(not f.fixable for f in findings), (cols, findings)
+        assert all("is not a contiguous range" in f.refusal for f in findings), (cols, [f.refusal for f in findings])
+        assert _fixed(cols) == _source(cols)
+
+
+def test_a_range_with_lanes_sent_elsewhere_is_refused_with_what_to_write() -> None:
+    # brainevent's coomv: `jnp.where(valid, elems, 0)` keeps the lanes inside the array where they
+    # are; a window past the end would be clamped whole and move them.
+    (finding,) = _pf108("jnp.where(i * bs + jnp.arange(bs) < n, i * bs + jnp.arange(bs), 0)")
+    assert not finding.fixable, finding
+    assert "is the range `pl.ds(i * bs, bs)` with some lanes sent elsewhere" in finding.refusal, finding.refusal
+    assert "pad the array to whole windows" in finding.refusal
+
+
+def test_a_range_broadcast_against_the_window_shape_is_refused() -> None:
+    # `rows[:, None]` alone gathers (bs, 1), the window (bs,): no window form has that shape.
+    (finding,) = _pf108("i * bs + jnp.arange(bs)", "cols[:, None]")
+    assert not finding.fixable and "broadcast to a shape" in finding.refusal, finding.refusal
+
+
+def test_a_table_read_through_a_range_keeps_its_gather() -> None:
+    # `idx_ref[jnp.arange(bs)]` is the window `idx_ref[pl.ds(0, bs)]`, but the rows it picks from
+    # `x_ref` are data: that gather stays.
+    source = _source("idx_ref[jnp.arange(bs)]")
+    findings = {f.span.column: f for f in analyze_source(source, "k.py").findings if f.code == "PF108"}
+    outer = [f for f in findings.values() if f.message.startswith("`x_ref`")]
+    assert outer and all(not f.fixable and "is not a contiguous range" in f.refusal for f in outer)
+    fixed = _fixed("idx_ref[jnp.arange(bs)]")
+    assert "cols = idx_ref[pl.ds(0, bs)]" in fixed and "x_ref.at[cols]" in fixed, fixed
+
+
+def test_the_window_then_gets_the_lift_refusal_a_written_window_gets() -> None:
+    """After the fix, the window is an ordinary `pl.ds` window: the finding `--apply`'s rounds leave
+    is the one for `x_ref.at[pl.ds(i * bs, bs)]` written by hand (here: a Triton reduction)."""
+    by_hand = analyze_source(_source("i * bs + jnp.arange(bs)", "pl.ds(i * bs, bs)"), "k.py").findings
+    normalised = _fixed("i * bs + jnp.arange(bs)")
+    after = analyze_source(normalised, "k.py").findings
+    assert [(f.code, f.refusal) for f in after] == [(f.code, f.refusal) for f in by_hand]
+    assert after and "Triton runs grid axes as independent programs" in after[0].refusal
