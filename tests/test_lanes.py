@@ -81,6 +81,8 @@ def test_other_backends_keep_the_column_layout():
     ("alpha = jnp.exp(m - m_next)", "alpha = jnp.exp(m - m_next[0])"),
     # a value of unknown shape met without a name to widen to
     ("p = jnp.exp(s - m_next)", "p = jnp.exp(s * 1.0 - m_next)"),
+    # after the loop, an expression that binds a name of its own (nothing to narrow in place)
+    ("o_ref[0] = (o / l).astype(o_ref.dtype)", "o_ref[0] = (o / (w := l)).astype(o_ref.dtype)"),
 ])
 def test_uses_it_cannot_read_keep_the_column_layout(edit):
     before, after = edit

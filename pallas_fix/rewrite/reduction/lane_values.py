@@ -215,6 +215,9 @@ def _narrow(value: cst.BaseExpression, final: bool, why: str) -> cst.BaseExpress
 def _narrow_inside(ctx, layout: Widening, e: cst.BaseExpression, env: dict) -> cst.BaseExpression:
     """`e` with each L name in it narrowed to its exact value."""
     lane_names = {k for k, v in env.items() if v == L}
+    if any(isinstance(n, (cst.NamedExpr, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp))
+           for n in walk(e)):
+        raise NoLanes(f"`{code(e)}` binds names of its own")  # a bound name is not a read to narrow
 
     class Narrow(cst.CSTTransformer):
         def leave_Name(self, original: cst.Name, updated: cst.Name):

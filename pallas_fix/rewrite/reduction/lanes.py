@@ -33,6 +33,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend
+from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.reduction.carries import Carry, Leaf
 from pallas_fix.rewrite.reduction.carry_io import body_and_result, unpack_to_drop
 from pallas_fix.rewrite.reduction.carry_names import result_target
@@ -79,7 +80,10 @@ def lane_layout(ctx, region, carry: Carry, after: list, embedded, backend: Backe
     chosen = frozenset(n for n, leaf in enumerate(carry.leaves) if _column_leaf(ctx, leaf) and step_names.get(n, "_") != "_")
     if not chosen:
         return None
-    stmts, result = body_and_result(region.body, drop_unpack=True)
+    try:
+        stmts, result = body_and_result(region.body, drop_unpack=True)
+    except Refuse:  # the lift says why itself
+        return None
     layout = LaneLayout(chosen, _free_name(ctx, "_lanes_like"), jnp, _python_numbers(ctx, region, [*stmts, *after]))
     try:
         step, stored = step_statements(ctx, layout, carry, stmts, result, unpack)
@@ -143,7 +147,7 @@ def _python_numbers(ctx, region, stmts: list) -> frozenset[str]:
     if isinstance(region.body, cst.FunctionDef):
         bound |= {p.name.value for p in region.body.params.params}
         bound |= {n for s in region.body.body.body for n in bindings(s, nested=True)}  # the dropped `m, l = carry` too
-    params = {p.name.value for p in region.site.kernel.params.kwonly_params + region.site.kernel.params.params}
+    params = {p.name.value for p in [*region.site.kernel.params.params, *region.site.kernel.params.kwonly_params]}
     out = set()
     for name in _reads(stmts) - bound:
         val = region.env.value(cst.Name(name))
