@@ -311,53 +311,54 @@ def fold_atom(expr: cst.BaseExpression, h: Hooks) -> Optional[str]:
     return f"fold:{terms[0][0].split(':')[1]}:{op}:{h.code(divisor)}"
 
 
-def folded_index(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
+def folded_index(expr: cst.BaseExpression, h: Hooks) -> Optional[cst.BaseExpression]:
     """The first quotient or remainder of a traced value that `expr` is computed from, through
     single assignments: `i_nh // H`, `i_nh % H`, `lax.div(t, nn)`, `lax.rem(t, nn)`, where the
     divided value is a grid or loop index itself and the divisor is static (`(r * r) % n` is not
     one). Such an index splits one grid or loop index into two, which `decompose` does not model;
     windows.py names it in the refusal."""
-    if depth > 16:
-        return None
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, (cst.FloorDivide, cst.Modulo)) and _splits_index(expr.left, expr.right, h):
-            return expr
-        return folded_index(expr.left, h, depth + 1) or folded_index(expr.right, h, depth + 1)
-    if isinstance(expr, cst.UnaryOperation):
-        return folded_index(expr.expression, h, depth + 1)
-    if isinstance(expr, cst.Call):
-        if h.code(expr.func).endswith(_FOLDS) and len(expr.args) == 2 and _splits_index(expr.args[0].value, expr.args[1].value, h):
-            return expr
-        stripped = h.strip(expr)
-        return folded_index(stripped, h, depth + 1) if stripped is not None else None
-    if isinstance(expr, cst.Name) and h.is_dynamic(expr):
-        value = h.inline(expr)
-        return folded_index(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
-    return None
+    def splits(e: cst.BaseExpression) -> bool:
+        if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, (cst.FloorDivide, cst.Modulo)):
+            return _splits_index(e.left, e.right, h)
+        return (isinstance(e, cst.Call) and h.code(e.func).endswith(_FOLDS) and len(e.args) == 2
+                and _splits_index(e.args[0].value, e.args[1].value, h))
+
+    return _first_fold(expr, h, splits)
 
 
-def shifted_fold(expr: cst.BaseExpression, h: Hooks, depth: int = 0) -> Optional[cst.BaseExpression]:
+def shifted_fold(expr: cst.BaseExpression, h: Hooks) -> Optional[cst.BaseExpression]:
     """The first quotient or remainder that `expr` is computed from (through single assignments)
     whose dividend moves with a grid or loop index without being that index itself
     (`(pid - 1) // H`, `(2 * t) % n`): a value that may be negative, or whose parts no index_map
     written as `index // n` gives; None when there is none."""
+
+    def shifted(e: cst.BaseExpression) -> bool:
+        parts = fold_parts(e, h)
+        if parts is None:
+            return False
+        aff = decompose(parts[0], h)
+        return aff is not None and not aff.is_static() and not _splits_index(parts[0], parts[2], h)
+
+    return _first_fold(expr, h, shifted)
+
+
+def _first_fold(expr: cst.BaseExpression, h: Hooks, match, depth: int = 0) -> Optional[cst.BaseExpression]:
+    """The first part of `expr` (through operators, stripped calls and single assignments) that
+    `match` accepts."""
     if depth > 16:
         return None
-    parts = fold_parts(expr, h)
-    if parts is not None:
-        aff = decompose(parts[0], h)
-        if aff is not None and not aff.is_static() and not _splits_index(parts[0], parts[2], h):
-            return expr
+    if match(expr):
+        return expr
     if isinstance(expr, cst.BinaryOperation):
-        return shifted_fold(expr.left, h, depth + 1) or shifted_fold(expr.right, h, depth + 1)
+        return _first_fold(expr.left, h, match, depth + 1) or _first_fold(expr.right, h, match, depth + 1)
     if isinstance(expr, cst.UnaryOperation):
-        return shifted_fold(expr.expression, h, depth + 1)
+        return _first_fold(expr.expression, h, match, depth + 1)
     if isinstance(expr, cst.Call):
         stripped = h.strip(expr)
-        return shifted_fold(stripped, h, depth + 1) if stripped is not None else None
+        return _first_fold(stripped, h, match, depth + 1) if stripped is not None else None
     if isinstance(expr, cst.Name) and h.is_dynamic(expr):
         value = h.inline(expr)
-        return shifted_fold(value, h, depth + 1) if isinstance(value, cst.BaseExpression) else None
+        return _first_fold(value, h, match, depth + 1) if isinstance(value, cst.BaseExpression) else None
     return None
 
 
