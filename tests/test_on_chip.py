@@ -46,7 +46,7 @@ def test_a_measured_speed_outranks_the_model_both_ways():
                                allow_unsafe=False)
     (k,) = slower.kernels
     assert k.status == "refused" and slower.source == src
-    assert "already pipelined, and it measured on the TPU v5 lite" in k.reason and "(0.50x" in k.reason
+    assert "already pipelined; measured on the TPU v5 lite" in k.reason and "(0.50x" in k.reason
     assert "--lift-for-memory" in k.reason
     # no step record says the call was pipelined before: written, saying how fast it measured
     unpiped = rewrite_by_kernel(src, str(MATMUL), Config(), _scripted({"original": 0.1, "rewrite": 0.2}, []),

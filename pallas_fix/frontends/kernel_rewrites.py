@@ -184,7 +184,7 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
         if ratio >= SLOWER or held is None:  # as fast, or a call the lift gives its pipelining
             applied = tuple(f"{d}; {words}" for d in candidate.applied)
             return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
-        note = f"trades speed for memory: the original fits on chip and is already pipelined, and it {words}"
+        note = f"trades speed for memory: the original fits on chip and is already pipelined; {words}"
     if held is None:  # no example measured the steps: the source's note (core.speed), if any
         applied = tuple(candidate.applied) if measured else _static_notes(candidate)
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
