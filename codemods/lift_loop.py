@@ -71,7 +71,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
             f"the trip count of the loop ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call"
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
-    axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel")
+    axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel", undo_strip_mines=analysis.config.lift_for_memory)
     doubt, guards = None, ()
     try:
         edits = CallEdits(cs, blocks, axis).build()

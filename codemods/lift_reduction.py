@@ -130,7 +130,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     semantics = _semantics(analysis, region, site, carry, access, embedded)
     # guarding: blocks the code does not prove inside their arrays may be proved by a shape fact
     # written into the wrapper as a check (rewrite.proofs.guards); a reduction is unsafe anyway.
-    call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped),
+    call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped,
+                                                     undo_strip_mines=analysis.config.lift_for_memory),
                            guarding=True)
     scratch, space = scratch_spelling(ctx, site.backend)
     if carry.scratch:

@@ -367,6 +367,9 @@ class Family:
     # Mosaic GPU pairs whose lift GPU interpret mode cannot run: checked with `--target compiled`
     # (by default such a kernel is presumed to run in GPU interpret mode and the lift is refused).
     compiled_pairs: frozenset = frozenset()
+    # pairs rewritten with `--lift-for-memory` (Config(lift_for_memory=True)): a deliberate
+    # strip-mine is only lifted on request
+    memory_pairs: frozenset = frozenset()
 
     @property
     def path(self) -> Path:
@@ -384,7 +387,7 @@ class Family:
 
         backend = Backend.TPU if name in self.tpu_pairs else None
         target = "compiled" if name in self.compiled_pairs else self.target
-        return Config(target=target or "default", backend=backend)
+        return Config(target=target or "default", backend=backend, lift_for_memory=name in self.memory_pairs)
 
     def needs_unsafe(self, name: str) -> bool:
         return self.unsafe or name in self.unsafe_pairs
@@ -397,7 +400,7 @@ class Family:
             out["codemods"] = {self.codemod}
             out["unsafe"] = self.needs_unsafe(name) if unsafe is None else unsafe
             return out
-        if self.target or name in self.tpu_pairs or name in self.compiled_pairs:
+        if self.target or name in self.tpu_pairs or name in self.compiled_pairs or name in self.memory_pairs:
             out["config"] = self.config(name)
         if unsafe if unsafe is not None else self.needs_unsafe(name):
             out["unsafe"] = True
@@ -425,6 +428,7 @@ FAMILIES: dict[str, Family] = {
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
                unsafe_pairs=frozenset({"stepped_loop_unsafe", "stepped_loop_reads_position_guarded"}),
+               memory_pairs=frozenset({"larger_blockspec"}),
                compiled_pairs=frozenset({"augassign_start_mgpu", "extent_squeezed_rows_mgpu", "helper_slice_named_tuple",
                                          "reverse_shifted_mgpu_bf16", "scalar_row_and_window_mgpu", "scalar_rows_softmax_mgpu",
                                          "varargs_popped_optional_mgpu", "varargs_star_inputs_mgpu"})),

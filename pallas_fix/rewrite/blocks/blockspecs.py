@@ -115,6 +115,13 @@ class SpecWriter:
             if old is None or old.size is None:
                 raise CallSiteError(f"the BlockSpec of `{param}` has an index but no block shape")
             self._check_nested(dims, e, old.size, old_index)
+            if self.grid.adds_axis and not self.grid.undo_strip_mines:
+                raise CallSiteError(
+                    f"the loop walks `{param}` in sub-tiles of the block its BlockSpec already moves along dim {e} "
+                    f"(`{code(old.size)}` at block `{code(old_index)}`): a deliberate strip-mine, the form JAX's flash "
+                    "attention uses (block_k_major > block_k) to compute on small tiles while the grid copies large "
+                    "blocks; a lift would shrink the blocks the grid copies and multiply its steps, so pallas-fix "
+                    "leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
             ratio = f"({code(old.size)} // {paren_text(code(block.size))})"
             return code(block.size), f"{paren_text(code(old_index))} * {ratio} + {paren_text(dims.new_index)}"
         if old_block is not None:

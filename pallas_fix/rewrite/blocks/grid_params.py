@@ -30,12 +30,15 @@ class GridParams:
     num_prefetch: int
     adds_axis: bool
     skipped_index: Optional[str] = None  # NewAxis.skipped_index
+    undo_strip_mines: bool = False  # NewAxis.undo_strip_mines
 
     @classmethod
     def of(cls, cs: CallSite, new_axis: Optional[NewAxis]) -> "GridParams":
         ngrid = len(cs.grid)
-        skipped = new_axis.skipped_index if new_axis is not None else None
-        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, new_axis is not None, skipped)
+        if new_axis is None:
+            return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, False)
+        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, True, new_axis.skipped_index,
+                   new_axis.undo_strip_mines)
 
     def for_spec(self, spec: Spec) -> tuple[list[str], list[str]]:
         """(grid params, prefetch params) for a rebuilt index_map."""

@@ -119,6 +119,9 @@ class NewAxis:
     # the block index of those steps, as text over NEW_INDEX and the grid placeholders
     # (rewrite.text.translate.grid_placeholder), which the index_map's writer names.
     skipped_index: Optional[str] = None
+    # A loop walking sub-tiles of a block the grid already moves is a deliberate strip-mine
+    # (compute tiles smaller than the blocks copied): kept unless asked (--lift-for-memory).
+    undo_strip_mines: bool = False
 
 
 NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index
