@@ -13,7 +13,7 @@ from typing import Optional, Protocol
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, names_in
 
 L, C, F = "L", "C", "F"
 _UNARY = frozenset(
@@ -97,7 +97,7 @@ def _bind_exact(target: cst.CSTNode, env: dict) -> None:
 
 
 def mentions(node: cst.CSTNode, names: set[str]) -> bool:
-    return bool(names) and any(isinstance(n, cst.Name) and n.value in names for n in walk(node))
+    return bool(names & names_in(node))
 
 
 # -- expressions ------------------------------------------------------------------------------------------

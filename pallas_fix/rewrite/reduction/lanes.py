@@ -40,7 +40,7 @@ from pallas_fix.rewrite.reduction.carry_names import result_target
 from pallas_fix.rewrite.reduction.carry_tree import literal_leaves, mirror
 from pallas_fix.rewrite.reduction.lane_values import L, NoLanes, expression, mentions, statement
 from pallas_fix.rewrite.text.scopes import bindings
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, names_in
 
 LANES = 128
 _CTORS = ("jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full")
@@ -209,7 +209,7 @@ def _lanes_shape(shape: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _free_name(ctx, name: str) -> str:
-    taken = {n.value for n in walk(ctx.module) if isinstance(n, cst.Name)}
+    taken = names_in(ctx.module)
     while name in taken:
         name += "_"
     return name
