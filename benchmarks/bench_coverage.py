@@ -17,7 +17,8 @@ Four corpora:
 Per kernel file: findings, whether a rewrite is proposed, what it fixed, and (with --verify) the
 verification verdicts; then the share of fix-labelled blind kernels fixed (and verified), the
 rewrites that changed outputs, and a histogram of refusal reasons. A file is FIXED when the
-accepted rewrite (verified, with --verify) removes every finding, PARTIAL when it removes some.
+accepted rewrite (verified, with --verify) removes every finding, PARTIAL when it removes some,
+held when its rewrite verified but plain --apply holds it back as slower (--lift-for-memory writes it).
 The real corpus is also reported per repository (files, labels, findings, FIXED/PARTIAL, verified,
 the first refusal of each file not lifted), its held-out files apart, and every file is traced by
 the jaxpr oracle on its example to list kernels with dynamic accesses but no finding.
@@ -43,6 +44,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pallas_fix.core.speed import OPTION  # noqa: E402
 from pallas_fix.frontends.service import Options, analyse_file, rewrite_kernels  # noqa: E402
 
 BLIND = ROOT / "tests" / "fixtures" / "blind"
@@ -69,17 +71,23 @@ class Row:
     # Dynamic ref accesses the jaxpr oracle finds at this file's lines, by kind ("slice",
     # "int_array", "scalar"); None when not traced (real corpus only).
     jaxpr_accesses: Optional[dict[str, int]] = None
+    # --verify: a kernel's rewrite verified but held back because it only trades speed for
+    # memory (written with --lift-for-memory): not lifted by plain --apply, not a refusal either.
+    held: bool = False
 
     @property
     def outcome(self) -> str:
-        """FIXED / PARTIAL (a rewrite that removes every / some findings), refused, no finding."""
+        """FIXED / PARTIAL (a rewrite that removes every / some findings), held (verified, held
+        back for speed), refused, no finding."""
         if self.error:
             return "error"
         if not self.findings:
             return "no finding"
         if self.proposed and self.fixed >= self.findings:
             return "FIXED"
-        return "PARTIAL" if self.proposed and self.fixed else "refused"
+        if self.proposed and self.fixed:
+            return "PARTIAL"
+        return "held" if self.held else "refused"
 
     @property
     def lifted(self) -> bool:
@@ -138,6 +146,7 @@ def measure(path: Path, verify: bool, opts: Options) -> Row:
         rewrite, problem = rewrite_kernels(report, opts, gpu=report.gpu_interpret)
         accepted = rewrite.accepted() if rewrite is not None and not rewrite.error else []
         row.proposed = bool(accepted)
+        row.held = any(k.status == "refused" and OPTION in k.reason for k in (rewrite.kernels if rewrite else []))
         row.fixed = max(0, len(report.findings) - len(rewrite.remaining)) if accepted else 0
         statuses = [v.status for k in (rewrite.kernels if rewrite else []) for v in k.verdicts]
         failed = [k.status for k in (rewrite.kernels if rewrite else []) if k.status == "failed"]
@@ -246,10 +255,14 @@ def summarise_real(name: str, rows: list[Row], verify: bool) -> None:
               f"{sum(1 for r in rs if r.verified):5}")
         for r in rs:
             if r.findings and not r.lifted:
-                print(f"      refused {r.path.name}: {_first_reason(r)}")
+                why = "verified, held back as slower (written with --lift-for-memory)" if r.held else _first_reason(r)
+                print(f"      {r.outcome} {r.path.name}: {why}")
     wanted = [r for r in rows if r.label in ("fix", "either")]
     if wanted:
         print(f"fix/either lifted (FIXED or PARTIAL): {sum(1 for r in wanted if r.lifted)} of {len(wanted)}")
+        held = [r.path.name for r in wanted if r.outcome == "held"]
+        if held:
+            print(f"fix/either verified but held back for speed (written with --lift-for-memory): {len(held)}: {', '.join(held)}")
     # Windows (dynamic slices, integer-array indices) need a finding; a scalar index alone may be
     # the fix form already (a scalar-prefetch table read by program id).
     windows = [r.path.name for r in rows if not r.findings and r.jaxpr_accesses
