@@ -224,9 +224,10 @@ def test_the_language_server_names_the_check_in_a_non_preferred_quick_fix_title(
 
 
 @pytest.mark.interp
-def test_a_check_the_recorded_example_breaks_fails_verification_and_is_not_written(tmp_path: Path):
+def test_a_check_the_recorded_example_breaks_refuses_the_lift_and_is_not_written(tmp_path: Path):
     """No example in the file (synthesis would make the two inputs alike); the recorded call gives
-    `residual` fewer rows than `x`, which the original runs (clamping) and the check rejects."""
+    `residual` fewer rows than `x`, which the original runs (clamping) and the check rejects: the
+    lift is refused as one that would narrow what the kernel takes, not reported as broken."""
     path = tmp_path / "k.py"
     source = _source(example="")
     path.write_text(source)
@@ -237,6 +238,8 @@ def test_a_check_the_recorded_example_breaks_fails_verification_and_is_not_writt
     out = run.stdout + run.stderr
     assert path.read_text() == source, out
     assert "must be at least" in out and "recorded" in out, out
+    assert "the check it adds rejects" in out and "a call the original accepts" in out, out
+    assert "error on" not in out, out
 
 
 # -- guards the real corpus needs (issue 26, part 2) -------------------------------------------

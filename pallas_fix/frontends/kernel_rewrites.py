@@ -128,6 +128,8 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
             return None, current
         verdicts = tuple(verifier(current, candidate.source, kernel))
         failed = [v for v in verdicts if v.status not in ("verified", "unverified", "refused")]
+        if failed and all(v.details.get("rejected_by_check") for v in failed):
+            return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=_outside_guard(failed[0], candidate)), current
         if failed:
             return KernelRewrite(kernel, "failed", verdicts=verdicts, reason=_failure(failed[0], candidate)), current
         refused = [v for v in verdicts if v.status == "refused"]
@@ -232,6 +234,16 @@ def _static_notes(fixed: FixResult) -> tuple[str, ...]:
     """The applied descriptions, each lift of an already pipelined call saying what the source
     alone tells of its speed (no example measured it)."""
     return tuple(f"{d}; {p.note()}" if p is not None else d for d, p in zip(fixed.applied, fixed.pipelined))
+
+
+def _outside_guard(verdict: Verdict, candidate: FixResult) -> str:
+    """Why a lift whose own check (rewrite.proofs.guards) rejects the user's example is refused: the
+    lift is exact only for calls that pass the check, and writing it would make the wrapper reject
+    a call the original accepts (issue 26: refuse rather than narrow). Not a broken rewrite."""
+    what = "; ".join(candidate.applied) or "the rewrite"
+    return (f"{what}: not applied: the check it adds rejects {verdict.example or verdict.entry} "
+            f"({verdict.message.removeprefix('tracing the rewrite failed: ')}), a call the original accepts; "
+            "the lift is exact only for calls that pass the check, so it would narrow what the kernel takes")
 
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:
