@@ -140,13 +140,11 @@ def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst
     literal = _array_of_number(q, item)
     if literal is not None:
         return cst.Tuple([]), literal  # `jnp.array(0, dtype=jnp.int32)`: a 0-d array of that dtype
-    if q not in _SHAPED_CTORS and q != _FULL:
+    if q not in _SHAPED_CTORS and q != _FULL or any(a.star for a in item.args):
         raise Refuse(f"cannot tell the shape and dtype of the carry `{code(item)}`; {_FIX}")
     pos = [a.value for a in item.args if a.keyword is None]
     kw = {a.keyword.value: a.value for a in item.args if a.keyword is not None}
-    if any(a.star for a in item.args):
-        raise Refuse(f"cannot tell the shape and dtype of the carry `{code(item)}`; {_FIX}")
-    shape = kw.get("shape", pos[0] if pos else None)
+    shape = built_shape(ctx, item)
     dtype_pos = 2 if q == _FULL else 1
     dtype = kw.get("dtype", pos[dtype_pos] if len(pos) > dtype_pos else None)
     if isinstance(dtype, cst.Name) and dtype.value == "None":
@@ -165,6 +163,18 @@ def _shape_dtype(ctx, item: cst.BaseExpression) -> tuple[cst.BaseExpression, cst
     if isinstance(shape, cst.Integer):
         shape = cst.Tuple([cst.Element(shape)])
     return shape, dtype
+
+
+def built_shape(ctx, item: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The shape a carry built by jnp.zeros / ones / empty / full is given (first positional or
+    `shape=`), as written; None for any other expression or a shape not written there."""
+    q = (ctx.imports.qualify(item.func) or "") if isinstance(item, cst.Call) else ""
+    if q not in _SHAPED_CTORS and q != _FULL or any(a.star for a in item.args):  # type: ignore[union-attr]
+        return None
+    assert isinstance(item, cst.Call)
+    pos = [a.value for a in item.args if a.keyword is None]
+    kw = {a.keyword.value: a.value for a in item.args if a.keyword is not None}
+    return kw.get("shape", pos[0] if pos else None)
 
 
 def _whole_ref_read(region, item: cst.BaseExpression) -> Optional[cst.Name]:

@@ -34,7 +34,7 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.reduction.carries import Carry, Leaf
+from pallas_fix.rewrite.reduction.carries import Carry, Leaf, built_shape
 from pallas_fix.rewrite.reduction.carry_io import body_and_result, unpack_to_drop
 from pallas_fix.rewrite.reduction.carry_names import result_target
 from pallas_fix.rewrite.reduction.carry_tree import literal_leaves, mirror
@@ -43,7 +43,6 @@ from pallas_fix.rewrite.text.scopes import bindings
 from pallas_fix.rewrite.text.syntax import code, names_in
 
 LANES = 128
-_CTORS = ("jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty", "jax.numpy.full")
 _SCALAR_TYPES = frozenset({"float32", "float16", "bfloat16", "int32", "int16", "int8", "uint32", "bool_", "finfo", "iinfo"})
 
 
@@ -184,14 +183,12 @@ def _column_leaf(ctx, leaf: Leaf) -> bool:
         return False
     if (ctx.imports.qualify(leaf.dtype) or "") != "jax.numpy.float32" or not _is_column(leaf.shape):
         return False
-    init = leaf.init
-    if not isinstance(init, cst.Call) or (ctx.imports.qualify(init.func) or "") not in _CTORS:
-        return False
-    shapes = [a.value for n, a in enumerate(init.args) if _is_shape_arg(init, n, a)]
-    return len(shapes) == 1 and _is_column(shapes[0])
+    built = built_shape(ctx, leaf.init)  # built, not read whole from a ref (whose layout is the ref's)
+    return built is not None and _is_column(built)
 
 
 def _is_shape_arg(call: cst.Call, n: int, arg: cst.Arg) -> bool:
+    """The argument built_shape reads the shape from: the first positional one or `shape=`."""
     return (arg.keyword is None and n == 0 and not arg.star) or (arg.keyword is not None and arg.keyword.value == "shape")
 
 
