@@ -29,6 +29,10 @@ class Seen:
     num_prefetch: int
     operands: tuple[tuple[tuple[int, ...], str], ...]  # scalar-prefetch operands first, as passed
     results: tuple[tuple[tuple[int, ...], str], ...]
+    # which def of the kernel's name in the module it ran, in source order (0 the first), where
+    # the trace says: it tells apart two defs of one name (`if transpose: def kernel ... else:
+    # def kernel ...`, each arm's pallas_call running its own)
+    nth: Optional[int] = None
 
     def array(self, kind: str, index: int) -> Optional[tuple[tuple[int, ...], str]]:
         """(shape, dtype) of operand `index` among its `kind` ("prefetch" | "in" | "out")."""
@@ -44,13 +48,18 @@ class TracedFacts:
     # facts say on how many examples they rest.
     untraced: tuple[str, ...] = field(default=())
 
-    def rank(self, kernel: Optional[str], kind: str, index: int, counts: tuple[int, int, int]) -> tuple[Optional[int], str]:
+    def rank(self, kernel: Optional[str], kind: str, index: int, counts: tuple[int, int, int],
+             nth: Optional[int] = None) -> tuple[Optional[int], str]:
         """(the rank every traced call of `kernel` gives that operand, which examples showed it),
         or (None, why not): no example reached the kernel, a traced call has other numbers of
         (prefetch, input, output) operands than `counts` (another form of the call), or two
         examples disagree (the one that breaks the fact is named; a fact false on any example
-        is not used)."""
+        is not used). With `nth`, only the calls that ran the nth def of that name count."""
         calls = [s for s in self.seen if s.kernel == kernel]
+        if nth is not None:
+            if any(s.nth is None for s in calls):
+                return None, "the trace does not say which of its defs ran"
+            calls = [s for s in calls if s.nth == nth]
         if not calls:
             return None, "no example reaches the kernel"
         ranks: dict[int, list[str]] = {}
