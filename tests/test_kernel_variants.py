@@ -195,3 +195,22 @@ def test_a_plgpu_kernel_entry_is_analysed_and_refused():
     findings = analyze_source(path.read_text(), str(path)).findings
     assert [f.code for f in findings] == ["PF109"] * 3
     assert all(not f.fixable and "runs under `plgpu.kernel`" in (f.refusal or "") for f in findings)
+
+
+def test_one_kernel_every_call_passes_in_is_lifted_and_a_call_that_hides_its_kernel_refuses_it():
+    """`call_kernel(x, kernel=_scale_kernel, ...)` twice: the pallas_call runs that one kernel, so
+    its windows are fixable (the golden pair is program_id_blocks/pid_kernel_passed_in). Once some
+    use of the helper does not say which kernel it passes, the pallas_call may run another."""
+    from kernel_loading import FIXTURES
+
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernel_passed_in_before.py").read_text()
+    assert [f.fixable for f in analyze_source(src, "k.py").findings] == [True, True]
+    hidden = (
+        src.replace("    y = call_kernel(x,", "    g = call_kernel\n    y = call_kernel(x,"),
+        src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, **dict(kernel=_scale_kernel, factor=3.0))"),
+        src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=jax.nn.relu, factor=3.0)"),
+    )
+    for changed in hidden:
+        findings = analyze_source(changed, "k.py").findings
+        assert findings and all(not f.fixable and "does not say which kernel it passes" in (f.refusal or "") for f in findings), \
+            [f.refusal for f in findings]

@@ -19,6 +19,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.passed_in import passing_arguments
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -54,13 +55,9 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
         )
     if site.passed_by is not None:
-        helper = ctx.enclosing_function(site.call)
-        return (
-            f"kernel `{kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed on "
-            f"line {ctx.span(site.passed_by).line}), so the one pallas_call runs whatever kernel each call passes in; "
-            "pallas-fix rewrites a pallas_call together with the kernel it names. Give each kernel its own "
-            "pallas_call that names it to get this fix"
-        )
+        problem = _passed_problem(ctx, analysis.sites, site)
+        if problem is not None:
+            return problem
     dispatch = analysis.detection.dispatches.get(kernel) if analysis.detection is not None else None
     if dispatch is not None:
         call, options = dispatch
@@ -91,6 +88,32 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
     return None
 
 
+def _passed_problem(ctx: ModuleContext, sites, site: KernelSite) -> Optional[str]:
+    """Why a kernel passed in as a parameter of the function holding its pallas_call cannot be
+    rewritten with that call, or None: when every call passes this one kernel, the pallas_call
+    runs it alone, as if it named it."""
+    helper = ctx.enclosing_function(site.call)
+    kernels = [s for s in sites if s.call is site.call and s.kernel is not None]
+    if len(kernels) < 2 and passing_arguments(ctx, site):
+        return None
+    if len(kernels) < 2:
+        return (
+            f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed "
+            f"on line {ctx.span(site.passed_by).line}), and some use of `{helper.name.value}` does not say which kernel "
+            "it passes (`*args` / `**kwargs`, the function passed on or bound to another name, or a kernel not defined "
+            "in the module), so the one "
+            "pallas_call may run other kernels too. Pass the kernel by name in every call to get this fix"
+        )
+    passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
+    return (
+        f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}`, whose calls "
+        f"pass {len(kernels)} kernels ({passed}), so the one pallas_call runs whichever each call passes in, and one "
+        "grid and one set of BlockSpecs written there would serve every one of them; pallas-fix lifts a kernel passed "
+        "in only when every call passes that one kernel. Give each kernel its own pallas_call that names it to get "
+        "this fix"
+    )
+
+
 def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.FunctionDef) -> Optional[cst.Decorator]:
     """The first decorator applied to the kernel before the pallas_call sees it that is not
     known to leave the function as it is. In the decorator form only those below
@@ -118,6 +141,9 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
         and (s.kernel is kernel or (not s.variants and s.kernel.name.value == kernel.name.value
                                     and ctx.scope_of(s.kernel) is ctx.scope_of(kernel)))
     }
+    # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
+    # that pass it reach that pallas_call too.
+    passed |= {id(arg) for s in sites if s.kernel is kernel for arg in passing_arguments(ctx, s) or ()}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
     for name in _reads(ctx, {n for n, _ in aliases}):
         binding = _binding_scope(ctx, name)
