@@ -214,3 +214,22 @@ def test_one_kernel_every_call_passes_in_is_lifted_and_a_call_that_hides_its_ker
         findings = analyze_source(changed, "k.py").findings
         assert findings and all(not f.fixable and "does not say which kernel it passes" in (f.refusal or "") for f in findings), \
             [f.refusal for f in findings]
+
+
+def test_two_kernels_passed_in_are_refused_saying_how_their_windows_compare():
+    from kernel_loading import FIXTURES
+
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernel_passed_in_before.py").read_text()
+    negate = "\n\ndef _negate_kernel(x_ref, o_ref, *, factor):\n    i = pl.program_id(0)\n    o_ref[pl.ds(i * BS, BS), :] = -x_ref[pl.ds(i * BS, BS), :]\n"
+    same = src.replace("\n\ndef scale_twice", negate + "\n\ndef scale_twice").replace(
+        "call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=_negate_kernel, factor=3.0)")
+    findings = analyze_source(same, "k.py").findings
+    assert len(findings) == 4 and all(not f.fixable for f in findings)
+    assert all("pass 2 kernels (`_scale_kernel` (line 33), `_negate_kernel` (line 34))" in f.refusal
+               and "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
+               in f.refusal for f in findings), [f.refusal for f in findings]
+    # Windowed by a loop in one and by the program id in the other: named per operand.
+    path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
+    findings = analyze_source(path.read_text(), str(path)).findings
+    assert all("their windows differ (operand 0: dim 0 by pl.program_id(0) in `_scale_kernel` (`x_ref`), "
+               "dim 0 by a loop index in `_shift_kernel` (`x_ref`); operand 1:" in f.refusal for f in findings), [f.refusal for f in findings]

@@ -55,7 +55,7 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
         )
     if site.passed_by is not None:
-        problem = _passed_problem(ctx, analysis.sites, site)
+        problem = _passed_problem(analysis, site)
         if problem is not None:
             return problem
     dispatch = analysis.detection.dispatches.get(kernel) if analysis.detection is not None else None
@@ -88,12 +88,13 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
     return None
 
 
-def _passed_problem(ctx: ModuleContext, sites, site: KernelSite) -> Optional[str]:
+def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
     """Why a kernel passed in as a parameter of the function holding its pallas_call cannot be
     rewritten with that call, or None: when every call passes this one kernel, the pallas_call
     runs it alone, as if it named it."""
+    ctx: ModuleContext = analysis.ctx
     helper = ctx.enclosing_function(site.call)
-    kernels = [s for s in sites if s.call is site.call and s.kernel is not None]
+    kernels = [s for s in analysis.sites if s.call is site.call and s.kernel is not None]
     if len(kernels) < 2 and passing_arguments(ctx, site):
         return None
     if len(kernels) < 2:
@@ -107,11 +108,45 @@ def _passed_problem(ctx: ModuleContext, sites, site: KernelSite) -> Optional[str
     passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
     return (
         f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}`, whose calls "
-        f"pass {len(kernels)} kernels ({passed}), so the one pallas_call runs whichever each call passes in, and one "
-        "grid and one set of BlockSpecs written there would serve every one of them; pallas-fix lifts a kernel passed "
-        "in only when every call passes that one kernel. Give each kernel its own pallas_call that names it to get "
-        "this fix"
+        f"pass {len(kernels)} kernels ({passed}), so the one pallas_call runs whichever each call passes in; "
+        f"{_windows_compared(analysis, kernels)}. pallas-fix lifts a kernel passed in only when every call passes that "
+        "one kernel. Give each kernel its own pallas_call that names it to get this fix"
     )
+
+
+def _windows_compared(analysis, kernels: list[KernelSite]) -> str:
+    """How the kernels passed in window their operands, where they differ: the pallas_call's one
+    grid and set of BlockSpecs would have to serve every one of them."""
+    windows = {each.kernel.name.value: _operand_windows(analysis, each) for each in kernels}
+    positions = sorted({n for _, found in windows.values() for n in found} | {n for count, _ in windows.values() for n in range(count)})
+    differ = [n for n in positions
+              if len({found[n][1] if n in found else ("whole" if n < count else None) for count, found in windows.values()}) > 1]
+    if not differ:
+        return "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
+
+    def how(n: int, name: str, count: int, found: dict) -> str:
+        if n in found:
+            return f"{' and '.join(sorted(found[n][1]))} in `{name}` (`{found[n][0]}`)"
+        return f"whole in `{name}`" if n < count else f"no such operand in `{name}`"
+
+    told = "; ".join(f"operand {n}: " + ", ".join(how(n, name, *w) for name, w in windows.items()) for n in differ[:3])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return f"their windows differ ({told}{more}), so no one grid and set of BlockSpecs serves them all"
+
+
+def _operand_windows(analysis, site: KernelSite) -> tuple[int, dict[int, tuple[str, frozenset[str]]]]:
+    """(how many operands the kernel takes, operand position -> (the kernel's ref name, how it is
+    windowed: "dim d by pl.program_id(a)" or "dim d by a loop index" ...)) for every operand the
+    kernel takes a dynamic window of."""
+    kernel = site.kernel
+    params = [p.name.value for p in (*kernel.params.posonly_params, *kernel.params.params)][len(site.partial_args):]
+    found: dict[int, tuple[str, set[str]]] = {}
+    for u in analysis.detection.uses if analysis.detection is not None else ():
+        if u.kernel_site is site and u.ref_name in params:
+            how = (f"dim {u.dim} by pl.program_id({u.provenance.program_id_axis})" if u.provenance.program_id_axis is not None
+                   else f"dim {u.dim} by a {u.provenance.origin.value.replace('_', ' ')} index")
+            found.setdefault(params.index(u.ref_name), (u.ref_name, set()))[1].add(how)
+    return len(params), {n: (name, frozenset(hows)) for n, (name, hows) in found.items()}
 
 
 def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.FunctionDef) -> Optional[cst.Decorator]:
