@@ -233,3 +233,23 @@ def test_two_kernels_passed_in_are_refused_saying_how_their_windows_compare():
     findings = analyze_source(path.read_text(), str(path)).findings
     assert all("their windows differ (operand 0: dim 0 by pl.program_id(0) in `_scale_kernel` (`x_ref`), "
                "dim 0 by a loop index in `_shift_kernel` (`x_ref`); operand 1:" in f.refusal for f in findings), [f.refusal for f in findings]
+
+
+def test_a_body_picked_when_the_kernel_runs_is_refused_saying_how_the_variants_compare():
+    """The refusal says whether one lift could serve every variant: different windows (`_whole`
+    takes whole refs), the same windows (still refused: the lift would be written in a body
+    picked at run time), or a variant not defined in the module (nothing to compare)."""
+    def refusals(src: str) -> list[str]:
+        return [f.refusal or "" for f in analyze_source(src, "k.py").findings if f.kernel == "dispatching"]
+
+    assert all("the variants take different windows (`_tiled`: `o_ref` dim 0 by pl.program_id(0), `x_ref` dim 0 by "
+               "pl.program_id(0); `_whole`: whole refs)" in r for r in refusals(_DISPATCH))
+    same = _DISPATCH.replace("    o_ref[...] = x_ref[...] * 2\n", "    i = pl.program_id(0)\n    o_ref[pl.ds(i * BS, BS), :] = x_ref[pl.ds(i * BS, BS), :] * 3\n")
+    found = refusals(same)
+    assert len(found) == 4 and all("the variants take the same windows" in r and "`_whole`: `o_ref` dim 0 by pl.program_id(0)" in r
+                                   and "does not lift windows in a body picked when the kernel runs" in r for r in found), found
+    missing = _DISPATCH.replace("kernel = _tiled if tiled else _whole\n    kernel(x_ref, o_ref)",
+                                "kernel = _tiled if tiled else _elsewhere\n    kernel(x_ref, o_ref)")
+    found = refusals(missing)
+    assert found and all("`_elsewhere` is not defined in this module, so whether every variant needs the same grid axis "
+                         "and blocks cannot be checked" in r for r in found), found

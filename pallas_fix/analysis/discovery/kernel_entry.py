@@ -65,8 +65,8 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         return (
             f"kernel `{kernel.name.value}` calls `{ctx.code(call.func)}` (line {ctx.span(call).line}), a name bound to "
             f"one of {names} when the kernel runs; one grid and one set of BlockSpecs would be "
-            "written for whichever the flag picks. Give each variant its own kernel and pallas_call (the same flag "
-            "choosing between them) to get this fix"
+            f"written for whichever the flag picks, and {_variants_compared(analysis, call, options)}. Give each "
+            "variant its own kernel and pallas_call (the same flag choosing between them) to get this fix"
         )
     if site.decorated is kernel:
         return None  # the name is the pallas_call: calling it runs the call, not the body
@@ -143,10 +143,34 @@ def _operand_windows(analysis, site: KernelSite) -> tuple[int, dict[int, tuple[s
     found: dict[int, tuple[str, set[str]]] = {}
     for u in analysis.detection.uses if analysis.detection is not None else ():
         if u.kernel_site is site and u.ref_name in params:
-            how = (f"dim {u.dim} by pl.program_id({u.provenance.program_id_axis})" if u.provenance.program_id_axis is not None
-                   else f"dim {u.dim} by a {u.provenance.origin.value.replace('_', ' ')} index")
+            how = f"dim {u.dim} {_by(u)}"
             found.setdefault(params.index(u.ref_name), (u.ref_name, set()))[1].add(how)
     return len(params), {n: (name, frozenset(hows)) for n, (name, hows) in found.items()}
+
+
+def _variants_compared(analysis, call: cst.Call, options: list[str]) -> str:
+    """Whether the bodies a kernel picks when it runs take the same windows: one lift could
+    serve them all only if they do, and a body not defined in the module cannot be compared."""
+    ctx: ModuleContext = analysis.ctx
+    missing = [f"`{name}`" for name in options if ctx.resolve_def(name, call) is None]
+    if missing:
+        return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not defined in this module, so whether "
+                "every variant needs the same grid axis and blocks cannot be checked")
+    windows = {}
+    for name in options:
+        fn = ctx.resolve_def(name, call)
+        windows[name] = frozenset(
+            f"`{u.ref_name}` dim {u.dim} {_by(u)}" for u in (analysis.detection.uses if analysis.detection is not None else ())
+            if u.function is fn or fn in set(ctx.ancestors(u.function)))
+    told = "; ".join(f"`{name}`: {', '.join(sorted(w)) or 'whole refs'}" for name, w in windows.items())
+    if len(set(windows.values())) > 1:
+        return f"the variants take different windows ({told})"
+    return f"the variants take the same windows ({told}), but pallas-fix does not lift windows in a body picked when the kernel runs"
+
+
+def _by(u) -> str:
+    axis = u.provenance.program_id_axis
+    return f"by pl.program_id({axis})" if axis is not None else f"by a {u.provenance.origin.value.replace('_', ' ')} index"
 
 
 def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.FunctionDef) -> Optional[cst.Decorator]:
