@@ -102,8 +102,8 @@ def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
             f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed "
             f"on line {ctx.span(site.passed_by).line}), and some use of `{helper.name.value}` does not say which kernel "
             "it passes (`*args` / `**kwargs`, the function passed on or bound to another name, or a kernel not defined "
-            "in the module), so the one "
-            "pallas_call may run other kernels too. Pass the kernel by name in every call to get this fix"
+            "in the module), so the one pallas_call may run other kernels too. Pass the kernel by name in every call "
+            "to get this fix"
         )
     passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
     return (
@@ -118,7 +118,7 @@ def _windows_compared(analysis, kernels: list[KernelSite]) -> str:
     """How the kernels passed in window their operands, where they differ: the pallas_call's one
     grid and set of BlockSpecs would have to serve every one of them."""
     windows = {each.kernel.name.value: _operand_windows(analysis, each) for each in kernels}
-    positions = sorted({n for _, found in windows.values() for n in found} | {n for count, _ in windows.values() for n in range(count)})
+    positions = sorted({n for count, found in windows.values() for n in (*found, *range(count))})
     differ = [n for n in positions
               if len({found[n][1] if n in found else ("whole" if n < count else None) for count, found in windows.values()}) > 1]
     if not differ:
@@ -165,7 +165,8 @@ def _variants_compared(analysis, call: cst.Call, options: list[str]) -> str:
     told = "; ".join(f"`{name}`: {', '.join(sorted(w)) or 'whole refs'}" for name, w in windows.items())
     if len(set(windows.values())) > 1:
         return f"the variants take different windows ({told})"
-    return f"the variants take the same windows ({told}), but pallas-fix does not lift windows in a body picked when the kernel runs"
+    return (f"the variants take the same windows ({told}), but pallas-fix does not lift windows in a body picked when "
+            "the kernel runs")
 
 
 def _by(u) -> str:

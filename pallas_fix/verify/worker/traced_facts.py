@@ -3,8 +3,8 @@ record every pallas_call's kernel and the (shape, dtype) of its operands and res
 (:mod:`pallas_fix.core.traced_facts` says what the client makes of them).
 
 A job with ``"facts_only": true`` emits, per example, ``{"type": "facts", "index": i, "example":
-"entry(...) (origin)", "calls": [{"kernel", "line", "num_scalar_prefetch", "operands": [[shape, dtype]...],
-"results": [...]}]}`` and ``"error"`` instead of ``"calls"`` when the example does not trace. For an
+"entry(...) (origin)", "calls": [{"kernel", "line" (of its def), "num_scalar_prefetch", "operands":
+[[shape, dtype]...], "results": [...]}]}`` and ``"error"`` instead of ``"calls"`` when the example does not trace. For an
 entry's synthesised candidates the one the original runs on is traced (as verification keeps it).
 """
 
@@ -46,8 +46,8 @@ def traced_calls(jaxpr) -> list[dict]:
         for eqn in j.eqns:
             if eqn.primitive.name == "pallas_call":
                 gm = eqn.params.get("grid_mapping")
-                out.append({"kernel": kernel_name(eqn), "line": kernel_line(eqn), "operands": _arrays(eqn.invars), "results": _arrays(eqn.outvars),
-                            "num_scalar_prefetch": getattr(gm, "num_index_operands", 0)})
+                out.append({"kernel": kernel_name(eqn), "line": kernel_line(eqn), "operands": _arrays(eqn.invars),
+                            "results": _arrays(eqn.outvars), "num_scalar_prefetch": getattr(gm, "num_index_operands", 0)})
             for p in eqn.params.values():
                 for sub in as_jaxprs(p):
                     walk(sub)
