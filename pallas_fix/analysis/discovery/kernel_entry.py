@@ -95,15 +95,15 @@ def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
     ctx: ModuleContext = analysis.ctx
     helper = ctx.enclosing_function(site.call)
     kernels = [s for s in analysis.sites if s.call is site.call and s.kernel is not None]
-    if len(kernels) < 2 and passing_arguments(ctx, site):
-        return None
     if len(kernels) < 2:
+        why = passing_arguments(ctx, site)[1]
+        if not why:
+            return None
         return (
             f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed "
-            f"on line {ctx.span(site.passed_by).line}), and some use of `{helper.name.value}` does not say which kernel "
-            "it passes (`*args` / `**kwargs`, the function passed on or bound to another name, or a kernel not defined "
-            "in the module), so the one pallas_call may run other kernels too. Pass the kernel by name in every call "
-            "to get this fix"
+            f"on line {ctx.span(site.passed_by).line}), and {why}, so the one pallas_call may run other kernels, or "
+            "this one with other bindings, too. Pass the kernel by name in every call (its sizes bound inside "
+            f"`{helper.name.value}`) to get this fix"
         )
     passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
     return (
@@ -203,7 +203,7 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
     }
     # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
     # that pass it reach that pallas_call too.
-    passed |= {id(arg) for s in sites if s.kernel is kernel for arg in passing_arguments(ctx, s) or ()}
+    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s)[0]}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
     for name in _reads(ctx, {n for n, _ in aliases}):
         binding = _binding_scope(ctx, name)

@@ -63,34 +63,34 @@ def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[c
     return None
 
 
-def passing_arguments(ctx: ModuleContext, site: KernelSite) -> Optional[list[cst.BaseExpression]]:
+def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.BaseExpression], str]:
     """What each call of the function holding the pallas_call passes as its kernel parameter
-    (the expressions that hand it the kernel), for a site discovery made per kernel passed; None
-    when some use of that function does not say what it passes (`*args`, `**kwargs`, the
-    function itself passed on or bound to another name) or passes no def of the module."""
+    (the expressions that hand it the kernel), for a site discovery made per kernel passed, and
+    "" or why some use of that function does not say which def it passes, bare."""
     helper = ctx.enclosing_function(site.call)
     expr = site.kernel_expr
     while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
         expr = expr.args[0].value
     if site.passed_by is None or helper is None or not isinstance(expr, cst.Name) or expr.value not in param_names(helper):
-        return None
+        return [], "the kernel is not a parameter of the function holding the pallas_call"
     calls = _calls_of(ctx, helper)
     funcs = {id(call.func) for call in calls}
     for node in walk(ctx.scope_of(helper)):
         if (isinstance(node, cst.Name) and node.value == helper.name.value and id(node) not in funcs
                 and node is not helper.name and ctx.resolve_def(node.value, node) is helper):
-            return None  # the helper read other than called: who else it gets a kernel from is unknown
-    found = [_argument_for(helper, call, expr.value) for call in calls]
-    if any(arg is None or _def_behind(ctx, arg, call) is None for arg, call in zip(found, calls)):
-        return None
-    return found  # type: ignore[return-value]
-
-
-def _def_behind(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[cst.FunctionDef]:
-    """The module's def an argument names, through names and functools.partial layers."""
-    for _ in range(16):
-        expr = ctx.resolve_value(expr, at)
-        if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
-            break
-        expr, at = expr.args[0].value, expr
-    return ctx.resolve_def(expr.value, at) if isinstance(expr, cst.Name) else None
+            return [], f"`{helper.name.value}` is also read other than called (line {ctx.span(node).line})"
+    found = []
+    for call in calls:
+        arg = _argument_for(helper, call, expr.value)
+        if arg is None:
+            return [], f"the call on line {ctx.span(call).line} passes it through `*args` / `**kwargs`"
+        value = ctx.resolve_value(arg, call)
+        if isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.PARTIAL):
+            # Bound in the caller's scope: the sizes it binds are not names the pallas_call sees,
+            # and another call may bind others.
+            return [], (f"the call on line {ctx.span(call).line} binds it with `functools.partial`, whose arguments the "
+                        "pallas_call does not see")
+        if not isinstance(value, cst.Name) or ctx.resolve_def(value.value, call) is None:
+            return [], f"the call on line {ctx.span(call).line} passes `{ctx.code(arg)}`, not a def of the module"
+        found.append(arg)
+    return found, ""
