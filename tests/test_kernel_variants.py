@@ -209,6 +209,9 @@ def test_one_kernel_every_call_passes_in_is_lifted_and_a_call_that_hides_its_ker
         src.replace("    y = call_kernel(x,", "    g = call_kernel\n    y = call_kernel(x,"),
         src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, **dict(kernel=_scale_kernel, factor=3.0))"),
         src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=jax.nn.relu, factor=3.0)"),
+        # a module-level helper: another module may pass it another kernel
+        src.replace("def scale_twice(x):\n    def call_kernel", "def call_kernel").replace(
+            "        )(y)\n\n    y = call_kernel", "        )(y)\n\n\ndef scale_twice(x):\n    y = call_kernel"),
     )
     for changed in hidden:
         findings = analyze_source(changed, "k.py").findings

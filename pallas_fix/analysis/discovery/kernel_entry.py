@@ -102,8 +102,8 @@ def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
         return (
             f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed "
             f"on line {ctx.span(site.passed_by).line}), and {why}, so the one pallas_call may run other kernels, or "
-            "this one with other bindings, too. Pass the kernel by name in every call (its sizes bound inside "
-            f"`{helper.name.value}`) to get this fix"
+            "this one with other bindings, too. Give the kernel its own pallas_call that names it, or pass it by name "
+            "in every call of a helper local to the wrapper (its sizes bound inside the helper), to get this fix"
         )
     passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
     return (

@@ -73,6 +73,9 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.Ba
         expr = expr.args[0].value
     if site.passed_by is None or helper is None or not isinstance(expr, cst.Name) or expr.value not in param_names(helper):
         return [], "the kernel is not a parameter of the function holding the pallas_call"
+    if not isinstance(ctx.scope_of(helper), cst.FunctionDef):
+        # Another module may import the function and pass it kernels this module never sees.
+        return [], f"`{helper.name.value}` is not local to a function (other modules may call it with other kernels)"
     calls = _calls_of(ctx, helper)
     funcs = {id(call.func) for call in calls}
     for node in walk(ctx.scope_of(helper)):
