@@ -39,6 +39,15 @@ def test_both_arms_of_a_static_if_are_findings_and_refused():
     assert len(_lines(src, "o_ref[pl.ds(i * 16, 16), :] =")) == 2
     assert findings and all(not f.fixable for f in findings)
     assert all("defined 2 times in one scope" in (f.refusal or "") for f in findings), [f.refusal for f in findings]
+    # Both defs take the same windows; a def whose body reads whole refs takes different ones.
+    told = "`o_ref` dim 0 by a loop index, `x_ref` dim 0 by a loop index"
+    assert all(f"the variants take the same windows (line 8: {told}; line 14: {told})" in f.refusal for f in findings), \
+        [f.refusal for f in findings]
+    whole = src.replace("            o_ref[pl.ds(i * 16, 16), :] = x_ref[pl.ds(i * 16, 16), :] * 3.0\n",
+                        "            o_ref[...] = x_ref[...] * 3.0\n")
+    findings = analyze_source(whole, "k.py").findings
+    assert findings and all(f"the variants take different windows (line 8: {told}; line 14: whole refs)" in f.refusal
+                            for f in findings), [f.refusal for f in findings]
 
 
 def test_a_def_redefined_in_one_block_is_not_a_variant():

@@ -44,8 +44,9 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         lines = ", ".join(str(ctx.span(d).line) for d in site.variants)
         return (
             f"kernel `{kernel.name.value}` is defined {len(site.variants)} times in one scope (lines {lines}), so which "
-            "body the pallas_call runs is chosen when the wrapper runs (a static flag); pallas-fix rewrites one body "
-            "with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
+            "body the pallas_call runs is chosen when the wrapper runs (a static flag), and "
+            f"{_compared(analysis, {f'line {ctx.span(d).line}': d for d in site.variants})}; pallas-fix rewrites one "
+            "body with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
     if site.entry is not None:
@@ -156,17 +157,22 @@ def _variants_compared(analysis, call: cst.Call, options: list[str]) -> str:
     if missing:
         return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not defined in this module, so whether "
                 "every variant needs the same grid axis and blocks cannot be checked")
-    windows = {}
-    for name in options:
-        fn = ctx.resolve_def(name, call)
-        windows[name] = frozenset(
-            f"`{u.ref_name}` dim {u.dim} {_by(u)}" for u in (analysis.detection.uses if analysis.detection is not None else ())
-            if u.function is fn or fn in set(ctx.ancestors(u.function)))
-    told = "; ".join(f"`{name}`: {', '.join(sorted(w)) or 'whole refs'}" for name, w in windows.items())
-    if len(set(windows.values())) > 1:
-        return f"the variants take different windows ({told})"
-    return (f"the variants take the same windows ({told}), but pallas-fix does not lift windows in a body picked when "
-            "the kernel runs")
+    compared = _compared(analysis, {f"`{name}`": ctx.resolve_def(name, call) for name in options})
+    if compared.startswith("the variants take the same"):
+        return f"{compared}, but pallas-fix does not lift windows in a body picked when the kernel runs"
+    return compared
+
+
+def _compared(analysis, bodies: dict) -> str:
+    """Whether the bodies (label -> def) take the same windows, told per body: one lift could
+    serve them all only if they do."""
+    ctx: ModuleContext = analysis.ctx
+    uses = analysis.detection.uses if analysis.detection is not None else ()
+    windows = {label: frozenset(f"`{u.ref_name}` dim {u.dim} {_by(u)}" for u in uses
+                                if u.function is fn or fn in set(ctx.ancestors(u.function)))
+               for label, fn in bodies.items()}
+    told = "; ".join(f"{label}: {', '.join(sorted(w)) or 'whole refs'}" for label, w in windows.items())
+    return f"the variants take {'different' if len(set(windows.values())) > 1 else 'the same'} windows ({told})"
 
 
 def _by(u) -> str:
