@@ -39,6 +39,15 @@ def test_both_arms_of_a_static_if_are_findings_and_refused():
     assert len(_lines(src, "o_ref[pl.ds(i * 16, 16), :] =")) == 2
     assert findings and all(not f.fixable for f in findings)
     assert all("defined 2 times in one scope" in (f.refusal or "") for f in findings), [f.refusal for f in findings]
+    # Both defs take the same windows; a def whose body reads whole refs takes different ones.
+    told = "`o_ref` dim 0 by a loop index, `x_ref` dim 0 by a loop index"
+    assert all(f"the variants take the same windows (line 8: {told}; line 14: {told})" in f.refusal for f in findings), \
+        [f.refusal for f in findings]
+    whole = src.replace("            o_ref[pl.ds(i * 16, 16), :] = x_ref[pl.ds(i * 16, 16), :] * 3.0\n",
+                        "            o_ref[...] = x_ref[...] * 3.0\n")
+    findings = analyze_source(whole, "k.py").findings
+    assert findings and all(f"the variants take different windows (line 8: {told}; line 14: whole refs)" in f.refusal
+                            for f in findings), [f.refusal for f in findings]
 
 
 def test_a_def_redefined_in_one_block_is_not_a_variant():
@@ -195,3 +204,64 @@ def test_a_plgpu_kernel_entry_is_analysed_and_refused():
     findings = analyze_source(path.read_text(), str(path)).findings
     assert [f.code for f in findings] == ["PF109"] * 3
     assert all(not f.fixable and "runs under `plgpu.kernel`" in (f.refusal or "") for f in findings)
+
+
+def test_one_kernel_every_call_passes_in_is_lifted_and_a_call_that_hides_its_kernel_refuses_it():
+    """`call_kernel(x, kernel=_scale_kernel, ...)` twice: the pallas_call runs that one kernel, so
+    its windows are fixable (the golden pair is program_id_blocks/pid_kernel_passed_in). Once some
+    use of the helper does not say which kernel it passes, the pallas_call may run another."""
+    from kernel_loading import FIXTURES
+
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernel_passed_in_before.py").read_text()
+    assert [f.fixable for f in analyze_source(src, "k.py").findings] == [True, True]
+    hidden = (
+        src.replace("    y = call_kernel(x,", "    g = call_kernel\n    y = call_kernel(x,"),
+        src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, **dict(kernel=_scale_kernel, factor=3.0))"),
+        src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=jax.nn.relu, factor=3.0)"),
+        # a module-level helper: another module may pass it another kernel
+        src.replace("def scale_twice(x):\n    def call_kernel", "def call_kernel").replace(
+            "        )(y)\n\n    y = call_kernel", "        )(y)\n\n\ndef scale_twice(x):\n    y = call_kernel"),
+    )
+    for changed in hidden:
+        findings = analyze_source(changed, "k.py").findings
+        assert findings and all(not f.fixable and "so the one pallas_call may run other kernels" in (f.refusal or "") for f in findings), \
+            [f.refusal for f in findings]
+
+
+def test_two_kernels_passed_in_are_refused_saying_how_their_windows_compare():
+    from kernel_loading import FIXTURES
+
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernel_passed_in_before.py").read_text()
+    negate = "\n\ndef _negate_kernel(x_ref, o_ref, *, factor):\n    i = pl.program_id(0)\n    o_ref[pl.ds(i * BS, BS), :] = -x_ref[pl.ds(i * BS, BS), :]\n"
+    same = src.replace("\n\ndef scale_twice", negate + "\n\ndef scale_twice").replace(
+        "call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=_negate_kernel, factor=3.0)")
+    findings = analyze_source(same, "k.py").findings
+    assert len(findings) == 4 and all(not f.fixable for f in findings)
+    assert all("pass 2 kernels (`_scale_kernel` (line 33), `_negate_kernel` (line 34))" in f.refusal
+               and "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
+               in f.refusal for f in findings), [f.refusal for f in findings]
+    # Windowed by a loop in one and by the program id in the other: named per operand.
+    path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
+    findings = analyze_source(path.read_text(), str(path)).findings
+    assert all("their windows differ (operand 0: dim 0 by pl.program_id(0) in `_scale_kernel` (`x_ref`), "
+               "dim 0 by a loop index in `_shift_kernel` (`x_ref`); operand 1:" in f.refusal for f in findings), [f.refusal for f in findings]
+
+
+def test_a_body_picked_when_the_kernel_runs_is_refused_saying_how_the_variants_compare():
+    """The refusal says whether one lift could serve every variant: different windows (`_whole`
+    takes whole refs), the same windows (still refused: the lift would be written in a body
+    picked at run time), or a variant not defined in the module (nothing to compare)."""
+    def refusals(src: str) -> list[str]:
+        return [f.refusal or "" for f in analyze_source(src, "k.py").findings if f.kernel == "dispatching"]
+
+    assert all("the variants take different windows (`_tiled`: `o_ref` dim 0 by pl.program_id(0), `x_ref` dim 0 by "
+               "pl.program_id(0); `_whole`: whole refs)" in r for r in refusals(_DISPATCH))
+    same = _DISPATCH.replace("    o_ref[...] = x_ref[...] * 2\n", "    i = pl.program_id(0)\n    o_ref[pl.ds(i * BS, BS), :] = x_ref[pl.ds(i * BS, BS), :] * 3\n")
+    found = refusals(same)
+    assert len(found) == 4 and all("the variants take the same windows" in r and "`_whole`: `o_ref` dim 0 by pl.program_id(0)" in r
+                                   and "does not lift windows in a body picked when the kernel runs" in r for r in found), found
+    missing = _DISPATCH.replace("kernel = _tiled if tiled else _whole\n    kernel(x_ref, o_ref)",
+                                "kernel = _tiled if tiled else _elsewhere\n    kernel(x_ref, o_ref)")
+    found = refusals(missing)
+    assert found and all("`_elsewhere` is not defined in this module, so whether every variant needs the same grid axis "
+                         "and blocks cannot be checked" in r for r in found), found

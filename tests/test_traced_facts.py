@@ -196,3 +196,102 @@ def test_trap_end_to_end_the_recorded_example_wins_over_the_synthesised_one(tmp_
     out = run.stdout + run.stderr
     assert "in_specs=[pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))]" in path.read_text(), out
     assert "has rank 2 on the examples (`scale(f32[512, 4]) (recorded" in out, out
+
+
+# -- a factory that defines the kernel once per arm of a static `if` -------------------------------
+# Each arm defines `scale_kernel` and a `run` whose pallas_call runs that arm's def; the arms take
+# arrays of different ranks (the kernel text says neither). The trace names each def by its line.
+_ARMS = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BS = 128
+
+
+def _make_scale(flat):
+    if flat:
+        def scale_kernel(x_ref, o_ref):
+            i = pl.program_id(0)
+            o_ref[pl.ds(i * BS, BS)] = x_ref[pl.ds(i * BS, BS)] * 2.0
+
+        def run(x):
+            return pl.pallas_call(scale_kernel, grid=(x.shape[0] // BS,),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    else:
+        def scale_kernel(x_ref, o_ref):
+            i = pl.program_id(0)
+            o_ref[pl.ds(i * BS, BS)] = x_ref[pl.ds(i * BS, BS)] * 3.0
+
+        def run(x):
+            return pl.pallas_call(scale_kernel, grid=(x.shape[0] // BS,),
+                                  out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+    return run
+
+
+# pallas-fix: example scale(f32[512], flat=True)
+# pallas-fix: example scale(f32[512, 4], flat=False)
+def scale(x, flat):
+    return _make_scale(flat)(x)
+'''
+_FLAT_DEF, _TALL_DEF = (n for n, line in enumerate(_ARMS.splitlines(), 1) if "def scale_kernel" in line)
+
+
+def _arm_seen(shape: tuple, nth) -> Seen:
+    return Seen(f"scale(f32{list(shape)})", "scale_kernel", 0, ((shape, "float32"),), ((shape, "float32"),), nth)
+
+
+def test_each_arms_def_takes_the_rank_its_own_traced_calls_show():
+    facts = TracedFacts((_arm_seen((512,), 0), _arm_seen((512, 4), 1)))
+    found = _findings(_ARMS, facts)
+    assert len(found) == 4 and all(f.fixable and f.fix_safety is FixSafety.UNSAFE for f in found), [f.refusal for f in found]
+    described = {f.span.line: f.plan.description for f in found}
+    assert all("has rank 1 on the examples (`scale(f32[512])`)" in d for line, d in described.items() if line < _TALL_DEF)
+    assert all("has rank 2 on the examples (`scale(f32[512, 4])`)" in d for line, d in described.items() if line > _TALL_DEF)
+    fixed = fix_source(_ARMS, "k.py", Config(traced_facts=facts), unsafe=True).source
+    assert "pl.BlockSpec((BS,), lambda i: (i,))" in fixed and "pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))" in fixed
+
+
+def test_trap_a_trace_that_names_no_def_line_gives_no_arm_a_fact():
+    """Without the def each call ran, the two defs' calls are one kernel's: neither arm's rank is
+    a fact."""
+    facts = TracedFacts((_arm_seen((512,), None), _arm_seen((512, 4), None)))
+    reasons = [f.refusal for f in _findings(_ARMS, facts)]
+    assert len(reasons) == 4 and all("names 2 functions in the module" in r and "does not say which of its defs ran" in r
+                                      for r in reasons), reasons
+    # A def no traced call ran: that arm was never reached.
+    facts = TracedFacts((_arm_seen((512,), 0),))
+    reasons = {f.span.line: f.refusal for f in _findings(_ARMS, facts)}
+    assert all(r is None for line, r in reasons.items() if line < _TALL_DEF), reasons
+    assert all(f"for the one on line {_TALL_DEF}: no example reaches the kernel" in r
+               for line, r in reasons.items() if line > _TALL_DEF), reasons
+
+
+def test_the_def_line_the_worker_records_becomes_which_def_of_its_name_ran():
+    """Lines move in the rewrite's later rounds (a rank check written above the first arm's call);
+    which def of the name it is does not."""
+    def record(line):
+        return {"type": "facts", "index": 0, "example": "scale(f32[512])",
+                "calls": [{"kernel": "scale_kernel", "line": line, "num_scalar_prefetch": 0,
+                           "operands": [[[512], "float32"]], "results": [[[512], "float32"]]}]}
+    assert facts_from_records([record(_TALL_DEF)], _ARMS).seen == (_arm_seen((512,), 1),)
+    assert facts_from_records([record(_FLAT_DEF)], _ARMS).seen == (_arm_seen((512,), 0),)
+    assert facts_from_records([record(_FLAT_DEF)]).seen == (_arm_seen((512,), None),)  # no source: no def
+    assert facts_from_records([record(_FLAT_DEF + 1)], _ARMS).seen == (_arm_seen((512,), None),)
+
+
+@pytest.mark.interp
+def test_apply_lifts_each_arm_with_the_rank_its_examples_show(tmp_path: Path):
+    """The golden pair: `--apply` traces both examples (one per arm), lifts each arm's def with its
+    own rank, verifies the rewrite on both (no dynamic slice left) and writes it."""
+    path = tmp_path / "k.py"
+    path.write_text(_ARMS)
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", "--format", "json", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    after = path.read_text()
+    assert after.count("pl.BlockSpec((BS,), lambda i: (i,))") == 2, out
+    assert after.count("pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))") == 2, out
+    assert "pl.ds(" not in after, out
+    verdicts = json.loads(run.stdout)["verification"]
+    assert verdicts and all(v["status"] == "verified" for v in verdicts), out
+    assert all(v["dynamic_slices_after"] == 0 < v["dynamic_slices_before"] for v in verdicts), out

@@ -29,6 +29,10 @@ class Seen:
     num_prefetch: int
     operands: tuple[tuple[tuple[int, ...], str], ...]  # scalar-prefetch operands first, as passed
     results: tuple[tuple[tuple[int, ...], str], ...]
+    # which def of the kernel's name in the module it ran, in source order (0 the first), where
+    # the trace says: it tells apart two defs of one name (`if transpose: def kernel ... else:
+    # def kernel ...`, each arm's pallas_call running its own)
+    nth: Optional[int] = None
 
     def array(self, kind: str, index: int) -> Optional[tuple[tuple[int, ...], str]]:
         """(shape, dtype) of operand `index` among its `kind` ("prefetch" | "in" | "out")."""
@@ -44,15 +48,26 @@ class TracedFacts:
     # facts say on how many examples they rest.
     untraced: tuple[str, ...] = field(default=())
 
-    def rank(self, kernel: Optional[str], kind: str, index: int, counts: tuple[int, int, int]) -> tuple[Optional[int], str]:
+    def calls_of(self, kernel: Optional[str], nth: Optional[int] = None) -> tuple[list[Seen], str]:
+        """The traced calls of `kernel` (of its nth def of that name, with `nth`), and why there
+        are none when there are none."""
+        calls = [s for s in self.seen if s.kernel == kernel]
+        if nth is not None:
+            if any(s.nth is None for s in calls):
+                return [], "the trace does not say which of its defs ran"
+            calls = [s for s in calls if s.nth == nth]
+        return calls, "" if calls else "no example reaches the kernel"
+
+    def rank(self, kernel: Optional[str], kind: str, index: int, counts: tuple[int, int, int],
+             nth: Optional[int] = None) -> tuple[Optional[int], str]:
         """(the rank every traced call of `kernel` gives that operand, which examples showed it),
         or (None, why not): no example reached the kernel, a traced call has other numbers of
         (prefetch, input, output) operands than `counts` (another form of the call), or two
         examples disagree (the one that breaks the fact is named; a fact false on any example
-        is not used)."""
-        calls = [s for s in self.seen if s.kernel == kernel]
+        is not used). With `nth`, only the calls that ran the nth def of that name count."""
+        calls, why = self.calls_of(kernel, nth)
         if not calls:
-            return None, "no example reaches the kernel"
+            return None, why
         ranks: dict[int, list[str]] = {}
         for s in calls:
             if (s.num_prefetch, len(s.operands) - s.num_prefetch, len(s.results)) != counts:

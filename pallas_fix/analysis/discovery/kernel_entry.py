@@ -19,6 +19,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.passed_in import passing_arguments
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -43,8 +44,9 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         lines = ", ".join(str(ctx.span(d).line) for d in site.variants)
         return (
             f"kernel `{kernel.name.value}` is defined {len(site.variants)} times in one scope (lines {lines}), so which "
-            "body the pallas_call runs is chosen when the wrapper runs (a static flag); pallas-fix rewrites one body "
-            "with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
+            "body the pallas_call runs is chosen when the wrapper runs (a static flag), and "
+            f"{_compared(analysis, {f'line {ctx.span(d).line}': d for d in site.variants})}; pallas-fix rewrites one "
+            "body with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
     if site.entry is not None:
@@ -54,13 +56,9 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
         )
     if site.passed_by is not None:
-        helper = ctx.enclosing_function(site.call)
-        return (
-            f"kernel `{kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed on "
-            f"line {ctx.span(site.passed_by).line}), so the one pallas_call runs whatever kernel each call passes in; "
-            "pallas-fix rewrites a pallas_call together with the kernel it names. Give each kernel its own "
-            "pallas_call that names it to get this fix"
-        )
+        problem = _passed_problem(analysis, site)
+        if problem is not None:
+            return problem
     dispatch = analysis.detection.dispatches.get(kernel) if analysis.detection is not None else None
     if dispatch is not None:
         call, options = dispatch
@@ -68,8 +66,8 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         return (
             f"kernel `{kernel.name.value}` calls `{ctx.code(call.func)}` (line {ctx.span(call).line}), a name bound to "
             f"one of {names} when the kernel runs; one grid and one set of BlockSpecs would be "
-            "written for whichever the flag picks. Give each variant its own kernel and pallas_call (the same flag "
-            "choosing between them) to get this fix"
+            f"written for whichever the flag picks, and {_variants_compared(analysis, call, options)}. Give each "
+            "variant its own kernel and pallas_call (the same flag choosing between them) to get this fix"
         )
     if site.decorated is kernel:
         return None  # the name is the pallas_call: calling it runs the call, not the body
@@ -89,6 +87,97 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             f"`{_statement_text(ctx, other)}`); rewriting its body would change what that code runs"
         )
     return None
+
+
+def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
+    """Why a kernel passed in as a parameter of the function holding its pallas_call cannot be
+    rewritten with that call, or None: when every call passes this one kernel, the pallas_call
+    runs it alone, as if it named it."""
+    ctx: ModuleContext = analysis.ctx
+    helper = ctx.enclosing_function(site.call)
+    kernels = [s for s in analysis.sites if s.call is site.call and s.kernel is not None]
+    if len(kernels) < 2:
+        why = passing_arguments(ctx, site)[1]
+        if not why:
+            return None
+        return (
+            f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}` (passed "
+            f"on line {ctx.span(site.passed_by).line}), and {why}, so the one pallas_call may run other kernels, or "
+            "this one with other bindings, too. Give the kernel its own pallas_call that names it, or pass it by name "
+            "in every call of a helper local to the wrapper (its sizes bound inside the helper), to get this fix"
+        )
+    passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
+    return (
+        f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}`, whose calls "
+        f"pass {len(kernels)} kernels ({passed}), so the one pallas_call runs whichever each call passes in; "
+        f"{_windows_compared(analysis, kernels)}. pallas-fix lifts a kernel passed in only when every call passes that "
+        "one kernel. Give each kernel its own pallas_call that names it to get this fix"
+    )
+
+
+def _windows_compared(analysis, kernels: list[KernelSite]) -> str:
+    """How the kernels passed in window their operands, where they differ: the pallas_call's one
+    grid and set of BlockSpecs would have to serve every one of them."""
+    windows = {each.kernel.name.value: _operand_windows(analysis, each) for each in kernels}
+    positions = sorted({n for count, found in windows.values() for n in (*found, *range(count))})
+    differ = [n for n in positions
+              if len({found[n][1] if n in found else ("whole" if n < count else None) for count, found in windows.values()}) > 1]
+    if not differ:
+        return "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
+
+    def how(n: int, name: str, count: int, found: dict) -> str:
+        if n in found:
+            return f"{' and '.join(sorted(found[n][1]))} in `{name}` (`{found[n][0]}`)"
+        return f"whole in `{name}`" if n < count else f"no such operand in `{name}`"
+
+    told = "; ".join(f"operand {n}: " + ", ".join(how(n, name, *w) for name, w in windows.items()) for n in differ[:3])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    return f"their windows differ ({told}{more}), so no one grid and set of BlockSpecs serves them all"
+
+
+def _operand_windows(analysis, site: KernelSite) -> tuple[int, dict[int, tuple[str, frozenset[str]]]]:
+    """(how many operands the kernel takes, operand position -> (the kernel's ref name, how it is
+    windowed: "dim d by pl.program_id(a)" or "dim d by a loop index" ...)) for every operand the
+    kernel takes a dynamic window of."""
+    kernel = site.kernel
+    params = [p.name.value for p in (*kernel.params.posonly_params, *kernel.params.params)][len(site.partial_args):]
+    found: dict[int, tuple[str, set[str]]] = {}
+    for u in analysis.detection.uses if analysis.detection is not None else ():
+        if u.kernel_site is site and u.ref_name in params:
+            how = f"dim {u.dim} {_by(u)}"
+            found.setdefault(params.index(u.ref_name), (u.ref_name, set()))[1].add(how)
+    return len(params), {n: (name, frozenset(hows)) for n, (name, hows) in found.items()}
+
+
+def _variants_compared(analysis, call: cst.Call, options: list[str]) -> str:
+    """Whether the bodies a kernel picks when it runs take the same windows: one lift could
+    serve them all only if they do, and a body not defined in the module cannot be compared."""
+    ctx: ModuleContext = analysis.ctx
+    missing = [f"`{name}`" for name in options if ctx.resolve_def(name, call) is None]
+    if missing:
+        return (f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not defined in this module, so whether "
+                "every variant needs the same grid axis and blocks cannot be checked")
+    compared = _compared(analysis, {f"`{name}`": ctx.resolve_def(name, call) for name in options})
+    if compared.startswith("the variants take the same"):
+        return f"{compared}, but pallas-fix does not lift windows in a body picked when the kernel runs"
+    return compared
+
+
+def _compared(analysis, bodies: dict) -> str:
+    """Whether the bodies (label -> def) take the same windows, told per body: one lift could
+    serve them all only if they do."""
+    ctx: ModuleContext = analysis.ctx
+    uses = analysis.detection.uses if analysis.detection is not None else ()
+    windows = {label: frozenset(f"`{u.ref_name}` dim {u.dim} {_by(u)}" for u in uses
+                                if u.function is fn or fn in set(ctx.ancestors(u.function)))
+               for label, fn in bodies.items()}
+    told = "; ".join(f"{label}: {', '.join(sorted(w)) or 'whole refs'}" for label, w in windows.items())
+    return f"the variants take {'different' if len(set(windows.values())) > 1 else 'the same'} windows ({told})"
+
+
+def _by(u) -> str:
+    axis = u.provenance.program_id_axis
+    return f"by pl.program_id({axis})" if axis is not None else f"by a {u.provenance.origin.value.replace('_', ' ')} index"
 
 
 def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.FunctionDef) -> Optional[cst.Decorator]:
@@ -118,6 +207,9 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
         and (s.kernel is kernel or (not s.variants and s.kernel.name.value == kernel.name.value
                                     and ctx.scope_of(s.kernel) is ctx.scope_of(kernel)))
     }
+    # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
+    # that pass it reach that pallas_call too.
+    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s)[0]}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
     for name in _reads(ctx, {n for n, _ in aliases}):
         binding = _binding_scope(ctx, name)

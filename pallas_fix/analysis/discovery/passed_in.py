@@ -2,7 +2,8 @@
 `def call_kernel(*, kernel, grid): return pl.pallas_call(functools.partial(kernel, ...), ...)`,
 called as `call_kernel(kernel=_dkdv_kernel, ...)` and `call_kernel(kernel=_dq_kernel, ...)`.
 Discovery makes one site per kernel passed (KernelSite.passed_by); kernel_entry refuses their
-fixes, since one pallas_call runs every kernel passed in."""
+fixes when the calls pass different kernels, since one pallas_call runs every kernel passed in,
+and lets one kernel that every call passes be rewritten with that pallas_call."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.syntax import param_names
+from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 
 
@@ -59,3 +61,39 @@ def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[c
                 return arg.value
             pos += 1
     return None
+
+
+def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.BaseExpression], str]:
+    """What each call of the function holding the pallas_call passes as its kernel parameter
+    (the expressions that hand it the kernel), for a site discovery made per kernel passed, and
+    "" or why some use of that function does not say which def it passes, bare."""
+    helper = ctx.enclosing_function(site.call)
+    expr = site.kernel_expr
+    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
+        expr = expr.args[0].value
+    if site.passed_by is None or helper is None or not isinstance(expr, cst.Name) or expr.value not in param_names(helper):
+        return [], "the kernel is not a parameter of the function holding the pallas_call"
+    if not isinstance(ctx.scope_of(helper), cst.FunctionDef):
+        # Another module may import the function and pass it kernels this module never sees.
+        return [], f"`{helper.name.value}` is not local to a function (other modules may call it with other kernels)"
+    calls = _calls_of(ctx, helper)
+    funcs = {id(call.func) for call in calls}
+    for node in walk(ctx.scope_of(helper)):
+        if (isinstance(node, cst.Name) and node.value == helper.name.value and id(node) not in funcs
+                and node is not helper.name and ctx.resolve_def(node.value, node) is helper):
+            return [], f"`{helper.name.value}` is also read other than called (line {ctx.span(node).line})"
+    found = []
+    for call in calls:
+        arg = _argument_for(helper, call, expr.value)
+        if arg is None:
+            return [], f"the call on line {ctx.span(call).line} passes it through `*args` / `**kwargs`"
+        value = ctx.resolve_value(arg, call)
+        if isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.PARTIAL):
+            # Bound in the caller's scope: the sizes it binds are not names the pallas_call sees,
+            # and another call may bind others.
+            return [], (f"the call on line {ctx.span(call).line} binds it with `functools.partial`, whose arguments the "
+                        "pallas_call does not see")
+        if not isinstance(value, cst.Name) or ctx.resolve_def(value.value, call) is None:
+            return [], f"the call on line {ctx.span(call).line} passes `{ctx.code(arg)}`, not a def of the module"
+        found.append(arg)
+    return found, ""

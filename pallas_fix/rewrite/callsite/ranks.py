@@ -171,15 +171,37 @@ def rank_from_kernel(site: KernelSite, param: str) -> Optional[int]:
 def traced_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], slot: Slot) -> tuple[Optional[int], str]:
     """The rank tracing the examples showed for `slot` (core.traced_facts): (rank, which examples
     showed it), or (None, why there is none). A hypothesis: the plan that uses it is unsafe. The
-    trace names kernels by function name, so a name defined twice in the module tells nothing."""
+    trace names kernels by function name and which def of that name ran: a name defined twice in
+    the module (once per arm of `if transpose:`, each arm's pallas_call running its own) is told
+    apart by the def discovery resolved in the call's scope."""
     facts = ctx.traced_facts
     if facts is None or slot.kind not in ("prefetch", "in", "out"):
         return None, "no example was traced"
-    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name]
-    if len(defs) != 1:
-        return None, f"`{site.kernel_name}` names {len(defs)} functions in the module"
+    nth, problem = traced_def(ctx, site)
+    if problem is not None:
+        return None, problem
     counts = tuple(sum(1 for s in slots.values() if s.kind == kind) for kind in ("prefetch", "in", "out"))
-    return facts.rank(site.kernel_name, slot.kind, slot.index, counts)  # type: ignore[arg-type]
+    rank, why = facts.rank(site.kernel_name, slot.kind, slot.index, counts, nth)  # type: ignore[arg-type]
+    if rank is None and nth is not None:
+        return None, f"{_named(ctx, site)}; for the one on line {ctx.span(site.kernel.name).line}: {why}"  # type: ignore[union-attr]
+    return rank, why
+
+
+def traced_def(ctx: ModuleContext, site: KernelSite) -> tuple[Optional[int], Optional[str]]:
+    """Which def of its name the site's kernel is, for facts from the examples (TracedFacts'
+    `nth`): (None, None) when the name has one def, (n, None) for the def the call resolves in its
+    scope among several, (None, why no fact is the call's) when one call runs several defs."""
+    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name]
+    if len(defs) == 1:
+        return None, None
+    if site.kernel is None or site.variants or site.kernel not in defs:
+        return None, _named(ctx, site)  # one call for several defs: no one def's fact is the call's
+    return sorted(defs, key=lambda f: ctx.span(f.name).line).index(site.kernel), None
+
+
+def _named(ctx: ModuleContext, site: KernelSite) -> str:
+    count = sum(1 for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name)
+    return f"`{site.kernel_name}` names {count} functions in the module"
 
 
 def unknown_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], param: str) -> str:

@@ -3,8 +3,8 @@ record every pallas_call's kernel and the (shape, dtype) of its operands and res
 (:mod:`pallas_fix.core.traced_facts` says what the client makes of them).
 
 A job with ``"facts_only": true`` emits, per example, ``{"type": "facts", "index": i, "example":
-"entry(...) (origin)", "calls": [{"kernel", "num_scalar_prefetch", "operands": [[shape, dtype]...],
-"results": [...]}]}`` and ``"error"`` instead of ``"calls"`` when the example does not trace. For an
+"entry(...) (origin)", "calls": [{"kernel", "line" (of its def), "num_scalar_prefetch", "operands":
+[[shape, dtype]...], "results": [...]}]}`` and ``"error"`` instead of ``"calls"`` when the example does not trace. For an
 entry's synthesised candidates the one the original runs on is traced (as verification keeps it).
 """
 
@@ -25,8 +25,17 @@ def _arrays(variables) -> list:
     return [[list(getattr(v.aval, "shape", ())), str(getattr(v.aval, "dtype", ""))] for v in variables]
 
 
+def kernel_line(eqn):
+    """The line of the kernel's `def` (its first decorator's, when decorated), from the kernel
+    jaxpr's debug info ("name at path:line"), or None: two defs of one name in a module (one per
+    arm of a static `if`) are told apart by it."""
+    info = getattr(eqn.params.get("jaxpr"), "debug_info", None)
+    line = (getattr(info, "func_src_info", None) or "").rpartition(":")[2]
+    return int(line) if line.isdigit() else None
+
+
 def traced_calls(jaxpr) -> list[dict]:
-    """Every pallas_call of a traced entry: its kernel's name and its operands' avals."""
+    """Every pallas_call of a traced entry: its kernel's name and def line and its operands' avals."""
     out: list[dict] = []
     seen: set[int] = set()
 
@@ -37,8 +46,8 @@ def traced_calls(jaxpr) -> list[dict]:
         for eqn in j.eqns:
             if eqn.primitive.name == "pallas_call":
                 gm = eqn.params.get("grid_mapping")
-                out.append({"kernel": kernel_name(eqn), "operands": _arrays(eqn.invars), "results": _arrays(eqn.outvars),
-                            "num_scalar_prefetch": getattr(gm, "num_index_operands", 0)})
+                out.append({"kernel": kernel_name(eqn), "line": kernel_line(eqn), "operands": _arrays(eqn.invars),
+                            "results": _arrays(eqn.outvars), "num_scalar_prefetch": getattr(gm, "num_index_operands", 0)})
             for p in eqn.params.values():
                 for sub in as_jaxprs(p):
                     walk(sub)
