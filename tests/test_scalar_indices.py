@@ -260,6 +260,28 @@ def test_a_scalar_beside_the_lifted_dim_stays_in_a_whole_dim(backend, inner, exp
         assert "dim 1 would become a squeezed (None) block dim" in reasons, reasons
 
 
+@pytest.mark.parametrize("backend", ["tpu", "unknown"])
+def test_the_kept_dim_is_named_after_the_partial_lift(backend):
+    """What stays after the partial lift (`x_ref[c, :]` of a `(None, C, L)` block) is reported as
+    the kept dim, with the forms that would move one row per step on TPU; a ref whose spec moves
+    blocks along that dim is not told it spans it."""
+    imports, params = _BACKENDS[backend]
+    source = _CHANNELS_KERNEL.format(imports=imports, params=params, b_axis=0, c_axis=1, grid="(batch, channels)")
+    lifted = fix_source(source, "channels.py", Config(target="compiled"), codemods={"program-id-blocks"}).source
+    result = analyze_source(lifted)
+    refusals = [f.refusal or "" for f in result.findings]
+    assert len(refusals) == 2, refusals
+    for refusal in refusals:
+        assert "keeps the dim `c` indexes whole in its block, and the kernel keeps `c`" in refusal, refusal
+        assert "TPU lowering rejects a squeezed (None) block dim among a block's last two dims (dim 1" in refusal
+        assert "block `(None, 1, cols)`" in refusal and "pl.ds(c * bs, bs)" in refusal
+    moved = lifted.replace("(None, x.shape[1], x.shape[2]), lambda i, j: (i, 0, 0)",
+                           "(None, 8, x.shape[2]), lambda i, j: (i, j // 8, 0)")
+    assert moved != lifted
+    moved_refusals = {f.refusal.split("`")[1]: f.refusal for f in analyze_source(moved).findings if f.refusal}
+    assert "keeps the dim" not in moved_refusals["x_ref"] and "keeps the dim" in moved_refusals["o_ref"], moved_refusals
+
+
 @pytest.mark.interp
 def test_a_verified_scalar_lift_is_not_reported_as_leaving_the_kernel_untouched() -> None:
     # The oracle counts a scalar index apart from dynamic slices; a lift that removes only
