@@ -55,9 +55,21 @@ def settle_scalars(analysis, region, loop, groups: dict, candidates: dict[str, l
                 group.subscripts.append(cand.subscript)
                 group.uses[id(cand.subscript)] = cand.uses
                 continue
-            windows_to_lift(cand.uses, cand.written and not loop.carries, kept, reason)
+            resident = cand.written and not loop.carries and _keeps_rows(region.site, reason)
+            windows_to_lift(cand.uses, cand.written and not loop.carries and not resident, kept, reason)
             group.unlifted_accesses.append(cand.subscript)
             group.written = group.written or cand.written
+            if resident:
+                group.kept_rows.append(cand.subscript)
+
+
+def _keeps_rows(site, reason: Optional[str]) -> bool:
+    """A write at row t of a dim TPU cannot squeeze, in a loop whose iterations become grid steps:
+    the output can stay whole (the dim spans its block) and resident while the steps write their
+    rows, in the loop's order, once the new axis is sequential ("arbitrary"; rewrite.blocks.
+    grid_params.new_axis_semantics makes it so for an output no block moves). Only on a known TPU:
+    on an unknown backend the steps may be Triton's independent programs."""
+    return reason is not None and reason.startswith(TPU_SQUEEZE) and site.backend is Backend.TPU
 
 
 def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) -> Optional[str]:
