@@ -131,6 +131,12 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock],
         if not group.lifted:
             if slot.kind == "scratch" and is_iteration_temporary(analysis.ctx, region, ref):
                 continue  # written whole before it is read, in every iteration: it carries nothing
+            if group.kept_rows and slot.kind != "out":
+                raise Refuse(
+                    f"`{ref}` is written at a row of the loop index that TPU cannot squeeze (line "
+                    f"{analysis.ctx.span(group.kept_rows[0]).line}), and it is {({'in': 'an input'}).get(slot.kind, 'a ' + slot.kind)} ref: only an output "
+                    "stays whole and resident while the steps of a sequential axis write their rows"
+                )
             if slot.kind == "out" and _rows_kept(analysis.ctx, group):
                 rows_kept.append(ref)  # whole and resident, its rows written in order: the new axis is made sequential
                 continue
