@@ -40,7 +40,7 @@ from pallas_fix.rewrite.loops.nesting import check_other_branch
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
-from pallas_fix.rewrite.kernel.ref_access import AccessGroup, accessed_slots, check_kernel_ref_uses, lifted_block, lifted_element_ids
+from pallas_fix.rewrite.kernel.ref_access import AccessGroup, accessed_slots, is_write, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.kernel.scratch_temps import is_iteration_temporary
 from pallas_fix.rewrite.text.statements import strip_leading_blank_lines
@@ -59,7 +59,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     check_single_call(analysis, site)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
-    blocks, outputs = _blocks(analysis, region, cs)
+    blocks, outputs, rows_kept = _blocks(analysis, region, cs)
     extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.kernel.extent_reads)
     check_other_branch(ctx, region.branch, {b.param for b in blocks})
     lifted = lifted_element_ids(blocks)
@@ -106,7 +106,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
 
     description = (
         f"lifted the loop over `{loop.index_name}` in `{site.kernel_name}` into grid axis {new_axis_pos}"
-        f" ({', '.join(b.param for b in blocks)} in blocks){region.loop_comments_note()}"
+        f" ({', '.join(b.param for b in blocks)} in blocks){_rows_note(rows_kept)}{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     already = pipelined(cs)
@@ -117,19 +117,29 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site, pipelined=already)
 
 
-def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock], list[AccessGroup]]:
+def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock], list[AccessGroup], list[str]]:
     """Each ref the loop index slices, as blocks along the new axis (inputs and outputs alike),
-    and the blocked outputs' accesses; a ref written at a place that does not follow the index
-    would make iterations collide, unless it is a scratch temporary each iteration writes whole
-    before reading it."""
+    the blocked outputs' accesses, and the outputs kept whole whose rows the steps write; a ref
+    written at a place that does not follow the index would make iterations collide, unless it is
+    a scratch temporary each iteration writes whole before reading it."""
     translate = grid_translator(analysis.ctx, region.site, cs)
     dyn_subs = {id(u.subscript) for u in analysis.uses}
     blocks: list[RefBlock] = []
     outputs: list[AccessGroup] = []
+    rows_kept: list[str] = []
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
             if slot.kind == "scratch" and is_iteration_temporary(analysis.ctx, region, ref):
                 continue  # written whole before it is read, in every iteration: it carries nothing
+            if group.kept_rows and slot.kind != "out":
+                raise Refuse(
+                    f"`{ref}` is written at a row of the loop index that TPU cannot squeeze (line "
+                    f"{analysis.ctx.span(group.kept_rows[0]).line}), and it is {({'in': 'an input'}).get(slot.kind, 'a ' + slot.kind)} ref: only an output "
+                    "stays whole and resident while the steps of a sequential axis write their rows"
+                )
+            if slot.kind == "out" and _rows_kept(analysis.ctx, group):
+                rows_kept.append(ref)  # whole and resident, its rows written in order: the new axis is made sequential
+                continue
             if group.written:
                 dynamic = any(id(s) in dyn_subs for s in group.unlifted_accesses)
                 raise Refuse(
@@ -146,7 +156,22 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock],
             outputs.append(group)
     if not blocks:
         raise Refuse("no ref is sliced by the loop index in block-shaped windows")
-    return blocks, outputs
+    return blocks, outputs, rows_kept
+
+
+def _rows_note(rows_kept: list[str]) -> str:
+    if not rows_kept:
+        return ""
+    names = ", ".join(f"`{r}`" for r in rows_kept)
+    return (f"; {names} kept whole, each step writing its row (TPU cannot squeeze that dim), "
+            "on a sequential axis")
+
+
+def _rows_kept(ctx, group: AccessGroup) -> bool:
+    """Every write of the output in the loop is at a row of the loop index that TPU cannot squeeze
+    (AccessGroup.kept_rows): kept whole, each step writes its own row, as the iteration did."""
+    writes = [s for s in group.unlifted_accesses if is_write(ctx, s)]
+    return bool(writes) and all(any(s is k for k in group.kept_rows) for s in writes)
 
 
 # R6 (scalar_prefetch) lifts the loop whose index reads its table before it moves the table.

@@ -437,7 +437,7 @@ FAMILIES: dict[str, Family] = {
                unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16", "pid_residual_rms_guarded",
                                      "pid_batch_rows_guarded", "pid_branch_bound_guarded", "pid_guard_once"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
-               min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",),
+               min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",), memory_pairs=frozenset({"strip_mined_rows"}),
                compiled_pairs=frozenset({"extent_squeezed_row_sum_mgpu", "induction_plloop_mgpu", "result_method_call_mosaic_gpu"})),
         Family("traced_constant", "traced-constant", frozenset({"PF104"}), "TracedConstantToInt", only=True,
                unsafe_pairs=frozenset({"nested", "partial"}), refusal_style="marked", oracle="fewer", min_pairs=4, real_refusals=False, verify_timeout_s=300,

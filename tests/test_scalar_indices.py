@@ -260,6 +260,76 @@ def test_a_scalar_beside_the_lifted_dim_stays_in_a_whole_dim(backend, inner, exp
         assert "dim 1 would become a squeezed (None) block dim" in reasons, reasons
 
 
+@pytest.mark.parametrize("backend", ["tpu", "unknown"])
+def test_the_kept_dim_is_named_after_the_partial_lift(backend):
+    """What stays after the partial lift (`x_ref[c, :]` of a `(None, C, L)` block) is reported as
+    the kept dim, with the forms that would move one row per step on TPU; a ref whose spec moves
+    blocks along that dim is not told it spans it."""
+    imports, params = _BACKENDS[backend]
+    source = _CHANNELS_KERNEL.format(imports=imports, params=params, b_axis=0, c_axis=1, grid="(batch, channels)")
+    lifted = fix_source(source, "channels.py", Config(target="compiled"), codemods={"program-id-blocks"}).source
+    result = analyze_source(lifted)
+    refusals = [f.refusal or "" for f in result.findings]
+    assert len(refusals) == 2, refusals
+    for refusal in refusals:
+        assert "keeps the dim `c` indexes whole in its block, and the kernel keeps `c`" in refusal, refusal
+        assert "TPU lowering rejects a squeezed (None) block dim among a block's last two dims (dim 1" in refusal
+        assert "block `(None, 1, cols)`" in refusal and "pl.ds(c * bs, bs)" in refusal
+    moved = lifted.replace("(None, x.shape[1], x.shape[2]), lambda i, j: (i, 0, 0)",
+                           "(None, 8, x.shape[2]), lambda i, j: (i, j // 8, 0)")
+    assert moved != lifted
+    moved_refusals = {f.refusal.split("`")[1]: f.refusal for f in analyze_source(moved).findings if f.refusal}
+    assert "keeps the dim" not in moved_refusals["x_ref"] and "keeps the dim" in moved_refusals["o_ref"], moved_refusals
+
+
+_BLOCK_SUMS_KERNEL = '''
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+{imports}
+
+# pallas-fix: example block_sums(f32[64, 128])
+
+
+def block_sums_kernel(x_ref, o_ref):
+    def body(t, carry):
+        o_ref[t, :] = jnp.sum(x_ref[pl.ds(t * 16, 16), :], axis=0)
+        return carry
+
+    lax.fori_loop(0, x_ref.shape[0] // 16, body, None)
+
+
+def block_sums(x):
+    return pl.pallas_call(
+        block_sums_kernel,
+        out_shape=jax.ShapeDtypeStruct((x.shape[0] // 16, x.shape[1]), x.dtype),{params}
+    )(x)
+'''
+
+
+@pytest.mark.parametrize("backend, expect", [("tpu", "kept"), ("triton", "squeezed"), ("unknown", "refused")])
+def test_a_row_written_per_iteration_keeps_the_output_whole_on_tpu(backend, expect):
+    """R1 with `o_ref[t, :]` written beside a lifted window: on TPU the row cannot squeeze, so the
+    output stays whole and resident on a sequential axis (no "parallel" declared) while each step
+    writes its row; a GPU backend squeezes the row; an unknown backend may be Triton, whose grid
+    has no sequential axis: refused with why the row cannot squeeze."""
+    imports, params = _BACKENDS[backend]
+    source = _BLOCK_SUMS_KERNEL.format(imports=imports, params=params)
+    result = fix_source(source, "sums.py", Config(target="compiled"), codemods={"lift-loop"})
+    if expect == "kept":
+        flat = "".join(result.source.split())
+        assert "out_specs=pl.BlockSpec((x.shape[0]//16,x.shape[1]),lambdat:(0,0),)" in flat, result.source
+        assert "o_ref[t, :] = jnp.sum(x_ref[...], axis=0)" in result.source and "parallel" not in result.source
+        assert any("`o_ref` kept whole, each step writing its row" in a for a in result.applied)
+    elif expect == "squeezed":
+        assert "pl.BlockSpec((None,x.shape[1]),lambdat:(t,0)" in "".join(result.source.split()), result.source
+    else:
+        assert result.source == source
+        reasons = " ".join(f.refusal or "" for f in result.remaining)
+        assert "`o_ref` is indexed by the scalar `t` at dim 0, which cannot become a squeezed (None) block dim" in reasons
+
+
 @pytest.mark.interp
 def test_a_verified_scalar_lift_is_not_reported_as_leaving_the_kernel_untouched() -> None:
     # The oracle counts a scalar index apart from dynamic slices; a lift that removes only

@@ -104,11 +104,9 @@ class SpecWriter:
                 raise CallSiteError(f"dim {e} of `{param}` already has a block index")
             return "None", dims.squeezed[e]
         if e == dims.array_dim and block.squeeze:
-            if old_index is not None and not is_zero(old_index):
-                raise CallSiteError(f"dim {e} of `{param}` already has a block index; a squeezed dim cannot nest in it "
-                                    "(the scalar index stays in the kernel, inside the block the spec already moves "
-                                    "along that dim; the spec pipelines it already)")
-            return "None", dims.new_index
+            if old_index is None or is_zero(old_index):
+                return "None", dims.new_index
+            return "None", self._nested_row(dims, e, old, old_index)
         if e == dims.array_dim:
             if old_index is None or is_zero(old_index):
                 return code(block.size), dims.new_index
@@ -130,6 +128,25 @@ class SpecWriter:
         if size is None:
             raise CallSiteError(f"cannot write the size of dim {e} of `{param}` at the call site")
         return code(size), kept_index
+
+    def _nested_row(self, dims: "_Dims", e: int, old, old_index: cst.BaseExpression) -> str:
+        """The element index of a row the loop walks one at a time (a scalar index) inside the
+        block the spec already moves along dim `e`: row t of block i is row `i * size + t` of the
+        array. Like sub-tiles of that block (issue 27), a deliberate strip-mine unless
+        --lift-for-memory asks: the grid copies whole blocks while the kernel computes on rows."""
+        param = dims.slot.param
+        if old is None or old.size is None:
+            raise CallSiteError(f"the BlockSpec of `{param}` has an index but no block shape")
+        if self.grid.adds_axis and not self.grid.undo_strip_mines:
+            raise CallSiteError(
+                f"the loop walks `{param}` one row at a time (a scalar index) inside the block its BlockSpec already "
+                f"moves along dim {e} (`{code(old.size)}` rows at block `{code(old_index)}`): a deliberate strip-mine, "
+                "the grid copies whole blocks into VMEM and the kernel computes on their rows (two-level chunking); "
+                "a lift would copy one row per step and multiply the grid's steps by the rows of a block, so "
+                f"pallas-fix leaves it (--lift-for-memory lifts it: block index `{paren_text(code(old_index))} * "
+                f"{paren_text(code(old.size))} + {paren_text(dims.new_index)}`, one row per step)")
+        self._check_nested(dims, e, old.size, old_index)
+        return f"{paren_text(code(old_index))} * {paren_text(code(old.size))} + {paren_text(dims.new_index)}"
 
     def _check_nested(self, dims: "_Dims", e: int, outer: cst.BaseExpression, old_index: cst.BaseExpression) -> None:
         """Sub-block k of existing block i is block `i * (outer // size) + k` only when the size

@@ -29,6 +29,9 @@ class AccessGroup:
     uses: dict[int, list[IndexUse]] = field(default_factory=dict)  # id(subscript) -> loop uses
     unlifted_accesses: list[cst.Subscript] = field(default_factory=list)
     written: bool = False
+    # Writes at a scalar of the loop index on a dim TPU cannot squeeze (rewrite.kernel.scalar_lift.
+    # settle_scalars): the output stays whole and resident, the new axis sequential.
+    kept_rows: list[cst.Subscript] = field(default_factory=list)
 
     @property
     def lifted(self) -> bool:

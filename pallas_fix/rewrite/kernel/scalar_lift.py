@@ -31,6 +31,7 @@ from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
 from pallas_fix.rewrite.kernel.squeezed_reads import renumberable
+from pallas_fix.rewrite.text.syntax import code, is_zero, paren_text
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,21 @@ def settle_scalars(analysis, region, loop, groups: dict, candidates: dict[str, l
                 group.subscripts.append(cand.subscript)
                 group.uses[id(cand.subscript)] = cand.uses
                 continue
-            windows_to_lift(cand.uses, cand.written and not loop.carries, kept, reason)
+            resident = cand.written and not loop.carries and _keeps_rows(region.site, reason)
+            windows_to_lift(cand.uses, cand.written and not loop.carries and not resident, kept, reason)
             group.unlifted_accesses.append(cand.subscript)
             group.written = group.written or cand.written
+            if resident:
+                group.kept_rows.append(cand.subscript)
+
+
+def _keeps_rows(site, reason: Optional[str]) -> bool:
+    """A write at row t of a dim TPU cannot squeeze, in a loop whose iterations become grid steps:
+    the output can stay whole (the dim spans its block) and resident while the steps write their
+    rows, in the loop's order, once the new axis is sequential ("arbitrary"; rewrite.blocks.
+    grid_params.new_axis_semantics makes it so for an output no block moves). Only on a known TPU:
+    on an unknown backend the steps may be Triton's independent programs."""
+    return reason is not None and reason.startswith(TPU_SQUEEZE) and site.backend is Backend.TPU
 
 
 def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) -> Optional[str]:
@@ -158,14 +171,55 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
     array_dim = visible[dim] if dim < len(visible) else dim
     if array_dim >= rank - 2:
         unknown = " (the backend is unknown, so pallas-fix holds it to TPU's rules)" if cs.backend() is Backend.UNKNOWN else ""
-        return (f"TPU lowering rejects a squeezed (None) block dim among a block's last two dims "
-                f"(dim {array_dim} of the {rank}-D `{ref}`){unknown}")
+        return (f"{TPU_SQUEEZE} (dim {array_dim} of the {rank}-D `{ref}`){unknown}")
     return None
+
+
+# The start of squeeze_blocker's reason where only TPU's tiling rule stands in the way: the dim
+# can then stay whole in the block, its scalar in the kernel (kept_dim_refusal).
+TPU_SQUEEZE = "TPU lowering rejects a squeezed (None) block dim among a block's last two dims"
+
+
+def kept_dim_refusal(use: IndexUse, blocker: str) -> Refuse:
+    """What a program-id scalar on a dim TPU cannot squeeze gets: the dim stays whole in the
+    ref's block (split_squeezable keeps it beside a dim that moves; a ref nothing else moves stays
+    the whole array) and the kernel keeps its scalar, which reads a row of what is in VMEM. Said
+    as what happens, with the two forms that would move one row per step on TPU."""
+    ctx = use.env.ctx  # type: ignore[attr-defined]
+    ref, start = use.ref_name, ctx.code(use.start)
+    return Refuse(
+        f"`{ref}` keeps the dim `{start}` indexes whole in its block, and the kernel keeps `{start}`: {blocker}; "
+        f"the block spans that dim, so `{start}` picks a row of what is already in VMEM. To move one row per step "
+        "on TPU, give the array a unit dim after that one (`(rows, 1, cols)`, block `(None, 1, cols)`: the row is "
+        f"then no longer among the block's last two dims), or move a block of several rows "
+        f"(`pl.ds({paren_text(start)} * bs, bs)`, bs a multiple of 8)"
+    )
+
+
+def _index_still(cs: CallSite, ref: str, dim: int) -> bool:
+    """The ref's spec does not move its block along the kernel's dim `dim` (no spec, or block
+    index 0 there): the block spans the dim, as kept_dim_refusal says."""
+    try:
+        spec = cs.spec_of(cs.slots[ref])
+    except (CallSiteError, KeyError):
+        return False
+    if spec.block is None:
+        return True  # the whole array at block 0 on every step
+    visible = spec.visible_dims() if spec.dims is not None else list(range(len(spec.block)))
+    array_dim = visible[dim] if dim < len(visible) else None
+    if array_dim is None or array_dim >= len(spec.block):
+        return False
+    full = cs.shape_dim(ref, array_dim)
+    if full is None or code(spec.block[array_dim]) != code(full):
+        return False
+    return spec.index_exprs is None or (array_dim < len(spec.index_exprs) and is_zero(spec.index_exprs[array_dim]))
 
 
 def scalar_block_size(cs: CallSite, use: IndexUse) -> cst.BaseExpression:
     """The size of a squeezed block dim (one element), once the backend accepts it at `use`'s dim."""
     blocker = squeeze_blocker(cs, use.ref_name, use.dim)
+    if blocker is not None and blocker.startswith(TPU_SQUEEZE) and _index_still(cs, use.ref_name, use.dim):
+        raise kept_dim_refusal(use, blocker)
     if blocker is not None:
         raise scalar_lift_refusal(use, blocker)
     return cst.Integer("1")
