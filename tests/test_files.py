@@ -499,3 +499,18 @@ def test_clean_run_exits_zero(tmp_path, capsys):
     code, out, err = _check(capsys, tmp_path)
     assert code == 0, err
     assert "0 finding(s) in 1 file(s)" in err
+
+
+@pytest.mark.interp
+def test_apply_with_diff_verifies_and_prints_what_it_would_write_but_writes_nothing(tmp_path, capsys, planner):
+    """`--apply --diff` is ruff's `--fix --diff`: the verified rewrite as a diff on stdout, the
+    file untouched, exit 1 (there is something to apply)."""
+    path = tmp_path / "k.py"
+    path.write_text(KERNEL)
+    code = run_cli(path, "--apply", "--diff", "--no-color")
+    out, err = capsys.readouterr()
+    assert path.read_text() == KERNEL, err
+    assert code == 1, err
+    assert "-    third = jnp.int32(3) * BS" in out and "+    third = 3 * BS" in out, out
+    assert "verified" in err and "fixed" not in err, err
+    assert leftovers(tmp_path) == []

@@ -115,6 +115,10 @@ def _present(report: FileReport, opts: Options, fmt: Format, color: bool, err, v
     status = "unchanged"
     if report.proposed is not None or any(f.fixable for f in report.findings) or (opts.verify and wants_facts(report)):
         status, report = apply_file(report, opts, err, verdict_json)
+    if status == "diff":
+        if text:
+            _print_diff(_diff(report), color)
+        return report.remaining, 1
     if status in ("written", "unchecked", "unchanged"):
         if report.remaining and text:
             print(render_text(report.remaining))

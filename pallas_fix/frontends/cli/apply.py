@@ -21,8 +21,9 @@ from pallas_fix.verify.runner import format_verdict
 
 def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict]) -> tuple[str, FileReport]:
     """Verify and write one file, kernel by kernel: (written | unchecked | unchanged | refused |
-    error, the report of what the file now holds); unchecked: written, but a kernel's rewrite is
-    unverified although the file had examples, because the original ran on none of them."""
+    error | diff, the report of what the file now holds); unchecked: written, but a kernel's
+    rewrite is unverified although the file had examples, because the original ran on none of
+    them; diff (--diff): nothing written, the report holds what would be."""
     if report.notebook is not None:
         return _apply_notebook(report, opts, err, verdict_json), report
     rewrite, problem = rewrite_kernels(report, opts, gpu=report.gpu_interpret, progress=_progress)
@@ -38,6 +39,8 @@ def apply_file(report: FileReport, opts: Options, err, verdict_json: list[dict])
         return ("refused" if rewrite.kernels else "unchanged"), replace(report, proposed=None, remaining=rewrite.remaining)
     applied = [line for k in accepted for line in k.applied]
     written = replace(report, proposed=rewrite.source, applied=applied, remaining=rewrite.remaining)
+    if opts.diff_only:  # --apply --diff: what --apply would write, verified, and nothing written (as ruff --fix --diff)
+        return "diff", written
     try:
         write_report(written)
     except FileError as exc:
