@@ -426,3 +426,46 @@ def test_a_traced_start_past_the_end_of_a_small_array_is_not_written(tmp_path: P
     out = run.stdout + run.stderr
     assert path.read_text() == _PAST_THE_END, out
     assert "the smallest shapes the original runs on" in out and "Out of bound slice" in out, out
+
+
+# -- sizes bound in branches, unchanged since the grid read them (proofs.unchanged) -------------------
+
+_HEADS = (_FIXTURES / "pid_branch_heads_guarded_before.py")
+
+
+def test_a_size_unpacked_in_both_arms_is_checked_in_the_codes_own_spelling():
+    """`B, H` unpacked in each arm of an `if`: opaque to the prover, yet nothing rebinds them
+    before the call, so the check reads the grid's `B * H` as written (not `H * B`, not `(B * H)`)."""
+    source = _HEADS.read_text()
+    assert {g for p in _guarded_plans(source) for g in p.guards} == {"g_flat.shape[0] < B * H"}
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    assert '    assert g_flat.shape[0] >= B * H, f"g_flat.shape[0] ({g_flat.shape[0]}) must be at least B * H"\n' in fixed
+
+
+@pytest.mark.parametrize("between", [
+    "    H = H + 0\n",                                   # rebound after the grid
+    "    for H in (1,):\n        pass\n",                # a loop target
+    "    if heads_first:\n        B, H = H, B\n",        # inside a nested block
+    "    (H := 2)\n",                                    # a walrus
+    "    def H():\n        pass\n",                      # a def of the name
+])
+def test_no_check_on_a_branch_bound_size_rebound_before_the_call(between: str):
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "    grid = (B * H,)\n" + between)
+    assert not _guarded_plans(source)
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal]
+    assert reasons and all("cannot follow the count `B * H`" in r for r in reasons), reasons
+
+
+def test_no_check_when_an_inner_function_may_rebind_the_size_nonlocal():
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "    grid = (B * H,)\n\n    def bump():\n        nonlocal H\n        H += 1\n\n    bump()\n")
+    assert not _guarded_plans(source)
+
+
+def test_no_check_when_the_grid_is_built_inside_the_branches():
+    """The grid's statement sits inside the `if` arm: not straight-line code before the call."""
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "").replace(
+        "        g_flat = g.reshape(B * H, T, D)\n", "        g_flat = g.reshape(B * H, T, D)\n        grid = (B * H,)\n").replace(
+        "        g_flat = jnp.transpose(g, (0, 2, 1, 3)).reshape(B * H, T, D)\n",
+        "        g_flat = jnp.transpose(g, (0, 2, 1, 3)).reshape(B * H, T, D)\n        grid = (B * H,)\n")
+    assert source.count("        grid = (B * H,)\n") == 2 and "\n    grid = (B * H,)" not in source
+    assert not _guarded_plans(source)
