@@ -436,7 +436,7 @@ FAMILIES: dict[str, Family] = {
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",),
                unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16", "pid_residual_rms_guarded",
                                      "pid_batch_rows_guarded", "pid_branch_bound_guarded", "pid_guard_once",
-                                     "pid_branch_heads_guarded", "pid_module_cdiv_guarded"})),
+                                     "pid_branch_heads_guarded", "pid_module_cdiv_guarded", "pid_named_out_shape_guarded"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",),
                compiled_pairs=frozenset({"extent_squeezed_row_sum_mgpu", "induction_plloop_mgpu", "result_method_call_mosaic_gpu"})),

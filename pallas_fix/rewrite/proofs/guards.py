@@ -40,7 +40,7 @@ import libcst as cst
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
-from pallas_fix.rewrite.proofs.unchanged import readable_at, respelled
+from pallas_fix.rewrite.proofs.unchanged import readable_at, reads_leaf, respelled
 
 _MAX_CANDIDATES = 12
 
@@ -155,7 +155,8 @@ def as_guard(symbols: Symbols, fact: tuple[str, Poly, Poly], places: list[cst.CS
             return None
         # As the code spells it (`skv`) where that means the same there, else as pallas-fix reads it.
         text = next((t for t in (spelled, symbols.text(poly)) if t and (_reads_back(symbols, t, poly, places, traced)
-                                                                        or _read_at_call(symbols, t, poly, places, traced))), None)
+                                                                        or _read_at_call(symbols, t, poly, places, traced)
+                                                                        or reads_leaf(symbols, t, poly, places[0], placed, traced))), None)
         if text is None and placed is not None:  # names bound in branches, unchanged since (proofs.unchanged)
             text = readable_at(symbols, poly, placed, lambda t, p: _reads_back(symbols, t, p, places, traced), traced)
             text = text and (respelled(symbols, spelled, poly, places[0]) or text)

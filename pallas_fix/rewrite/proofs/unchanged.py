@@ -6,10 +6,12 @@ read in `grid = (NS, NT, B * H)` and a guard's `B * H` written before the pallas
 the prover, two unrelated numbers. They are one number when nothing binds `B` or `H` between the
 statement the plan read them in and the statement the guard goes before: straight-line code of
 one function, both statements in its own body, no binding of either name from the first up to
-the second (nested blocks included), and no `nonlocal` that lets an inner function rebind them.
+the second (nested blocks included), and no `nonlocal` / `global` that lets a called function
+rebind them (a closure's free names included: the reads happen in one run of the function).
 Then the guard, written with the atoms' own texts, reads the value the plan reasoned about.
 
-Imports nothing above analysis.
+An output's size the call site names only as `jax.tree.leaves(kwargs['outs'])[k].shape[d]`
+(rewrite.callsite.out_leaves) is read the same way: its names unchanged since the pallas_call.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
+from pallas_fix.rewrite.callsite.out_leaves import leaf_parts
 
 
 def readable_at(symbols: Symbols, poly: Poly, anchor: cst.CSTNode, reads_back, blocked: frozenset = frozenset()) -> Optional[str]:
@@ -71,19 +74,37 @@ def _unchanged(symbols: Symbols, atom, anchor: cst.CSTNode, blocked: frozenset) 
     if not key_is_opaque(atom.key) or node is None or not _plain(node) or ctx.parent(node) is None:
         return False
     fn = ctx.enclosing_function(anchor)
-    if fn is None or ctx.enclosing_function(node) is not fn or ctx.scope_chain(node)[:1] != [fn]:
+    if fn is None or ctx.scope_chain(node)[:1] != [fn]:
+        return False
+    names = read_names(node)
+    return not (names & blocked) and names_unchanged(ctx, names, node, anchor, same_statement=False)
+
+
+def read_names(node: cst.CSTNode) -> set[str]:
+    """The names an expression reads (not the attribute names after a dot)."""
+    attrs = {id(n.attr) for n in _walk(node) if isinstance(n, cst.Attribute)}
+    return {n.value for n in _walk(node) if isinstance(n, cst.Name) and id(n) not in attrs}
+
+
+def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode, same_statement: bool) -> bool:
+    """`names` read at `node` hold the same values just before the statement `anchor`: both in the
+    straight-line body of one function, `node`'s statement first (or, with `same_statement`, the
+    anchor itself, when no `:=` in it binds them before `node` runs), nothing binding them from
+    there up to `anchor` (nested blocks included), no `nonlocal` / `global` of them anywhere in
+    the module (a called function could rebind them)."""
+    fn = ctx.enclosing_function(anchor)
+    if fn is None or ctx.enclosing_function(node) is not fn:
         return False
     stmts = ctx.body_statements(fn)
     first, last = _top_index(ctx, stmts, node), _top_index(ctx, stmts, anchor)
-    if first is None or last is None or first >= last or not isinstance(stmts[first], cst.SimpleStatementLine):
+    if first is None or last is None or first > last or not isinstance(stmts[first], cst.SimpleStatementLine):
         return False
-    attrs = {id(n.attr) for n in _walk(node) if isinstance(n, cst.Attribute)}
-    names = {n.value for n in _walk(node) if isinstance(n, cst.Name) and id(n) not in attrs}
-    if names & blocked:
+    if first == last and not (same_statement and not any(
+            isinstance(n, cst.NamedExpr) and read_names(n.target) & names for n in _walk(stmts[first]))):
         return False
-    between = stmts[first:last + 1]
+    between = stmts[first + (first == last):last + 1] if first < last else []
     return not any(_binds(st, names) for st in between) and not any(
-        isinstance(n, cst.Nonlocal) and {a.name.value for a in n.names} & names for n in _walk(fn))
+        isinstance(n, (cst.Nonlocal, cst.Global)) and {a.name.value for a in n.names} & names for n in _walk(ctx.module))
 
 
 def key_is_opaque(key: str) -> bool:
@@ -136,3 +157,20 @@ def _walk(node: cst.CSTNode, into_functions: bool = True):
         return
     for child in node.children:
         yield from _walk(child, into_functions)
+
+
+def reads_leaf(symbols: Symbols, text: str, poly: Poly, call: cst.CSTNode, anchor: cst.CSTNode, blocked: frozenset) -> bool:
+    """`text` is the size of an output leaf the call site built (rewrite.callsite.out_leaves,
+    `jax.tree.leaves(kwargs['outs'])[0].shape[0]`) and reads the same just before `anchor` as at
+    the pallas_call `call`: the out_shape's names (and `jax`) are unchanged in between."""
+    single = poly.monomial()
+    if single is None or single[1] != 1 or len(single[0]) != 1 or not key_is_opaque(single[0][0]):
+        return False
+    atom = symbols.atoms.get(single[0][0])
+    if atom is None or atom.text != text or atom.node is None or symbols.ctx.parent(atom.node) is not None:
+        return False
+    written = leaf_parts(atom.node)
+    if written is None:
+        return False
+    names = read_names(atom.node)
+    return not (read_names(written) & blocked) and names_unchanged(symbols.ctx, names, call, anchor, same_statement=True)
