@@ -243,3 +243,50 @@ def tanh_even_blocks(x):
     findings = analyze_source(source, "k.py").findings
     assert findings and all(not f.fixable for f in findings)
     assert all("block `2 * k`" in f.refusal and "make the count" not in f.refusal for f in findings), [f.refusal for f in findings]
+
+
+# -- the module's own ceil-division helper (analysis.loops.symbolic._inlined) ----------------------
+
+_CDIV = """
+from jax.experimental import pallas as pl
+{helper}
+def f(x, bs):
+    n, d = x.shape
+    return None
+"""
+
+
+def _helper_poly(helper: str, text: str) -> tuple[Poly, Poly]:
+    ctx, symbols, _prover, last = _setup(_CDIV.format(helper=textwrap.dedent(helper)))
+    return _poly(ctx, symbols, text, last), _poly(ctx, symbols, "pl.cdiv(n, bs)", last)
+
+
+def test_a_hand_spelled_ceiling_over_a_symbolic_block_is_pl_cdiv():
+    mine, cdiv = _helper_poly("", "(n + bs - 1) // bs")
+    assert mine == cdiv
+
+
+def test_the_modules_ceil_division_helper_is_read_as_pl_cdiv():
+    ctx, symbols, _prover, last = _setup(_CDIV.format(helper="def cdiv(a, b):\n    return (a + b - 1) // b\n"))
+    mine = _poly(ctx, symbols, "cdiv(n, bs)", last)
+    assert mine == _poly(ctx, symbols, "pl.cdiv(n, bs)", last)
+    (key,), = [m for m, _c in mine.terms]
+    assert symbols.atoms[key].text == "cdiv(n, bs)"  # messages and guards spell it as the code does
+
+
+@pytest.mark.parametrize("helper", [
+    "def cdiv(a, b):\n    return (a + b - 1) // b\ncdiv = max\n",             # the name is rebound
+    "def cdiv(a, b):\n    return -(-a // b) if a else 0\n",                   # not an integer polynomial
+    "def cdiv(a, b):\n    return (a + B - 1) // B\nB = 8\n",                    # reads a global
+    "def cdiv(a, b):\n    c = a + b - 1\n    return c // b\n",                 # more than one statement
+    "import functools\n@functools.cache\ndef cdiv(a, b):\n    return (a + b - 1) // b\n",  # decorated
+    "def cdiv(a, *b):\n    return (a + 1) // 2\n",                             # star parameters
+])
+def test_a_helper_that_is_not_plainly_its_return_expression_stays_opaque(helper: str):
+    mine, cdiv = _helper_poly(helper, "cdiv(n, bs)")
+    assert mine != cdiv
+
+
+def test_a_helper_called_with_fewer_arguments_than_it_has_parameters_stays_opaque():
+    mine, cdiv = _helper_poly("def cdiv(a, b=128):\n    return (a + b - 1) // b\n", "cdiv(n)")
+    assert mine != cdiv and len(mine.terms) == 1 and mine.terms[0][0][0].startswith("?")

@@ -349,18 +349,27 @@ def doubled(x, bs=16):
 '''
 
 
+def test_the_modules_cdiv_count_gets_the_exact_bound_as_its_check():
+    """The grid counts `cdiv(n, bs)` (the module's own ceil division, read as `pl.cdiv`) with `n` a
+    factory's parameter (brainevent's binary_densemv sizes its grid from a ShapeDtypeStruct handed
+    to its factory): nothing ties `n` to `x.shape[0]`, so the check is the bound itself, which
+    rejects only calls whose last window the original reads past the end."""
+    assert {g for p in _guarded_plans(_UNFOLLOWED_COUNT) for g in p.guards} == {"x.shape[0] < cdiv(n, bs) * bs"}
+
+
 def test_no_check_where_the_count_cannot_be_followed_back_to_the_dim_and_the_refusal_says_so():
-    """The grid counts `cdiv(n, bs)` (the module's own cdiv) with `n` a factory's parameter: no
-    check on `x.shape[0]` alone bounds it, and the bound itself is no check pallas-fix can write, so
-    none is written and the refusal says to compute the count from the dim
-    (brainevent's binary_densemv sizes its grid from a ShapeDtypeStruct handed to its factory)."""
-    assert not _guarded_plans(_UNFOLLOWED_COUNT)
-    reasons = [f.refusal for f in analyze_source(_UNFOLLOWED_COUNT, "k.py").findings if f.refusal]
+    """A count helper pallas-fix does not read (two statements): no check on `x.shape[0]` alone
+    bounds it, and the bound itself is no check pallas-fix can write, so none is written and the
+    refusal says to compute the count from the dim."""
+    source = _UNFOLLOWED_COUNT.replace("    return (a + b - 1) // b\n", "    c = a + b - 1\n    return c // b\n")
+    assert source != _UNFOLLOWED_COUNT
+    assert not _guarded_plans(source)
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal]
     assert reasons and all(
         "cannot follow the count `cdiv(n, bs)` back to `x.shape[0]`; compute the count from `x.shape[0]`" in r
         for r in reasons
     ), reasons
-    fixed = _UNFOLLOWED_COUNT.replace("grid=(cdiv(n, bs),)", "grid=(pl.cdiv(x.shape[0], bs),)")
+    fixed = source.replace("grid=(cdiv(n, bs),)", "grid=(pl.cdiv(x.shape[0], bs),)")
     findings = analyze_source(fixed, "k.py").findings
     assert findings and all(f.fixable for f in findings), [f.refusal for f in findings]
 
@@ -429,3 +438,75 @@ def test_a_traced_start_past_the_end_of_a_small_array_is_not_written(tmp_path: P
     out = run.stdout + run.stderr
     assert path.read_text() == _PAST_THE_END, out
     assert "the smallest shapes the original runs on" in out and "Out of bound slice" in out, out
+
+
+# -- sizes bound in branches, unchanged since the grid read them (proofs.unchanged) -------------------
+
+_HEADS = (_FIXTURES / "pid_branch_heads_guarded_before.py")
+
+
+def test_a_size_unpacked_in_both_arms_is_checked_in_the_codes_own_spelling():
+    """`B, H` unpacked in each arm of an `if`: opaque to the prover, yet nothing rebinds them
+    before the call, so the check reads the grid's `B * H` as written (not `H * B`, not `(B * H)`)."""
+    source = _HEADS.read_text()
+    assert {g for p in _guarded_plans(source) for g in p.guards} == {"g_flat.shape[0] < B * H"}
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    assert '    assert g_flat.shape[0] >= B * H, f"g_flat.shape[0] ({g_flat.shape[0]}) must be at least B * H"\n' in fixed
+
+
+@pytest.mark.parametrize("between", [
+    "    H = H + 0\n",                                   # rebound after the grid
+    "    for H in (1,):\n        pass\n",                # a loop target
+    "    if heads_first:\n        B, H = H, B\n",        # inside a nested block
+    "    (H := 2)\n",                                    # a walrus
+    "    def H():\n        pass\n",                      # a def of the name
+])
+def test_no_check_on_a_branch_bound_size_rebound_before_the_call(between: str):
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "    grid = (B * H,)\n" + between)
+    assert not _guarded_plans(source)
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal]
+    assert reasons and all("cannot follow the count `B * H`" in r for r in reasons), reasons
+
+
+def test_no_check_when_an_inner_function_may_rebind_the_size_nonlocal():
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "    grid = (B * H,)\n\n    def bump():\n        nonlocal H\n        H += 1\n\n    bump()\n")
+    assert not _guarded_plans(source)
+
+
+def test_no_check_when_the_grid_is_built_inside_the_branches():
+    """The grid's statement sits inside the `if` arm: not straight-line code before the call."""
+    source = _HEADS.read_text().replace("    grid = (B * H,)\n", "").replace(
+        "        g_flat = g.reshape(B * H, T, D)\n", "        g_flat = g.reshape(B * H, T, D)\n        grid = (B * H,)\n").replace(
+        "        g_flat = jnp.transpose(g, (0, 2, 1, 3)).reshape(B * H, T, D)\n",
+        "        g_flat = jnp.transpose(g, (0, 2, 1, 3)).reshape(B * H, T, D)\n        grid = (B * H,)\n")
+    assert source.count("        grid = (B * H,)\n") == 2 and "\n    grid = (B * H,)" not in source
+    assert not _guarded_plans(source)
+
+
+# -- an output whose out_shape the call site names without spelling it (callsite.out_leaves) --------
+
+_NAMED_OUT = _FIXTURES / "pid_named_out_shape_guarded_before.py"
+
+
+def test_an_output_named_by_the_caller_is_sized_by_its_leaf_and_checked_before_the_run():
+    source = _NAMED_OUT.read_text()
+    assert {g for p in _guarded_plans(source) for g in p.guards} == {"jax.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]"}
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    lines = fixed.splitlines()
+    check = lines.index("        if jax.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]:")
+    assert lines[check + 2] == "        return fn(x)"  # after the statement that builds the call, before the one that runs it
+    assert "out_specs=jax.tree.map(" in fixed  # one struct or a list of one: the spec mirrors either
+
+
+def test_an_out_shape_that_is_not_a_plain_read_stays_refused_with_the_size_it_cannot_write():
+    """`out_shape=make_outs()`: calling it twice (at the call and in a check) may give two values."""
+    source = _NAMED_OUT.read_text().replace("out_shape=kwargs['outs']", "out_shape=kwargs['outs_fn']()")
+    assert not _guarded_plans(source)
+    reasons = [f.refusal for f in analyze_source(source, "k.py").findings if f.refusal and "o_ref" in f.message]
+    assert reasons and all("cannot write the size of dim 1 of `o_ref` at the call site" in r for r in reasons), reasons
+
+
+def test_no_leaf_check_without_an_import_of_jax_to_write_it_with():
+    source = _NAMED_OUT.read_text().replace("import jax\n", "import jax as jx\n").replace("jax.ShapeDtypeStruct", "jx.ShapeDtypeStruct")
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    assert "jx.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]" in fixed  # the module's own alias

@@ -135,7 +135,54 @@ class Symbols:
             return self._quotient("ceil", num, den, expr)
         if isinstance(expr, cst.Subscript):
             return self._shape_dim(expr, at, depth)
+        if isinstance(expr, cst.Call):
+            inlined = self._inlined(expr, at, depth)
+            if inlined is not None:
+                return inlined
         return self._opaque(expr, at)
+
+    def _inlined(self, call: cst.Call, at: cst.CSTNode, depth: int) -> Optional[Poly]:
+        """A call of the module's own integer helper, `def cdiv(a, b): return (a + b - 1) // b`
+        (one `return` reading only its positional parameters, the name bound by that `def` alone):
+        its return expression with the call's arguments for the parameters."""
+        fn = self.ctx.resolve_def(call.func.value, at) if isinstance(call.func, cst.Name) else None
+        if (fn is None or isinstance(fn.params.star_arg, (cst.Param, cst.ParamStar)) or fn.params.kwonly_params
+                or fn.params.star_kwarg is not None or fn.decorators or fn.asynchronous is not None):
+            return None
+        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
+        if (len(params) != len(call.args) or any(a.keyword or a.star for a in call.args) or len(body) != 1
+                or not isinstance(body[0], cst.SimpleStatementLine) or not isinstance(body[0].body[0], cst.Return)
+                or body[0].body[0].value is None):
+            return None
+        scope = next((sc for sc in self.ctx.scope_chain(at) if call.func.value in self._scope_bindings(sc)), None)
+        if scope is None or len(self._scope_bindings(scope)[call.func.value]) != 1:
+            return None
+        ret = body[0].body[0].value
+        if not {n.value for n in _names(ret)} <= set(params):
+            return None
+        args = {f"{name}@{id(fn)}": self.poly(a.value, at, depth + 1) for name, a in zip(params, call.args)}
+        out = self._substituted(self.poly(ret, ret, depth + 1), args)
+        single = out.monomial()
+        if single is not None and single[1] == 1 and len(single[0]) == 1 and self.atoms[single[0][0]].kind != "value":
+            self.atoms[single[0][0]].text = self.ctx.code(call)  # the quotient as the code spells it: `cdiv(n, bd)`
+        return out
+
+    def _substituted(self, p: Poly, args: dict[str, Poly]) -> Poly:
+        out = Poly()
+        for monomial, coeff in p.terms:
+            term = Poly.const(coeff)
+            for key in monomial:
+                atom = self.atoms.get(key)
+                if key in args:
+                    term = term * args[key]
+                elif atom is not None and atom.kind != "value":
+                    num, den = self._substituted(atom.num, args), self._substituted(atom.den, args)
+                    term = term * self.quotient(atom.kind, num, den, atom.text)
+                else:
+                    term = term * Poly.atom(key)
+            out = out + term
+        return out
 
     def _binary(self, expr: cst.BinaryOperation, at: cst.CSTNode, depth: int) -> Poly:
         left = self.poly(expr.left, at, depth + 1)
@@ -165,6 +212,10 @@ class Symbols:
         exact = num.exact_quotient(den)
         if exact is not None:
             return exact
+        if kind == "floor" and b is None:  # `(n + bs - 1) // bs` is `pl.cdiv(n, bs)` (bs > 0, as every atom)
+            rest = num - den + Poly.const(1)
+            if len(rest.terms) < len(num.terms):
+                kind, num = "ceil", rest
         key = f"{kind}({_key(num)} / {_key(den)})"
         self.atoms.setdefault(key, Atom(key, text, kind, num, den))
         return Poly.atom(key)
@@ -285,6 +336,15 @@ def _plain_read(expr: cst.CSTNode) -> bool:
         return (_plain_read(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
                 and isinstance(expr.slice[0].slice.value, cst.Integer))
     return False
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    """Names read in an expression (not attribute names)."""
+    if isinstance(node, cst.Name):
+        return [node]
+    if isinstance(node, cst.Attribute):
+        return _names(node.value)
+    return [n for child in node.children for n in _names(child)]
 
 
 def _param_names(scope: Scope) -> set[str]:

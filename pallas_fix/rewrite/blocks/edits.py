@@ -28,6 +28,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, S
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
+from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.callsite.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
@@ -125,7 +126,7 @@ class CallEdits:
                     if c is None:
                         c = self._whole(s)
                     texts.append(c)
-                value = texts[0] if single else "[" + ", ".join(texts) + "]"
+                value = mirrored_spec(self.cs, texts[0]) if single else "[" + ", ".join(texts) + "]"
                 if kind == "in" and self.cs.default_tail is not None:  # operands appended under `if`s or `*args`
                     blocked = {s.index for s in slots if s.param in self.blocks}
                     value = whole_tail_specs(self.cs, {s.index: t for s, t in zip(slots, texts)}, blocked, self.specs.plain_whole())

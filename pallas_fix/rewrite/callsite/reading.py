@@ -2,9 +2,8 @@
 
 `CallSite` maps each kernel ref parameter to its slot (input k, output k, scratch, scalar
 prefetch), reads the current grid and BlockSpecs as syntax, and produces the new keyword values
-for a plan that adds grid axes or changes some refs' blocks. Anything it cannot read exactly
-becomes a refusal reason (`CallSiteError`), never a guess. The operand types live in
-rewrite.callsite.operands and rank inference in rewrite.callsite.ranks; both are re-exported here.
+for a plan that adds grid axes or changes some refs' blocks; anything it cannot read exactly is
+a `CallSiteError`, never a guess. Operand types: callsite.operands; ranks: callsite.ranks.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec, local_index_def
+from pallas_fix.rewrite.callsite.out_leaves import leaf_dim
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -320,8 +320,8 @@ class CallSite(CallTiming):
             return shape_index(slot.arg, dim)
         if slot.kind == "out":
             sds = slot.out_shape
-            if not isinstance(sds, cst.Call):
-                return None
+            if not isinstance(sds, cst.Call):  # a struct the call names (`kwargs['outs']`): its leaf's dim
+                return leaf_dim(self, slot, dim)
             shape = call_arg(sds, 0, "shape")
             if shape is None:
                 return None

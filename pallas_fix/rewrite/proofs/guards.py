@@ -22,7 +22,9 @@ then passes the guard, or the rewrite would raise there and fail verification).
 A squeezed dim (`x_ref[b]`, b a grid index) needs its axis not to outrun the dim: the bound
 `x.shape[0] >= batch`. A size pallas-fix cannot follow (`g_flat.shape[2]`, `g_flat` bound in
 branches) may still be guarded where the pallas_call reads it: in the statement that builds and
-runs the call, read only through names, attributes and constant subscripts (`_read_at_call`). A
+runs the call, read only through names, attributes and constant subscripts (`_read_at_call`);
+a size whose names are bound in branches (`B, H` unpacked in each arm) where nothing rebinds them
+between the statement the plan read them in and the call (rewrite.proofs.unchanged). A
 check already standing right before that statement (an earlier rewrite's) proves what it says
 and is not written twice. No check for a kernel that masks its loads or stores: it handles a
 last window past the end on hardware, so the check would reject calls the original handles.
@@ -38,6 +40,7 @@ import libcst as cst
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
+from pallas_fix.rewrite.proofs.unchanged import readable_at, reads_leaf, respelled
 
 _MAX_CANDIDATES = 12
 
@@ -146,16 +149,27 @@ def as_guard(symbols: Symbols, fact: tuple[str, Poly, Poly], places: list[cst.CS
     if kind == "equal" and (left.monomial() is None or left.monomial()[0][0].startswith("?")):
         return None
     texts = []
+    placed = _statement_of(symbols.ctx, places[-1])
     for poly, spelled in zip((left, right), written):
         if not poly.terms:
             return None
         # As the code spells it (`skv`) where that means the same there, else as pallas-fix reads it.
         text = next((t for t in (spelled, symbols.text(poly)) if t and (_reads_back(symbols, t, poly, places, traced)
-                                                                        or _read_at_call(symbols, t, poly, places, traced))), None)
+                                                                        or _read_at_call(symbols, t, poly, places, traced)
+                                                                        or reads_leaf(symbols, t, poly, places[0], placed, traced))), None)
+        if text is None and placed is not None:  # names bound in branches, unchanged since (proofs.unchanged)
+            text = readable_at(symbols, poly, placed, lambda t, p: _reads_back(symbols, t, p, places, traced), traced)
+            text = text and (respelled(symbols, spelled, poly, places[0]) or text)
         if text is None:
             return None
+        text = _unwrapped(text)  # `(B * H)` as a whole side needs no parentheses
         texts.append(text if _is_atomic(text) or kind != "divides" else f"({text})")  # `%` binds as `*` does
     return Guard(kind, texts[0], texts[1], left, right)
+
+
+def _unwrapped(text: str) -> str:
+    expr = cst.parse_expression(text)
+    return cst.Module([]).code_for_node(expr.with_changes(lpar=[], rpar=[])) if getattr(expr, "lpar", None) else text
 
 
 def _is_atomic(text: str) -> bool:

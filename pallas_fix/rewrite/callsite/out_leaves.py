@@ -1,0 +1,71 @@
+"""The size of an output whose out_shape the call site names but does not spell out.
+
+`pl.pallas_call(kernel, out_shape=kwargs['outs'], ...)`: the caller built the structs from the
+inputs' shapes, and no line of the wrapper says how large output k is. Yet its size is fixed at
+the call: `jax.tree.leaves(kwargs['outs'])[k].shape[d]` (the out_shape's leaves are the outputs,
+in order, whether it is one struct or a list of them). That expression is what the bounds proofs
+reason about, and a guard written with it (rewrite.proofs.guards) reads the same value before
+the call, as long as nothing rebinds its names between the two (rewrite.proofs.unchanged).
+Only for an out_shape that is a plain read: names, attributes, constant subscripts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.rewrite.text.imports import module_alias
+
+
+def leaf_dim(cs, slot, dim: int) -> Optional[cst.BaseExpression]:
+    """`jax.tree.leaves(<out_shape>)[k].shape[dim]` for output slot k, one node per (slot, dim)
+    (so every proof that reads it reads one atom); None when the out_shape is not a plain read,
+    the module has no `import jax`, or the rank says there is no such dim."""
+    written = cs.site.kw("out_shape")
+    jax = module_alias(cs.ctx, "jax")
+    rank = cs.rank(slot.param)
+    if written is None or jax is None or not plain(written) or rank is None or not 0 <= dim < rank:
+        return None
+    cache = cs.__dict__.setdefault("_leaf_dims", {})
+    key = (slot.index, dim)
+    if key not in cache:
+        text = f"{jax}.tree.leaves({cs.ctx.code(written)})[{slot.index}].shape[{dim}]"
+        cache[key] = cst.parse_expression(text)
+    return cache[key]
+
+
+def plain(expr: cst.CSTNode) -> bool:
+    """Names, attributes and constant (integer or string) subscripts: one value read twice."""
+    if isinstance(expr, cst.Name):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return plain(expr.value)
+    if isinstance(expr, cst.Subscript):
+        return (plain(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
+                and isinstance(expr.slice[0].slice.value, (cst.Integer, cst.SimpleString)))
+    return False
+
+
+def leaf_parts(expr: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """The out_shape inside a `jax.tree.leaves(E)[k].shape[d]` that leaf_dim built; None otherwise."""
+    try:
+        call = expr.value.value.value  # `[d]` of `.shape` of `[k]` of `leaves(E)`
+    except AttributeError:
+        return None
+    if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "leaves"
+            and len(call.args) == 1 and plain(call.args[0].value)):
+        return call.args[0].value
+    return None
+
+
+def mirrored_spec(cs, spec: str) -> str:
+    """The out_specs for the one output of a call whose out_shape the call site names without
+    spelling it (`kwargs['outs']`: one struct or a list of one): the spec mapped over that
+    out_shape, so the two pytrees match whichever it is; `spec` itself when the out_shape is a
+    struct the code builds (`jax.ShapeDtypeStruct(...)`) or is not a plain read."""
+    written = cs.site.kw("out_shape")
+    jax = module_alias(cs.ctx, "jax")
+    if written is None or jax is None or not plain(written) or isinstance(cs.out_shapes[0], cst.Call):
+        return spec
+    return f"{jax}.tree.map(lambda _: {spec}, {cs.ctx.code(written)})"
