@@ -142,10 +142,13 @@ def runs_in_gpu_interpret(path: str, source: str, opts: Options) -> bool:
         return False
 
 
-def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool) -> list[Verdict]:
+def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool,
+                   divided_only: bool = False) -> list[Verdict]:
     """Run the interpreters on both versions for every example (one "unverified" verdict for none);
-    `gpu`: also GPU interpret mode (the module or the target says its kernels run there)."""
-    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu)
+    `gpu`: also GPU interpret mode (the module or the target says its kernels run there);
+    `divided_only`: compare no example where a block of the rewrite is partial (core.plans.FixPlan)."""
+    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
+                          divided_only=divided_only)
 
 
 def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet):
@@ -192,12 +195,12 @@ def _kernel_verifier(path: str, examples: list[Example], opts: Options, gpu: boo
     each kernel of a file is verified on its own, and most examples reach one kernel."""
     reached_by: dict[int, set] = {}  # id(example) -> the kernels its first run traced
 
-    def verify(old: str, new: str, kernel: Optional[str]) -> list[Verdict]:
+    def verify(old: str, new: str, kernel: Optional[str], divided_only: bool = False) -> list[Verdict]:
         chosen = [e for e in examples if id(e) not in reached_by or kernel in reached_by[id(e)]]
         if not chosen:
             return []
         with progress(f"verifying {path}{f' ({kernel})' if kernel else ''}, {len(chosen)} example(s)"):
-            verdicts = verify_rewrite(path, old, new, chosen, opts, gpu=gpu)
+            verdicts = verify_rewrite(path, old, new, chosen, opts, gpu=gpu, divided_only=divided_only)
         for example, verdict in zip(chosen, verdicts):
             calls = verdict.details.get("pallas_calls")
             if calls is not None:
