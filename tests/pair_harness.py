@@ -434,7 +434,8 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
-               unsafe_pairs=frozenset({"stepped_loop_unsafe", "stepped_loop_reads_position_guarded"}),
+               unsafe_pairs=frozenset({"stepped_loop_unsafe", "stepped_loop_reads_position_guarded",
+                                     "stepped_loop_reads_position_triton"}),
                memory_pairs=frozenset({"larger_blockspec"}),
                compiled_pairs=frozenset({"augassign_start_mgpu", "extent_squeezed_rows_mgpu", "helper_slice_named_tuple",
                                          "reverse_shifted_mgpu_bf16", "scalar_row_and_window_mgpu", "scalar_rows_softmax_mgpu",

@@ -25,6 +25,7 @@ MASKED = FIXTURES / "codemods" / "program_id_blocks" / "pid_ragged_position_trit
 PAIR = FIXTURES / "codemods" / "program_id_blocks" / "pid_ragged_position_unmasked_triton_before.py"
 AFTER = PAIR.with_name("pid_ragged_position_unmasked_triton_after.py")
 TPU = FIXTURES / "codemods" / "program_id_blocks" / "refuse_pid_ragged_position_tpu.py"
+LOOP = FIXTURES / "codemods" / "lift_loop" / "stepped_loop_reads_position_triton_before.py"
 MOE = FIXTURES / "real" / "easydel__moe_matmul.py"
 RAGGED = "add_row_index(f32[100, 64])"  # 32 does not divide 100
 
@@ -48,6 +49,21 @@ def test_masked_windows_lift_as_an_unsafe_fix_the_interpreters_compare_at_every_
     plans = [f.plan for f in _findings(MASKED) if f.code == "PF103"]
     assert plans and all(p is not None and p.safety.value == "unsafe" and not p.divided_only for p in plans), plans
     assert "the interpreters pad a masked access past the end" in plans[0].description, plans[0].description
+
+
+def test_a_triton_stepped_loop_that_reads_its_index_lifts_the_same_way():
+    """lift-loop (R1): a new `pl.cdiv` axis of the loop's tiles; masked tiles are compared at every
+    size, plain ones only where the tile divides."""
+    plans = [f.plan for f in _findings(LOOP) if f.code == "PF101"]
+    assert plans and all(p is not None and p.safety.value == "unsafe" and not p.divided_only for p in plans), plans
+    assert "reads its position" in plans[0].description and "pad a masked access" in plans[0].description
+    plain = LOOP.read_text().replace(
+        "x = pltriton.load(x_ref.at[pl.ds(row, TR), :], mask=mask, other=0.0)", "x = x_ref[pl.ds(row, TR), :]").replace(
+        "pltriton.store(o_ref.at[pl.ds(row, TR), :], x + rows[:, None].astype(x.dtype), mask=mask)",
+        "o_ref[pl.ds(row, TR), :] = x + rows[:, None].astype(x.dtype)")
+    assert plain != LOOP.read_text()
+    plans = [f.plan for f in _findings(LOOP, plain) if f.code == "PF101"]
+    assert plans and all(p is not None and p.divided_only for p in plans), plans
 
 
 def test_the_same_kernel_on_a_tpu_is_refused_naming_the_backend():
@@ -120,3 +136,10 @@ def test_masked_windows_are_compared_on_a_ragged_example():
     after = fix_source(MASKED.read_text(), str(MASKED), unsafe=True).source
     v = verify_sources(MASKED.read_text(), after, [parse_example(RAGGED)], path=str(MASKED), timeout_s=300)[0]
     assert v.status == "verified", v.message
+
+
+@pytest.mark.interp
+def test_the_lifted_loop_is_compared_on_its_ragged_variants():
+    after = LOOP.with_name("stepped_loop_reads_position_triton_after.py").read_text()
+    v = verify_sources(LOOP.read_text(), after, [parse_example("add_row_index(f32[64, 32])")], path=str(LOOP), timeout_s=300)[0]
+    assert v.status == "verified" and "also on the ragged shapes" in v.message, v.message

@@ -17,9 +17,11 @@ on Triton the original's window past the end is pointer arithmetic (rows at the 
 kernel computes), and Triton masks every load and store of a BlockSpec's partial block itself
 (jax/_src/pallas/triton/lowering.py, `_compute_offsets_from_indices`: a bounds mask wherever the
 block does not divide the dim), so the lift is exact wherever the original is defined, at every
-size. There it is an unsafe fix that the interpreters can check only at sizes the block divides
-(`RaggedDoubt.divided_only`: verification does not compare an example with a partial block).
-Elsewhere (TPU, Mosaic GPU, an unknown backend) it is refused: what a TPU does with a window past
+size. There it is an unsafe fix. Masked Pallas loads and stores are padded past the end in
+interpret mode, as hardware leaves them, so where every window is one the interpreters compare
+the lift at every size; a plain `x_ref[rows]` window they clamp, so such a lift is checked only at
+sizes the block divides (`RaggedDoubt.divided_only`: verification does not compare an example
+with a partial block). Elsewhere (TPU, Mosaic GPU, an unknown backend) it is refused: what a TPU does with a window past
 the end is not settled.
 """
 from __future__ import annotations
@@ -44,8 +46,8 @@ class RaggedDoubt:
     """The condition under which a lift with a partial last block is exact, as the fix states it."""
 
     text: str
-    # The kernel reads its position (Triton only): the interpreters clamp the original's last
-    # window, so they can compare the two only at sizes the block divides.
+    # The kernel reads its position (Triton only) through a plain window: the interpreters clamp
+    # the original's last window, so they can compare the two only at sizes the block divides.
     divided_only: bool = False
 
 
@@ -66,24 +68,10 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     grid = trip if axis == "new" else cs.grid[axis]
     line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
     size, whole = code(block.size), code(extent)
-    if line is not None and cs.backend() is Backend.TRITON and masked_windows(cs.ctx, block):
-        return RaggedDoubt(
-            f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` divides `{whole}`, and "
-            f"the kernel reads its position (line {line}); on Triton the rewrite is the same program wherever the "
-            "original is defined: the original's masked loads and stores past the end are plain pointer arithmetic "
-            "(rows at the positions the kernel computes, the masked ones untouched), and Triton masks every load and "
-            "store of a BlockSpec's partial last block itself; the interpreters pad a masked access past the end as "
-            "hardware leaves it, so they compare the two at ragged sizes too")
     if line is not None and cs.backend() is Backend.TRITON:
-        return RaggedDoubt(
-            f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` divides `{whole}`, and "
-            f"the kernel reads its position (line {line}); on Triton the rewrite is the same program wherever the "
-            "original is defined: the original's last window past the end is plain pointer arithmetic (an access no mask "
-            "covers is undefined there), and Triton masks every load and store of a BlockSpec's partial last block "
-            "itself; in interpret mode the original's unmasked window is clamped back inside the array instead, so the "
-            "interpreters can compare the two only at sizes where "
-            f"`{size}` divides `{whole}`, and verification compares no example with a partial block",
-            divided_only=True)
+        return _triton_position(f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` "
+                                f"divides `{whole}`, and the kernel reads its position (line {line})",
+                                f"`{size}` divides `{whole}`", masked_windows(cs.ctx, block))
     if line is not None:
         raise Refuse(
             f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
@@ -96,6 +84,20 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
         f"divides `{whole}`: the original slices past the end there (out of bounds on hardware, clamped in "
         "interpret mode), the rewrite reads a padded block and masks its write; the two agree when it divides, "
         "or when the kernel's result for a row depends on that row alone")
+
+
+def _triton_position(doubt: str, divides: str, masked: bool) -> RaggedDoubt:
+    """The condition of a Triton lift that keeps the kernel's position reads, and whether the
+    interpreters can judge it at a ragged size (masked windows: padded there, as on hardware)."""
+    exact = ("on Triton the rewrite is the same program wherever the original is defined: the original's last window "
+             "past the end is plain pointer arithmetic (rows at the positions the kernel computes; an access no mask "
+             "covers is undefined there), and Triton masks every load and store of a BlockSpec's partial last block itself")
+    if masked:
+        return RaggedDoubt(f"{doubt}; {exact}; the interpreters pad a masked access past the end as hardware leaves it, "
+                           "so they compare the two at ragged sizes too")
+    return RaggedDoubt(f"{doubt}; {exact}; in interpret mode the original's unmasked window is clamped back inside the "
+                       f"array instead, so the interpreters can compare the two only at sizes where {divides}, and "
+                       "verification compares no example with a partial block", divided_only=True)
 
 
 def masked_windows(ctx: ModuleContext, block: RefBlock) -> bool:
