@@ -143,3 +143,32 @@ def test_the_lifted_loop_is_compared_on_its_ragged_variants():
     after = LOOP.with_name("stepped_loop_reads_position_triton_after.py").read_text()
     v = verify_sources(LOOP.read_text(), after, [parse_example("add_row_index(f32[64, 32])")], path=str(LOOP), timeout_s=300)[0]
     assert v.status == "verified" and "also on the ragged shapes" in v.message, v.message
+
+
+@pytest.mark.interp
+def test_apply_writes_the_unmasked_lift_once_verified_where_its_block_divides(capsys, tmp_path):
+    """`--apply` with no --unsafe-fixes: verified on the file's dividing example, its ragged
+    variants (which would differ: see above) dropped, the golden rewrite written."""
+    from pallas_fix.frontends.cli.app import main
+
+    path = tmp_path / PAIR.name
+    path.write_text(PAIR.read_text())
+    try:
+        main(["--apply", str(path)])
+    except SystemExit:
+        pass
+    err = capsys.readouterr().err
+    assert path.read_text() == AFTER.read_text(), err
+    assert "verified add_row_index" in err, err
+
+
+@pytest.mark.interp
+def test_verify_subcommand_does_not_compare_a_ragged_example(capsys):
+    from pallas_fix.frontends.cli.app import main
+
+    try:
+        main(["verify", str(PAIR), "--example", RAGGED])
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    assert "unverified" in out and "not compared on" in out, out

@@ -160,7 +160,7 @@ def _divided_only(candidate: FixResult) -> dict:
     """The verifier's keyword for a rewrite with a lift the interpreters can check only where its
     blocks divide their arrays (core.plans.FixPlan.divided_only); none otherwise, so that a
     verifier that takes three arguments still serves every other rewrite."""
-    return {"divided_only": True} if any(plan.divided_only for _, plan in candidate.history) else {}
+    return {"divided_only": True} if candidate.divided_only else {}
 
 
 def _none_ran(entries: list[str]) -> str:

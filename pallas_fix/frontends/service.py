@@ -112,7 +112,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     if fixed.changed:
         # What the findings say of their fixes is what the proposal does (finding_fixes.settle).
         return replace(report, findings=settle(report.findings, fixed), proposed=fixed.source, applied=fixed.applied,
-                       remaining=fixed.remaining)
+                       remaining=fixed.remaining, divided_only=fixed.divided_only)
     return report
 
 
@@ -161,7 +161,8 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
     if not examples:
         return [], None
     with progress(f"verifying {report.path} ({len(examples)} example(s))"):
-        return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu), None
+        return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu,
+                              divided_only=report.divided_only), None
 
 
 def wants_facts(report: FileReport) -> bool:
