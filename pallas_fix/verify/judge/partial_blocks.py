@@ -1,11 +1,14 @@
 """Blocks of a rewrite that end in a partial block on an example, where the interpreters cannot
 judge a lift that keeps the original's position reads (rewrite.proofs.ragged_blocks).
 
-Such a lift (a Triton kernel that masks by `pid * BLOCK + iota < n`) is exact on hardware at
-every size, but in interpret mode the original's last window is clamped back inside the array,
-so its rows are not the rows its position names, while the rewrite's last block is partial: at a
-size the block does not divide the two differ by construction, and comparing them says nothing
-about the rewrite. Works on the worker's survey of the traced pallas_calls (no jax here).
+Such a lift (a Triton kernel whose plain `x_ref[pl.ds(pid * BLOCK, BLOCK)]` windows become
+BlockSpecs while it keeps reading `pid * BLOCK + iota`) is exact on hardware wherever the original
+is defined, but in interpret mode the original's last window is clamped back inside the array, so
+its rows are not the rows its position names, while the rewrite's last block is partial: at a size
+the block does not divide the two differ by construction, and comparing them says nothing about
+the rewrite. Any partial block counts, one the user's own BlockSpec already had too: such an
+example is left uncompared rather than judged. Works on the worker's survey of the traced
+pallas_calls (no jax here).
 """
 
 from __future__ import annotations
