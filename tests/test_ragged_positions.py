@@ -172,3 +172,22 @@ def test_verify_subcommand_does_not_compare_a_ragged_example(capsys):
         pass
     out = capsys.readouterr().out
     assert "unverified" in out and "not compared on" in out, out
+
+
+@pytest.mark.interp
+def test_a_synthesised_example_picks_sizes_the_block_divides(capsys, tmp_path):
+    """No example in the file: the synthesised one is a multiple of the block (288 rows of 48),
+    verified there; its boundary variant (72 rows: a partial block) is left uncompared, not failed."""
+    from pallas_fix.frontends.cli.app import main
+
+    src = PAIR.read_text().replace("# pallas-fix: example add_row_index(f32[128, 64])\n", "").replace(
+        "BLOCK_M = 32", "BLOCK_M = 48")
+    path = tmp_path / PAIR.name
+    path.write_text(src)
+    try:
+        main(["--apply", str(path)])
+    except SystemExit:
+        pass
+    err = capsys.readouterr().err
+    assert "verified add_row_index" in err and "f32[288, 288]" in err, err
+    assert "BlockSpec((BLOCK_M, x.shape[1])" in path.read_text(), err
