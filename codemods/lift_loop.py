@@ -72,7 +72,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         )
     confirm_dead_stores(ctx, region.dead_stores, blocks, cs, trip)
     axis = NewAxis(trip=trip, name=loop.index_name, semantics="parallel", undo_strip_mines=analysis.config.lift_for_memory)
-    doubt, guards = None, ()
+    doubt, guards, divided_only = None, (), False
     try:
         edits = CallEdits(cs, blocks, axis).build()
     except CallSiteError as unproved:
@@ -83,7 +83,9 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
             edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=refused)
         else:
-            doubt = next((d for d in doubts.values() if d is not None), None)
+            ragged = [d for d in doubts.values() if d is not None]
+            doubt = next((d.text for d in ragged if d.divided_only), ragged[0].text) if ragged else None
+            divided_only = any(d.divided_only for d in ragged)
             if doubt is None:  # no partial block is exact here: a shape fact the code leaves unsaid may be
                 edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=unproved)
             else:
@@ -113,7 +115,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
-                       pipelined=already)
+                       pipelined=already, divided_only=divided_only)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site, pipelined=already)
 
 

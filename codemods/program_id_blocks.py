@@ -138,7 +138,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
     check_squeezed_reads(analysis, site, [block])
     witnesses = _lockstep_witnesses(analysis, cs, ref)
-    doubt, guards = None, ()
+    doubt, guards, divided_only = None, (), False
     try:
         edits = CallEdits(cs, [block], None, witnesses).build()
     except CallSiteError as unproved:
@@ -151,6 +151,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
                 edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=unproved)
             else:
                 edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
+                divided_only, doubt = doubt.divided_only, doubt.text
     pl = imports.spelling(ctx, imports.PALLAS)
     window_edits: dict = {}
     removed = set()
@@ -182,7 +183,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
                    f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
-        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards)
+        return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
+                       divided_only=divided_only)
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 

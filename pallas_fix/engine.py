@@ -245,6 +245,12 @@ class FixResult:
     def changed(self) -> bool:
         return self.source != self.original
 
+    @property
+    def divided_only(self) -> bool:
+        """Some applied plan is a lift the interpreters judge only where its blocks divide
+        (core.plans.FixPlan.divided_only): verification compares no example with a partial block."""
+        return any(plan.divided_only for _, plan in self.history)
+
 
 def fix_source(
     source: str,

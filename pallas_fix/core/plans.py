@@ -37,6 +37,10 @@ class FixPlan:
     # A lift of a call already pipelined on other grid axes (core.speed): on TPU it may only trade
     # speed for memory; `--apply` decides from the example's footprint, the editor says so.
     pipelined: Optional[Pipelined] = None
+    # A lift whose partial last block the interpreters cannot check (rewrite.proofs.ragged_blocks:
+    # a Triton kernel that reads its position): verification compares only examples where every
+    # block of the rewrite divides its array.
+    divided_only: bool = False
 
 
 @dataclass

@@ -43,8 +43,10 @@ from pallas_fix.verify.runner import Verdict
 # Measured on the chip, a rewrite below this fraction of the original's speed is held back like
 # a lift the step-count model expects slower (issue 27's bar: none below 0.95x).
 SLOWER = 0.95
-# (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run
-Verifier = Callable[[str, str, Optional[str]], list[Verdict]]
+# (original text, rewritten text, the kernel the rewrite changes) -> one verdict per example run;
+# called with `divided_only=True` as well when the rewrite holds a lift the interpreters can
+# compare only where its blocks divide (core.plans.FixPlan.divided_only).
+Verifier = Callable[..., list[Verdict]]
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
             return KernelRewrite(kernel, "failed", reason=candidate.error), current
         if not candidate.changed:
             return None, current
-        verdicts = tuple(verifier(current, candidate.source, kernel))
+        verdicts = tuple(verifier(current, candidate.source, kernel, **_divided_only(candidate)))
         failed = [v for v in verdicts if v.status not in ("verified", "unverified", "refused")]
         if failed and all(v.details.get("rejected_by_check") for v in failed):
             return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=_outside_guard(failed[0], candidate)), current
@@ -154,6 +156,13 @@ def _one_kernel(current, path, config, kernel, verifier, allow_unsafe, require_v
         return KernelRewrite(kernel, "refused", verdicts=verdicts, reason=f"not verified ({unverified_why}) and --require-verified is set"), current
     return KernelRewrite(kernel, "not verified", _static_notes(fallback), verdicts, reason=unverified_why,
                          unchecked=unchecked), fallback.source
+
+
+def _divided_only(candidate: FixResult) -> dict:
+    """The verifier's keyword for a rewrite with a lift the interpreters can check only where its
+    blocks divide their arrays (core.plans.FixPlan.divided_only); none otherwise, so that a
+    verifier that takes three arguments still serves every other rewrite."""
+    return {"divided_only": True} if candidate.divided_only else {}
 
 
 def _none_ran(entries: list[str]) -> str:

@@ -26,3 +26,6 @@ class FileReport:
     notebook: Optional[NotebookEdit] = None  # what --apply writes into a .ipynb
     example_hint: str = "entry(f32[...])"  # an example call to suggest, named after the file's entry
     gpu_interpret: bool = False  # its kernels may run in GPU interpret mode: verify there too
+    # The proposal holds a lift the interpreters judge only where its blocks divide
+    # (core.plans.FixPlan.divided_only): verification compares no example with a partial block.
+    divided_only: bool = False

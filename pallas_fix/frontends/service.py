@@ -112,7 +112,7 @@ def _analyse_file(path: str, opts: Options) -> FileReport:
     if fixed.changed:
         # What the findings say of their fixes is what the proposal does (finding_fixes.settle).
         return replace(report, findings=settle(report.findings, fixed), proposed=fixed.source, applied=fixed.applied,
-                       remaining=fixed.remaining)
+                       remaining=fixed.remaining, divided_only=fixed.divided_only)
     return report
 
 
@@ -142,10 +142,13 @@ def runs_in_gpu_interpret(path: str, source: str, opts: Options) -> bool:
         return False
 
 
-def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool) -> list[Verdict]:
+def verify_rewrite(path: str, original: str, proposed: str, examples: list[Example], opts: Options, *, gpu: bool,
+                   divided_only: bool = False) -> list[Verdict]:
     """Run the interpreters on both versions for every example (one "unverified" verdict for none);
-    `gpu`: also GPU interpret mode (the module or the target says its kernels run there)."""
-    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu)
+    `gpu`: also GPU interpret mode (the module or the target says its kernels run there);
+    `divided_only`: compare no example where a block of the rewrite is partial (core.plans.FixPlan)."""
+    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
+                          divided_only=divided_only)
 
 
 def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet):
@@ -158,7 +161,8 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
     if not examples:
         return [], None
     with progress(f"verifying {report.path} ({len(examples)} example(s))"):
-        return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu), None
+        return verify_rewrite(report.path, report.original or "", report.proposed or "", examples, opts, gpu=gpu,
+                              divided_only=report.divided_only), None
 
 
 def wants_facts(report: FileReport) -> bool:
@@ -192,12 +196,12 @@ def _kernel_verifier(path: str, examples: list[Example], opts: Options, gpu: boo
     each kernel of a file is verified on its own, and most examples reach one kernel."""
     reached_by: dict[int, set] = {}  # id(example) -> the kernels its first run traced
 
-    def verify(old: str, new: str, kernel: Optional[str]) -> list[Verdict]:
+    def verify(old: str, new: str, kernel: Optional[str], divided_only: bool = False) -> list[Verdict]:
         chosen = [e for e in examples if id(e) not in reached_by or kernel in reached_by[id(e)]]
         if not chosen:
             return []
         with progress(f"verifying {path}{f' ({kernel})' if kernel else ''}, {len(chosen)} example(s)"):
-            verdicts = verify_rewrite(path, old, new, chosen, opts, gpu=gpu)
+            verdicts = verify_rewrite(path, old, new, chosen, opts, gpu=gpu, divided_only=divided_only)
         for example, verdict in zip(chosen, verdicts):
             calls = verdict.details.get("pallas_calls")
             if calls is not None:

@@ -216,6 +216,7 @@ def verify_sources(
     max_cores: int = 16,
     backend_seeds: Optional[int] = 1,
     python: Optional[str] = None,
+    divided_only: bool = False,
 ) -> list[Verdict]:
     """Verify ``rewritten_src`` against ``original_src`` on every example; one Verdict each.
 
@@ -226,7 +227,10 @@ def verify_sources(
     the whole worker (all examples); examples not finished in time get status ``"timeout"``.
     ``max_cores`` caps the multi-core TPU pass. ``backend_seeds``: how many of the seeds the
     backend interpreters (TPU / GPU interpret mode) run (None = all); the HLO candidate always runs
-    every seed. ``python``: the interpreter for the worker (default: this one).
+    every seed. ``python``: the interpreter for the worker (default: this one). ``divided_only``:
+    the rewrite holds a lift whose partial last block the interpreters cannot check against the
+    original's clamped window (rewrite.proofs.ragged_blocks), so an example where some block of
+    the rewrite is partial is not compared: "unverified", or a ragged variant dropped, saying why.
     """
     seeds = [int(s) for s in seeds]
     if not examples:
@@ -235,14 +239,14 @@ def verify_sources(
     to_run = [e for e in settled if not isinstance(e, NoCandidateRan)]
     ran = iter(_run_job(original_src, rewritten_src, to_run, path=path, timeout_s=timeout_s, seeds=seeds,
                         gpu_interpret=gpu_interpret, tpu_interpret=tpu_interpret, max_cores=max_cores,
-                        backend_seeds=backend_seeds, python=python) if to_run else [])
+                        backend_seeds=backend_seeds, python=python, divided_only=divided_only) if to_run else [])
     return [Verdict(entry=e.entry, status="unverified", seeds=list(seeds), message=e.message)
             if isinstance(e, NoCandidateRan) else next(ran) for e in settled]
 
 
 def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *, path: str, timeout_s: float,
              seeds: list[int], gpu_interpret: bool, tpu_interpret: Optional[bool], max_cores: int,
-             backend_seeds: Optional[int], python: Optional[str]) -> list[Verdict]:
+             backend_seeds: Optional[int], python: Optional[str], divided_only: bool = False) -> list[Verdict]:
     """One worker for every example; caches the candidates it kept."""
     job = {
         "original": {"source": original_src, "path": path},
@@ -254,6 +258,7 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
         "tpu_interpret": tpu_interpret,
         "max_cores": int(max_cores),
         "backend_seeds": backend_seeds,
+        "divided_only": bool(divided_only),
     }
     run = run_worker_job(job, "pallas-fix-verify-", timeout_s, python)
     verdicts = _assemble(run.records, examples, seeds, timed_out=run.timed_out, rc=run.rc,

@@ -290,12 +290,13 @@ def verify_cmd(
     # Verification is how an unsafe fix becomes safe: it considers every plan unless told not to.
     unsafe = True if unsafe_fixes is None else unsafe_fixes
     opts = Options(target=target, unsafe_fixes=unsafe, examples=tuple(example), verify_timeout=verify_timeout)
-    old, new = _versions(files, opts, fmt)
+    old, new, divided = _versions(files, opts, fmt)
     examples, problem = examples_for(files[0], old, opts)
     if problem:
         print(f"error: example: {problem}", file=sys.stderr)
         raise typer.Exit(2)
-    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=runs_in_gpu_interpret(files[0], old, opts))
+    verdicts = verify_rewrite(files[0], old, new, examples, opts, gpu=runs_in_gpu_interpret(files[0], old, opts),
+                              divided_only=divided)
     if fmt is Format.json:
         print(json.dumps([v.to_json() for v in verdicts], indent=2))
     else:
@@ -305,12 +306,13 @@ def verify_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
-def _versions(files: list[str], opts: Options, fmt: "Format") -> tuple[str, str]:
-    """`verify`'s two texts: OLD and NEW as given, or FILE and its proposed rewrite."""
+def _versions(files: list[str], opts: Options, fmt: "Format") -> tuple[str, str, bool]:
+    """`verify`'s two texts: OLD and NEW as given, or FILE and its proposed rewrite; and whether
+    the rewrite holds a lift the interpreters judge only where its blocks divide (FixResult.divided_only)."""
     try:
         old = read_source(files[0]).text
         if len(files) == 2:
-            return old, read_source(files[1]).text
+            return old, read_source(files[1]).text, False
         fixed = propose_fix(files[0], old, opts)
     except (FileError, ConfigError, SourceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -323,7 +325,7 @@ def _versions(files: list[str], opts: Options, fmt: "Format") -> tuple[str, str]
         if fmt is Format.json:
             print("[]")  # a JSON reader always gets a list of verdicts
         raise typer.Exit(0)
-    return old, fixed.source
+    return old, fixed.source, fixed.divided_only
 
 
 @sub_app.command(

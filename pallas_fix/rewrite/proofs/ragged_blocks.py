@@ -3,25 +3,37 @@ on whole-array refs, where BLOCK need not divide n.
 
 The original's last program slices past the end of the array. On hardware that is out of
 bounds (TPU VMEM and Triton / Mosaic GPU global memory are not bounds-checked): the original is
-defined only when BLOCK divides n, and there the BlockSpec rewrite is the same program. In
-interpret mode the slice is clamped back inside the array, while a BlockSpec's last block is
-partial (padded on read, masked on write); an elementwise kernel computes the same values
-either way, other kernels may not. So such a lift is an unsafe fix, applied once verification
-on the user's example passes, and its message states the condition.
+defined only when BLOCK divides n, or where the kernel masks its loads and stores, and there the
+BlockSpec rewrite is the same program. In interpret mode the slice is clamped back inside the
+array, while a BlockSpec's last block is partial (padded on read, masked on write); an
+elementwise kernel computes the same values either way, other kernels may not. So such a lift is
+an unsafe fix, applied once verification on the user's example passes, and its message states
+the condition.
 
 A kernel that reads its own position (`pid * BLOCK + iota` compared with n, to mask the tail)
-is refused: the clamped window holds other rows than the position says, so the original and
-the partial block disagree exactly where the mask matters.
+sees other rows in a clamped window than the position says, so in the interpreters the original
+and the partial block disagree exactly where the mask matters. On hardware nothing is clamped:
+on Triton the original's window past the end is pointer arithmetic (rows at the positions the
+kernel computes), and Triton masks every load and store of a BlockSpec's partial block itself
+(jax/_src/pallas/triton/lowering.py, `_compute_offsets_from_indices`: a bounds mask wherever the
+block does not divide the dim), so the lift is exact wherever the original is defined, at every
+size. There it is an unsafe fix. Masked Pallas loads and stores are padded past the end in
+interpret mode, as hardware leaves them, so where every window is one the interpreters compare
+the lift at every size; a plain `x_ref[rows]` window they clamp, so such a lift is checked only at
+sizes the block divides (`RaggedDoubt.divided_only`: verification does not compare an example
+with a partial block). Elsewhere (TPU, Mosaic GPU, an unknown backend) it is refused: what a TPU does with a window past
+the end is not settled.
 """
-
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
+from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.proofs.bounds import Bounds
@@ -29,13 +41,24 @@ from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.syntax import code
 
 
+@dataclass(frozen=True)
+class RaggedDoubt:
+    """The condition under which a lift with a partial last block is exact, as the fix states it."""
+
+    text: str
+    # The kernel reads its position (Triton only) through a plain window: the interpreters clamp
+    # the original's last window, so they can compare the two only at sizes the block divides.
+    divided_only: bool = False
+
+
 def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression] = None,
-                 position_line: Optional[int] = None) -> Optional[str]:
+                 position_line: Optional[int] = None) -> Optional[RaggedDoubt]:
     """The condition under which lifting `block` is exact, when its only doubt is a partial last
     block along a `pl.cdiv` grid axis (an existing one, or a new one of `trip` steps: a loop
     `pl.loop(0, n, step=BLOCK)` or `fori_loop(0, pl.cdiv(n, BLOCK), ...)`); None when that is not
-    the doubt. Raises Refuse when the kernel reads its position: a program id, or for a new axis
-    the loop index outside its windows (`position_line`, the caller's to find)."""
+    the doubt. When the kernel reads its position (a program id, or for a new axis the loop index
+    outside its windows: `position_line`, the caller's to find) the lift is exact only on a
+    backend that masks a partial block itself (Triton); elsewhere this raises Refuse."""
     extent = cs.kernel_shape_dim(block.param, block.dim)
     axis = Bounds(cs).cdiv_axis(block, extent, trip)
     if axis is None or extent is None:
@@ -44,17 +67,70 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     assert kernel is not None
     grid = trip if axis == "new" else cs.grid[axis]
     line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
+    size, whole = code(block.size), code(extent)
+    if line is not None and cs.backend() is Backend.TRITON:
+        return _triton_position(f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` "
+                                f"divides `{whole}`, and the kernel reads its position (line {line})",
+                                f"`{size}` divides `{whole}`", masked_windows(cs.ctx, block))
     if line is not None:
         raise Refuse(
             f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
             f"{block.dim}, and the kernel reads its position (line {line}): where the original's last window is clamped back inside the array, its rows are "
             "not the rows the position names, while a BlockSpec hands the last step a partial block; "
-            f"assert `{code(extent)} % {code(block.size)} == 0` before the pallas_call"
+            f"{_backend_note(cs)}; assert `{whole} % {size} == 0` before the pallas_call"
         )
-    return (f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{code(block.size)}` "
-            f"divides `{code(extent)}`: the original slices past the end there (out of bounds on hardware, clamped in "
-            "interpret mode), the rewrite reads a padded block and masks its write; the two agree when it divides, "
-            "or when the kernel's result for a row depends on that row alone")
+    return RaggedDoubt(
+        f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` "
+        f"divides `{whole}`: the original slices past the end there (out of bounds on hardware, clamped in "
+        "interpret mode), the rewrite reads a padded block and masks its write; the two agree when it divides, "
+        "or when the kernel's result for a row depends on that row alone")
+
+
+def _triton_position(doubt: str, divides: str, masked: bool) -> RaggedDoubt:
+    """The condition of a Triton lift that keeps the kernel's position reads, and whether the
+    interpreters can judge it at a ragged size (masked windows: padded there, as on hardware)."""
+    exact = ("on Triton the rewrite is the same program wherever the original is defined: the original's last window "
+             "past the end is plain pointer arithmetic (rows at the positions the kernel computes; an access no mask "
+             "covers is undefined there), and Triton masks every load and store of a BlockSpec's partial last block itself")
+    if masked:
+        return RaggedDoubt(f"{doubt}; {exact}; the interpreters pad a masked access past the end as hardware leaves it, "
+                           "so they compare the two at ragged sizes too")
+    return RaggedDoubt(f"{doubt}; {exact}; in interpret mode the original's unmasked window is clamped back inside the "
+                       f"array instead, so the interpreters can compare the two only at sizes where {divides}, and "
+                       "verification compares no example with a partial block", divided_only=True)
+
+
+def masked_windows(ctx: ModuleContext, block: RefBlock) -> bool:
+    """Every window of `block` is the ref a masked Pallas load or store takes
+    (`pltriton.load(x_ref.at[rows, :], mask=...)`). In interpret mode those pad a window past the
+    end instead of clamping it (jax/_src/pallas/primitives.py, `_load_discharge_rule`,
+    `_swap_discharge_rule`), as hardware leaves it, so the interpreters can judge the lift at a
+    size the block does not divide; a plain `x_ref[rows]` is clamped there."""
+    for sub, _dims in block.subscripts:
+        arg = ctx.parent(sub)
+        call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+        if not (isinstance(call, cst.Call) and call.args and call.args[0] is arg and masked_call(ctx, call)):
+            return False
+    return bool(block.subscripts)
+
+
+def masked_call(ctx: ModuleContext, call: cst.Call) -> bool:
+    """`pl.load` / `pltriton.load` / `.store` / `.swap` with a `mask=`."""
+    name = ctx.imports.qualify(call.func) or ""
+    return (name.startswith(N.PALLAS + ".") and name.rsplit(".", 1)[-1] in ("load", "store", "swap")
+            and any(a.keyword is not None and a.keyword.value == "mask" for a in call.args))
+
+
+def _backend_note(cs: CallSite) -> str:
+    """Why the backend does not settle it: only Triton is known to mask a partial block the way
+    the original's own masks treat a window past the end."""
+    backend = cs.backend()
+    if backend is Backend.TPU:
+        return ("on a TPU what the original's window past the end reads is not settled, so pallas-fix does not lift it "
+                "(on Triton, which masks a partial block itself, it would)")
+    name = "Mosaic GPU" if backend is Backend.MOSAIC_GPU else "an unknown backend"
+    return (f"on {name} pallas-fix does not know that a partial block is masked the way the original's window past the "
+            "end is treated, so it does not lift it (on Triton, which masks a partial block itself, it would)")
 
 
 def position_read(ctx: ModuleContext, kernel: cst.FunctionDef, refs: set[str]) -> Optional[int]:

@@ -24,6 +24,7 @@ from pallas_fix.verify.worker.failures import NON_SCALAR_START, raised_by_user, 
 from pallas_fix.verify.judge.footprint import footprint_record
 from pallas_fix.verify.judge.footprint_findings import footprint_findings
 from pallas_fix.verify.judge.lift_cost import lift_costs
+from pallas_fix.verify.judge.partial_blocks import partial_blocks, uncompared_message
 from pallas_fix.verify.judge.tiling import created_violations
 from pallas_fix.verify.worker.interpret_mode import reset_interpreters
 from pallas_fix.verify.worker.interpreters import FAILS_TOO, GPU, HLO, TPU, compared_in, plan_interpreters
@@ -38,6 +39,11 @@ class _Abort(Exception):
 
 class _Refused(_Abort):
     """The rewrite would not compile on the device (a block Mosaic rejects): status "refused"."""
+
+
+class _Uncompared(_Abort):
+    """A partial block under a lift the interpreters can judge only where blocks divide
+    (verify.judge.partial_blocks): status "unverified", nothing runs."""
 
 
 @dataclass(frozen=True)
@@ -310,10 +316,14 @@ def _success_message(seeds_run: dict[str, list[int]], original_broken: Optional[
 
 def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: list[int],
            tpu_interpret: Optional[bool], gpu_interpret: bool, max_cores: int,
-           backend_seeds: Optional[int], known: Optional[ReferenceRun]) -> tuple[str, str]:
+           backend_seeds: Optional[int], known: Optional[ReferenceRun], divided_only: bool = False) -> tuple[str, str]:
     """Fill ``v`` with what was measured; return (status, message without the notes)."""
     details = v["details"]
     infos = _survey(v, call, f_orig, f_rew)
+    partial = partial_blocks(infos) if divided_only else []
+    if partial:
+        details["uncompared"] = partial
+        raise _Uncompared(uncompared_message(_the_example(call), partial))
     tiling = created_violations(details.get("pallas_calls_original"), infos)
     if tiling:
         raise _Refused("; ".join(tiling) + " (interpret mode runs such blocks; compiled on a TPU they fail to lower)")
@@ -351,12 +361,13 @@ def _check(v: dict, call: Call, f_orig: Callable, f_rew: Callable, *, seeds: lis
 
 def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_interpret: Optional[bool],
                    gpu_interpret: bool, max_cores: int, backend_seeds: Optional[int] = 1,
-                   known: Optional[ReferenceRun] = None) -> dict:
+                   known: Optional[ReferenceRun] = None, divided_only: bool = False) -> dict:
     """Verify one example. The HLO candidate runs every seed; the backend interpreters (TPU / GPU
     interpret mode: races, out-of-bounds blocks, dimension semantics, uninitialised memory, which
     do not depend on the input values) run the first ``backend_seeds`` seeds (None = all).
     ``known``: the original's runs on this example so far (its reference outputs are not
-    computed again)."""
+    computed again). ``divided_only``: an example where a block of the rewrite is partial is not
+    compared (runner.verify_sources)."""
     t0 = time.perf_counter()
     v = verdict_record(ex.entry, list(seeds),
                        details={"example": ex.text, "timings": {}, "outcomes": {}, "notes": []})
@@ -370,11 +381,12 @@ def verify_example(orig_mod, rew_mod, ex: Example, *, seeds: list[int], tpu_inte
             call = known.call if known is not None else Call(ex, reference=f_orig)
             status, message = _check(v, call, f_orig, f_rew, seeds=seeds, tpu_interpret=tpu_interpret,
                                      gpu_interpret=gpu_interpret, max_cores=max_cores,
-                                     backend_seeds=backend_seeds, known=known)
+                                     backend_seeds=backend_seeds, known=known, divided_only=divided_only)
             notes = v["details"]["notes"]
             message += ("; " + "; ".join(notes)) if notes else ""
         except _Abort as e:
-            status, message = "refused" if isinstance(e, _Refused) else "error", str(e)
+            status = "refused" if isinstance(e, _Refused) else "unverified" if isinstance(e, _Uncompared) else "error"
+            message = str(e)
     v["status"] = status
     v["message"] = message
     v["seconds"] = round(time.perf_counter() - t0, 3)

@@ -96,7 +96,8 @@ def _verify(mods: dict, ex: Example, job: dict, known: Optional[ReferenceRun] = 
                               tpu_interpret=job.get("tpu_interpret"),
                               gpu_interpret=bool(job.get("gpu_interpret")),
                               max_cores=int(job.get("max_cores") or MAX_CORES),
-                              backend_seeds=job.get("backend_seeds", 1), known=known)
+                              backend_seeds=job.get("backend_seeds", 1), known=known,
+                              divided_only=bool(job.get("divided_only")))
 
     try:
         verdict = verify(ex, known)

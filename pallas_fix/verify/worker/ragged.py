@@ -316,6 +316,10 @@ def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
             dropped.append(f"`{variant.canonical()}` (the original does not run on it: {why})")
             continue
         result = verify(variant)
+        if result["details"].get("uncompared"):
+            # A lift the interpreters can judge only where its blocks divide (verify.judge.partial_blocks).
+            dropped.append(f"`{variant.canonical()}` (a partial block the interpreters cannot judge under this lift)")
+            continue
         if result["status"] != "verified" and result["details"].get("rejected_by_check"):
             # The rewrite's own check (a guard it added, rewrite.proofs.guards) rejects the variant
             # at trace time: outside the contract the fix states, not a wrong result.
@@ -344,7 +348,7 @@ def verify_boundary(fn: Callable, ex: Example, verdict: dict, seed: int, verify:
     if variant is None:
         return verdict
     result = verify(variant)
-    if result["status"] != "verified" and not result["details"].get("rejected_by_check"):
+    if result["status"] != "verified" and not result["details"].get("rejected_by_check") and not result["details"].get("uncompared"):
         return _failed_on(verdict, variant, result)
     if result["status"] == "verified":
         verdict["message"] += f"; also on the smallest shapes `{variant.canonical()}`"
