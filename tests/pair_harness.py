@@ -443,7 +443,7 @@ FAMILIES: dict[str, Family] = {
         Family("program_id_blocks", "program-id-blocks", frozenset({"PF103"}), "ProgramIdBlocks",
                min_pairs=5, min_refusals=1, libcst_pairs=("pid_rows_2d",),
                unsafe_pairs=frozenset({"pid_ragged_cdiv_relu", "pid_ragged_cdiv_triton_bf16", "pid_ragged_position_triton",
-                                     "pid_ragged_position_unmasked_triton", "pid_residual_rms_guarded",
+                                     "pid_ragged_position_unmasked_triton", "pid_ragged_position_tpu", "pid_residual_rms_guarded",
                                      "pid_batch_rows_guarded", "pid_branch_bound_guarded", "pid_guard_once",
                                      "pid_branch_heads_guarded", "pid_module_cdiv_guarded", "pid_named_out_shape_guarded"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,

@@ -3,10 +3,12 @@ rewrite.proofs.ragged_blocks): on Triton, which masks a BlockSpec's partial last
 the program-id windows lift as an unsafe fix. Where every window is a masked `pltriton` load or
 store the interpreters pad a window past the end as hardware leaves it and compare at ragged
 sizes too; a plain `x_ref[rows]` they clamp, so such a lift is judged only where the block
-divides (FixPlan.divided_only: an example with a partial block is not compared, and says so). On
-a TPU the lift is refused. Fixtures: tests/fixtures/codemods/program_id_blocks/
-pid_ragged_position_triton_*, pid_ragged_position_unmasked_triton_* (pairs, run by
-test_codemod_pairs) and refuse_pid_ragged_position_tpu."""
+divides (FixPlan.divided_only: an example with a partial block is not compared, and says so). A
+compiled TPU kernel does not clamp a window past the end either (benchmarks/tpu_experiments/
+oob_windows.py), so there the lift is the same unsafe fix, judged where the block divides; on
+Mosaic GPU or an unknown backend it is refused. Fixtures: tests/fixtures/codemods/program_id_blocks/
+pid_ragged_position_triton_*, pid_ragged_position_unmasked_triton_*, pid_ragged_position_tpu_*
+(pairs, run by test_codemod_pairs)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 MASKED = FIXTURES / "codemods" / "program_id_blocks" / "pid_ragged_position_triton_before.py"
 PAIR = FIXTURES / "codemods" / "program_id_blocks" / "pid_ragged_position_unmasked_triton_before.py"
 AFTER = PAIR.with_name("pid_ragged_position_unmasked_triton_after.py")
-TPU = FIXTURES / "codemods" / "program_id_blocks" / "refuse_pid_ragged_position_tpu.py"
+TPU = FIXTURES / "codemods" / "program_id_blocks" / "pid_ragged_position_tpu_before.py"
 LOOP = FIXTURES / "codemods" / "lift_loop" / "stepped_loop_reads_position_triton_before.py"
 MOE = FIXTURES / "real" / "easydel__moe_matmul.py"
 RAGGED = "add_row_index(f32[100, 64])"  # 32 does not divide 100
@@ -66,13 +68,25 @@ def test_a_triton_stepped_loop_that_reads_its_index_lifts_the_same_way():
     assert plans and all(p is not None and p.divided_only for p in plans), plans
 
 
-def test_the_same_kernel_on_a_tpu_is_refused_naming_the_backend():
-    refusals = [f.refusal for f in _findings(TPU) if f.code == "PF103"]
-    assert refusals and all(r and "reads its position" in r and "on a TPU" in r and "on Triton" in r for r in refusals)
+def test_the_same_kernel_on_a_tpu_lifts_compared_only_where_it_divides():
+    """Compiled, a TPU keeps a window past the end at the rows its start names (measured on a
+    v5e): the lift is exact wherever the original is defined. TPU kernels mask with jnp.where
+    after a plain read, which the interpreters clamp: judged only where the block divides."""
+    plans = [f.plan for f in _findings(TPU) if f.code == "PF103"]
+    assert plans and all(p is not None and p.safety.value == "unsafe" and p.divided_only for p in plans), plans
+    assert "on a TPU the rewrite is the same program wherever the original is defined" in plans[0].description
+
+
+def test_mosaic_gpu_keeps_the_refusal_naming_the_backend():
+    src = TPU.read_text().replace("from jax.experimental.pallas import tpu as pltpu", "from jax.experimental.pallas import mosaic_gpu as plgpu")
+    src = src.replace('compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",))', "compiler_params=plgpu.CompilerParams()")
+    src = src.replace("add_row_index(f32[128, 128])", "add_row_index(f32[100, 128])")
+    refusals = [f.refusal for f in _findings(TPU, src) if f.code == "PF103"]
+    assert refusals and all(r and "reads its position" in r and "on Mosaic GPU" in r for r in refusals), refusals
 
 
 def test_a_backend_not_known_to_mask_a_partial_block_gets_a_check_or_a_refusal():
-    """Not Triton: no partial-block lift; the check `m % BLOCK_M` makes the lift exact where the
+    """Neither Triton nor TPU: no partial-block lift; the check `m % BLOCK_M` makes the lift exact where the
     example passes it, and where the example is ragged the refusal names the backend."""
     src = PAIR.read_text().replace("        compiler_params=pltriton.CompilerParams(num_warps=4),\n", "")
     src = src.replace("from jax.experimental.pallas import triton as pltriton\n", "")

@@ -16,13 +16,15 @@ and the partial block disagree exactly where the mask matters. On hardware nothi
 on Triton the original's window past the end is pointer arithmetic (rows at the positions the
 kernel computes), and Triton masks every load and store of a BlockSpec's partial block itself
 (jax/_src/pallas/triton/lowering.py, `_compute_offsets_from_indices`: a bounds mask wherever the
-block does not divide the dim), so the lift is exact wherever the original is defined, at every
-size. There it is an unsafe fix. Masked Pallas loads and stores are padded past the end in
-interpret mode, as hardware leaves them, so where every window is one the interpreters compare
-the lift at every size; a plain `x_ref[rows]` window they clamp, so such a lift is checked only at
-sizes the block divides (`RaggedDoubt.divided_only`: verification does not compare an example
-with a partial block). Elsewhere (TPU, Mosaic GPU, an unknown backend) it is refused: what a TPU does with a window past
-the end is not settled.
+block does not divide the dim); a compiled TPU kernel does not clamp either (measured on a v5e,
+benchmarks/tpu_experiments/oob_windows.py: a window past the end reads and writes the rows its
+start names), and a partial last block holds the rows inside the array at the same positions,
+its writes past the end dropped. So the lift is exact wherever the original is defined, at every
+size: an unsafe fix. Masked Pallas loads and stores are padded past the end in interpret mode,
+as hardware leaves them, so where every window is one the interpreters compare the lift at every
+size; a plain `x_ref[rows]` window they clamp, so such a lift is checked only at sizes the block
+divides (`RaggedDoubt.divided_only`: verification does not compare an example with a partial
+block). On Mosaic GPU or an unknown backend it is refused: nothing there is measured or read.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ class RaggedDoubt:
     """The condition under which a lift with a partial last block is exact, as the fix states it."""
 
     text: str
-    # The kernel reads its position (Triton only) through a plain window: the interpreters clamp
+    # The kernel reads its position (Triton, TPU) through a plain window: the interpreters clamp
     # the original's last window, so they can compare the two only at sizes the block divides.
     divided_only: bool = False
 
@@ -58,7 +60,7 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     `pl.loop(0, n, step=BLOCK)` or `fori_loop(0, pl.cdiv(n, BLOCK), ...)`); None when that is not
     the doubt. When the kernel reads its position (a program id, or for a new axis the loop index
     outside its windows: `position_line`, the caller's to find) the lift is exact only on a
-    backend that masks a partial block itself (Triton); elsewhere this raises Refuse."""
+    backend known not to clamp a window past the end (Triton, TPU); elsewhere this raises Refuse."""
     extent = cs.kernel_shape_dim(block.param, block.dim)
     axis = Bounds(cs).cdiv_axis(block, extent, trip)
     if axis is None or extent is None:
@@ -68,10 +70,14 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     grid = trip if axis == "new" else cs.grid[axis]
     line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
     size, whole = code(block.size), code(extent)
-    if line is not None and cs.backend() is Backend.TRITON:
-        return _triton_position(f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` "
-                                f"divides `{whole}`, and the kernel reads its position (line {line})",
-                                f"`{size}` divides `{whole}`", masked_windows(cs.ctx, block))
+    backend = cs.backend()
+    if line is not None and backend in _KEPT_POSITION:
+        # Masked accesses are judged at ragged sizes only on Triton, whose hardware pads them as
+        # the interpreters do; a TPU lift is compared where the block divides.
+        masked = backend is Backend.TRITON and masked_windows(cs.ctx, block)
+        return _position_kept(backend, f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless "
+                              f"`{size}` divides `{whole}`, and the kernel reads its position (line {line})",
+                              f"`{size}` divides `{whole}`", masked)
     if line is not None:
         raise Refuse(
             f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
@@ -86,12 +92,24 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
         "or when the kernel's result for a row depends on that row alone")
 
 
-def _triton_position(doubt: str, divides: str, masked: bool) -> RaggedDoubt:
-    """The condition of a Triton lift that keeps the kernel's position reads, and whether the
+# What each backend does past the end, where a lift that keeps the kernel's position reads is
+# exact wherever the original is defined (the module docstring).
+_KEPT_POSITION = {
+    Backend.TRITON: ("on Triton the rewrite is the same program wherever the original is defined: the original's last "
+                     "window past the end is plain pointer arithmetic (rows at the positions the kernel computes; an "
+                     "access no mask covers is undefined there), and Triton masks every load and store of a BlockSpec's "
+                     "partial last block itself"),
+    Backend.TPU: ("on a TPU the rewrite is the same program wherever the original is defined: compiled, the original's "
+                  "last window past the end is not clamped (it reads and writes the rows its start names, measured on a "
+                  "TPU v5e; past the array's VMEM buffer it is undefined), and a BlockSpec's partial last block holds the "
+                  "rows inside the array at the same positions, its writes past the end dropped"),
+}
+
+
+def _position_kept(backend: Backend, doubt: str, divides: str, masked: bool) -> RaggedDoubt:
+    """The condition of a lift that keeps the kernel's position reads, and whether the
     interpreters can judge it at a ragged size (masked windows: padded there, as on hardware)."""
-    exact = ("on Triton the rewrite is the same program wherever the original is defined: the original's last window "
-             "past the end is plain pointer arithmetic (rows at the positions the kernel computes; an access no mask "
-             "covers is undefined there), and Triton masks every load and store of a BlockSpec's partial last block itself")
+    exact = _KEPT_POSITION[backend]
     if masked:
         return RaggedDoubt(f"{doubt}; {exact}; the interpreters pad a masked access past the end as hardware leaves it, "
                            "so they compare the two at ragged sizes too")
@@ -122,15 +140,11 @@ def masked_call(ctx: ModuleContext, call: cst.Call) -> bool:
 
 
 def _backend_note(cs: CallSite) -> str:
-    """Why the backend does not settle it: only Triton is known to mask a partial block the way
-    the original's own masks treat a window past the end."""
-    backend = cs.backend()
-    if backend is Backend.TPU:
-        return ("on a TPU what the original's window past the end reads is not settled, so pallas-fix does not lift it "
-                "(on Triton, which masks a partial block itself, it would)")
-    name = "Mosaic GPU" if backend is Backend.MOSAIC_GPU else "an unknown backend"
-    return (f"on {name} pallas-fix does not know that a partial block is masked the way the original's window past the "
-            "end is treated, so it does not lift it (on Triton, which masks a partial block itself, it would)")
+    """Why the backend does not settle it: only Triton and the TPU are known to keep a window past
+    the end at the rows its start names (module docstring)."""
+    name = "Mosaic GPU" if cs.backend() is Backend.MOSAIC_GPU else "an unknown backend"
+    return (f"on {name} pallas-fix does not know what the original's window past the end holds, so it does not lift "
+            "it (on Triton or a TPU, which keep that window at the rows its start names, it would)")
 
 
 def position_read(ctx: ModuleContext, kernel: cst.FunctionDef, refs: set[str]) -> Optional[int]:
