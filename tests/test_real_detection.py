@@ -25,11 +25,6 @@ REAL = sorted((FIXTURES / "real").glob("*.py"))
 
 # file -> (window lines, scalar lines) of the jaxpr that no finding / no listed index covers yet.
 KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
-    # `pltriton.load(ref.at[pl.dslice(grid_id, 1)])[0]` feeding the next start (a value loaded
-    # from a ref as a start), and a scalar index `rhs.at[group_id, ...]` by such a loaded value.
-    "axlearn__gmm_gpu.py": ({138, 139, 156}, {150}),
-    # `key_ref[page_tables]`: an integer-array index loaded inside the loop.
-    "axlearn__paged_attention_gpu.py": ({69, 70}, set()),
     # `page_indices[page_idx]` / `out_kv_pages[page_idx, offset, ...]` with `page_idx` from
     # `jnp.divmod` of a 0-d ref read: statically an array, a scalar only at its traced shape.
     "axlearn__paged_kv_cache_scatter_gpu.py": (set(), {28, 32}),
@@ -38,9 +33,7 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # the window of a custom_vjp rule, which jax names at the public function's call.
     "easydel__rms_norm.py": ({131}, set()),
     # held-out files: lines from the oracle, not looked into.
-    "axlearn__tgmm_gpu.py": ({151, 152}, set()),
-    "brainevent__coomv_atomic.py": ({48, 50, 84, 86}, set()),
-    "brainevent__csrmv_binary.py": ({51, 76}, set()),
+    "brainevent__coomv_atomic.py": ({50, 86}, set()),
     "ejkernel__fused_ce_fwd.py": ({37, 48}, set()),
     "marin__gated_rms_norm_gpu.py": ({101, 103, 104, 105, 106}, set()),
     "nitrix__lncc_force.py": ({69, 70, 90, 91, 105, 106, 109, 110, 113, 114, 116, 117, 118}, set()),

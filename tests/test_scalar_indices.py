@@ -99,6 +99,18 @@ def test_table_entry_reads_are_no_uses_but_writes_are() -> None:
     assert _kinds(result) == [("o_ref", 0, "scalar")]
 
 
+def test_a_store_through_a_view_is_a_write() -> None:
+    """`pltriton.store(o_ref.at[b], v)` writes `o_ref[b]` as `o_ref[b] = v` does (a scalar use);
+    `pltriton.load(x_ref.at[b])` reads one entry, as `x_ref[b]` does (none)."""
+    head = "from jax.experimental.pallas import triton as pltriton\n"
+    result = _uses(
+        head + "def kernel(x_ref, o_ref):\n    @pl.loop(0, 8)\n    def _(b):\n"
+        "        pltriton.store(o_ref.at[b], pltriton.load(x_ref.at[b]) * 2.0)\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)",
+    )
+    assert _kinds(result) == [("o_ref", 0, "scalar")]
+
+
 def test_scalar_beside_a_window_is_left_to_the_window() -> None:
     result = _uses(
         "def kernel(x_ref, o_ref):\n    i = pl.program_id(0)\n    o_ref[i, pl.ds(i * 128, 128)] = x_ref[i, pl.ds(i * 128, 128)]\n",

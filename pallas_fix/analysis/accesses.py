@@ -25,6 +25,7 @@ from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import caller_start, home_env, index_tuple, passed_through
 from pallas_fix.analysis.discovery.operand_refs import operand_ref
+from pallas_fix.analysis.effects.calls import writer
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, Origin, Provenance
@@ -93,9 +94,29 @@ def _element_load(env: Env, sub: cst.Subscript, elements) -> bool:
     """A read whose every index is a traced scalar (`lens_ref[b]`, `pages_ref[b, j]`): how a
     kernel reads one entry of a table, whose value then feeds a start or a mask. Such reads are
     not reported; a read that keeps a dim (`x_ref[r, :]`, `h_ref[idx, 0]`) or any write is."""
-    parent = env.ctx.parent(sub)
-    written = isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub)
-    return not written and not _contracted(env, sub) and all(_traced_int_scalar(env, sl) for _, sl in elements)
+    return not _written(env, sub) and not _contracted(env, sub) and all(_traced_int_scalar(env, sl) for _, sl in elements)
+
+
+def _written(env: Env, sub: cst.Subscript) -> bool:
+    """`ref[...] = v`, `ref[...] += v`, or the view a library store or atomic writes through
+    (`pltriton.store(o_ref.at[r, c], v)`, `atomic_add(o_ref.at[r], 0, v)`)."""
+    ctx = env.ctx
+    parent = ctx.parent(sub)
+    if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub):
+        return True
+    call = ctx.parent(parent) if isinstance(parent, cst.Arg) else None
+    if not isinstance(call, cst.Call):
+        return False
+    found = writer(ctx.imports.qualify(call.func) or "")
+    if found is None:
+        return False
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for position, keyword in found.positions:
+        if parent.keyword is not None and parent.keyword.value == keyword:  # type: ignore[union-attr]
+            return True
+        if position < len(positional) and positional[position] is parent:
+            return True
+    return False
 
 
 def _contracted(env: Env, sub: cst.Subscript) -> bool:

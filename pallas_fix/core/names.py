@@ -73,6 +73,9 @@ COPIES = frozenset(
         PALLAS + ".store",
     }
 )
+# Loads that take the ref (or a view of it, `ref.at[idx]`) as their first argument and return
+# what `ref[idx]` would: `pltriton.load(ref.at[pl.ds(i, 1)], mask=m)`, `pltpu.load(ref.at[i])`.
+LOADS = _alts(TRITON + ".load", TPU + ".load", MOSAIC_GPU + ".load", "jax._src.pallas.primitives.load")
 VMEM = _alts(TPU + ".VMEM")
 SMEM_TPU = _alts(TPU + ".SMEM")
 SMEM_GPU = _alts(MOSAIC_GPU + ".SMEM")

@@ -190,7 +190,7 @@ class Env(PositionalReads):
         if base.vtype == "reflist":
             return REF  # refs[0]
         if base.is_ref:
-            return self._ref_load(expr)
+            return self.ref_load(expr)
         # Indexing an array value: a scalar element of it.
         if base.dynamic:
             if base.vtype in ("array", "array1"):
@@ -204,9 +204,10 @@ class Env(PositionalReads):
             return base
         return STATIC
 
-    def _ref_load(self, expr: cst.Subscript) -> Val:
+    def ref_load(self, expr: cst.Subscript) -> Val:
         """`x_ref[i]` is an int loaded from memory, `x_ref[pl.ds(i, 1)]` a one-element array,
-        anything with a window, `...` or an index array an array."""
+        anything with a window, `...` or an index array an array (also read through a load call:
+        `pltriton.load(x_ref.at[i])`)."""
         one_element = 0
         arrayish = False
         for el in (e.slice for e in expr.slice):

@@ -51,6 +51,8 @@ class ValueEnv(Protocol):
 
     def static_int(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[int]: ...
 
+    def ref_load(self, expr: cst.Subscript) -> Val: ...
+
 
 def combine(vals: list[Val]) -> Val:
     """The value of an expression built from `vals`: the most troublesome origin wins."""
