@@ -10,6 +10,7 @@ subscript contributes is analysis.accesses' job.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import libcst as cst
 
@@ -192,15 +193,26 @@ class _Walker:
         return names, found
 
     def _module_helper(self, target: cst.FunctionDef, call: cst.Call, env: Env) -> None:
-        if target in self.active:
+        if target in self.active or target is self.site.kernel:
             return
-        # Nested defs are handled where they are defined (their scope is the caller's).
-        if self.ctx.scope_of(target) is not self.ctx.module:
-            return
-        if target is self.site.kernel:
+        parent = self._helper_parent(target)
+        if parent is None:
             return
         params = bind_args(target, call, env)
-        self.function(target, HelperEnv(self.ctx, target, self.module_env, params, self.result.loops, call, env))
+        self.function(target, HelperEnv(self.ctx, target, parent, params, self.result.loops, call, env))
+
+    def _helper_parent(self, target: cst.FunctionDef) -> Optional[Env]:
+        """Where a called helper's free names are read: the module, or for a helper defined
+        beside a nested kernel (`def _tile(...)` next to `def kernel` in `def make_kernel(bs)`)
+        the wrappers around it, whose names are Python values when the kernel is traced. A def
+        inside the kernel (or one of its own functions) is handled where it is defined."""
+        scope = self.ctx.scope_of(target)
+        if scope is self.ctx.module:
+            return self.module_env
+        kernel = self.site.kernel
+        if kernel is None or not any(s is scope for s in self.ctx.scope_chain(kernel)):
+            return None
+        return _enclosing_env(self.ctx, target, self.module_env, self.result.loops)
 
     # -- the accesses themselves -------------------------------------------------------------------
     def subscript(self, sub: cst.Subscript, fn, env: Env) -> None:
