@@ -36,12 +36,11 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     "brainevent__coomv_atomic.py": ({50, 86}, set()),
     "ejkernel__fused_ce_fwd.py": ({37, 48}, set()),
     "marin__gated_rms_norm_gpu.py": ({101, 103, 104, 105, 106}, set()),
-    "nitrix__lncc_force.py": ({69, 70, 90, 91, 105, 106, 109, 110, 113, 114, 116, 117, 118}, set()),
     "ring_attention_pallas__bwd_block.py": ({188}, set()),
     "sglang_jax__simple_gla_decode.py": ({73, 75, 126, 133}, set()),
 }
 # Held-out files whose kernels have dynamic windows and no finding at all (not looked into).
-NO_FINDING = {"nitrix__lncc_force.py"}
+NO_FINDING: set[str] = set()
 
 
 def _statement_lines(ctx, sub: cst.Subscript) -> set[int]:
