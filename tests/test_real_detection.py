@@ -28,12 +28,9 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # `page_indices[page_idx]` / `out_kv_pages[page_idx, offset, ...]` with `page_idx` from
     # `jnp.divmod` of a 0-d ref read: statically an array, a scalar only at its traced shape.
     "axlearn__paged_kv_cache_scatter_gpu.py": (set(), {28, 32}),
-    # a window inside a module helper's atomic op, which jax names at the helper's call line.
-    "brainevent__csr_diag_add.py": ({44}, set()),
     # the window of a custom_vjp rule, which jax names at the public function's call.
     "easydel__rms_norm.py": ({131}, set()),
     # held-out files: lines from the oracle, not looked into.
-    "brainevent__coomv_atomic.py": ({50, 86}, set()),
     "ejkernel__fused_ce_fwd.py": ({37, 48}, set()),
     "marin__gated_rms_norm_gpu.py": ({101, 103, 104, 105, 106}, set()),
     "ring_attention_pallas__bwd_block.py": ({188}, set()),
@@ -140,3 +137,12 @@ def test_a_time_step_read_by_a_carrying_loop_is_a_refused_finding() -> None:
     found = [f for f in _findings("recurrentgemma__lru_scan.py") if f.code.startswith("PF1")]
     assert sorted((f.span.line, f.code) for f in found) == [(126, "PF102"), (127, "PF102"), (129, "PF102")]
     assert all(not f.fixable and f.refusal for f in found)
+
+
+def test_an_atomic_scatter_is_a_refused_integer_array_index() -> None:
+    """`atomic_add(out_ref, jnp.where(m, positions, 0), v)` (line 44): the index is the atomic's
+    argument, loaded from a ref; reported at the call as PF108 and left as it is, with why."""
+    found = [f for f in _findings("brainevent__csr_diag_add.py") if f.span.line == 44]
+    assert [f.code for f in found] == ["PF108"]
+    assert not found[0].fixable
+    assert found[0].refusal.startswith("`atomic_add` scatters into the whole `out_ref` at positions the kernel computes")

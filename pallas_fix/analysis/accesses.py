@@ -12,6 +12,9 @@ itself) that is a write or keeps a dim. Every other scalar index (a table entry 
 a buffer slot `buf.at[slot]`) is the usual, recommended form and no finding (a read `x_ref[b]`
 of a whole slab looks like a table entry and is not reported either); `scalar_index_dims`
 still lists them all, for the jaxpr oracle's comparison.
+
+An atomic indexes its ref by an argument (`atomic_add(o_ref, idx, v)`): a traced integer array
+there is an "int_array" use standing at the call (`atomic_index_uses`), refused by every planner.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pallas_fix.analysis.effects.calls import writer
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, Origin, Provenance
+from pallas_fix.core.names import call_arg
 
 _DESCRIPTORS = frozenset({N.TPU + ".make_async_copy", N.TPU + ".make_async_remote_copy"})
 
@@ -63,7 +67,7 @@ class _Access:
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
         """The name a slice is passed in: the element itself, or the name the whole index tuple
         is written as (`x_ref[rows]` with `rows = (pl.ds(...), slice(None))`)."""
-        if len(self.sub.slice) == 1 and isinstance(self.sub.slice[0].slice, cst.Index):
+        if isinstance(self.sub, cst.Subscript) and len(self.sub.slice) == 1 and isinstance(self.sub.slice[0].slice, cst.Index):
             whole = self.sub.slice[0].slice.value
             if isinstance(whole, cst.Name) and whole is not element:
                 return whole
@@ -88,6 +92,30 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     if uses or not is_ref or starred or not operand_ref(site, env, ref_expr) or _element_load(env, sub, elements):
         return uses
     return [u for u in (_scalar_use(access, dim, sl) for dim, sl in elements) if u is not None]
+
+
+def atomic_index_uses(site: KernelSite, call: cst.Call, fn, env: Env) -> list[IndexUse]:
+    """`atomic_add(o_ref, idx, v)`: the index is the call's argument, not a subscript, and jax
+    indexes the ref with it as `o_ref[idx]` would. A traced integer array there is a scatter at
+    positions the kernel computes (what atomics are for): each such dim is an "int_array" use
+    standing at the call. Windows and scalars written there are not modelled (planners rewrite
+    subscripts only)."""
+    if not env.ctx.imports.is_(call.func, N.INDEXED_ATOMICS):
+        return []
+    ref_expr, index = call_arg(call, 0, "x_ref_or_view"), call_arg(call, 1, "idx")
+    if ref_expr is None or index is None:
+        return []
+    via_at = isinstance(ref_expr, cst.Subscript) and isinstance(ref_expr.value, cst.Attribute) and ref_expr.value.attr.value == "at"
+    base = ref_expr.value.value if via_at else ref_expr  # type: ignore[union-attr]
+    if not env.value(base).is_ref or env.value(base).vtype == "reflist":
+        return []
+    access = _Access(site, call, fn, env, base, via_at, False)  # type: ignore[arg-type]
+    packed = index_tuple(env, index)
+    elements = [e.value for e in packed.elements] if packed is not None else [index]
+    if any(isinstance(e, cst.StarredElement) for e in (packed.elements if packed is not None else ())):
+        return []
+    uses = [_dim_use(access, True, dim, cst.Index(value)) for dim, value in enumerate(elements)]
+    return [u for u in uses if u is not None and u.kind == "int_array"]
 
 
 def _element_load(env: Env, sub: cst.Subscript, elements) -> bool:
@@ -297,89 +325,3 @@ def to_provenance(val: Val) -> Provenance:
         detail = {"float": "float", "bool": "bool", "array1": "one_element"}[val.vtype]
         origin = Origin.NON_INT_SCALAR
     return Provenance(origin=origin, description=val.words, loop=val.loop, program_id_axis=val.pid_axis, detail=detail)
-
-
-def rewritable_in_place(use: IndexUse) -> bool:
-    """Can a planner rewrite the use's window by replacing the subscript element at its dim?
-    Yes when the element is written there (`x_ref[pl.ds(...), :]`, `x_ref[sl, :]`), or when the
-    subscript's one element is a tuple (in place, bound to a name or passed to a helper) whose
-    window is its first dim and whose other dims are whole (`(pl.ds(r * bs, bs), slice(None))`):
-    replacing that one element by the whole block is then the same rewrite. Any other tuple
-    would lose its other dims."""
-    sub = use.subscript
-    if use.dim < len(sub.slice):
-        written = sub.slice[use.dim].slice
-        if written is use.element or (isinstance(written, cst.Index) and written.value is use.element):
-            return True
-    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
-        return False
-    if _packed_in_place(use) or _inlinable_tuple(use) is not None:
-        return True  # the edit spells the tuple out in the subscript (rewrite.blocks.kernel_edits)
-    if use.dim != 0:
-        return False
-    ctx = use.env.ctx  # type: ignore[attr-defined]
-    holder = ctx.parent(use.element)
-    packed = ctx.parent(holder) if isinstance(holder, cst.Element) else None
-    if not isinstance(packed, (cst.Tuple, cst.List)) or packed.elements[0] is not holder:
-        return False
-    return all(_whole_dim(ctx, e.value) for e in packed.elements[1:])
-
-
-def _packed_in_place(use: IndexUse) -> bool:
-    """`k_ref[(0, pl.ds(t0, bt), slice(None))]`: the same subscript as `k_ref[0, pl.ds(t0, bt), :]`,
-    with the use's element one of the tuple's own."""
-    value = use.subscript.slice[0].slice.value  # type: ignore[attr-defined]
-    return isinstance(value, cst.Tuple) and any(e.value is use.element for e in value.elements)
-
-
-def _inlinable_tuple(use: IndexUse) -> Optional[cst.Tuple]:
-    env: Env = use.env  # type: ignore[assignment]
-    packed = inlinable_tuple(env.ctx, env, use.subscript, frozenset({use.dim}))
-    return packed if packed is not None and any(e.value is use.element for e in packed.elements) else None
-
-
-def inlinable_tuple(ctx: ModuleContext, env: Optional[Env], sub: cst.Subscript, dims: frozenset[int]) -> Optional[cst.Tuple]:
-    """The tuple a one-name subscript `k_ref[idx]` stands for, when writing its elements in the
-    subscript itself (all but `dims`, which a rewrite replaces) means the same: `idx` is bound
-    once, to a tuple written in the function that holds the subscript, and the elements kept read
-    no name the function (or one around it) binds (so they mean the same where the subscript is, and outlive the
-    tuple's binding once it is dead)."""
-    if env is None or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
-        return None
-    name = sub.slice[0].slice.value
-    if not isinstance(name, cst.Name) or env.owner(name.value) is not env or name.value in env.params:
-        return None
-    packed = env.single_assignment(name.value)
-    if not isinstance(packed, cst.Tuple) or ctx.scope_of(packed) is not ctx.scope_of(sub):
-        return None
-    if any(isinstance(e, cst.StarredElement) for e in packed.elements):
-        return None
-    bound: set[str] = set()
-    scope: Optional[Env] = env
-    while scope is not None:  # names bound here or in an enclosing kernel function
-        bound |= set(scope.bindings())
-        scope = scope.parent
-    for dim, e in enumerate(packed.elements):
-        if dim not in dims and any(isinstance(n, cst.Name) and n.value in bound for n in walk(e.value)):
-            return None
-    return packed
-
-
-def packed_refusal(use: IndexUse) -> str:
-    """Why a window inside an index tuple cannot be rewritten where it is written."""
-    sub = use.subscript
-    name = sub.slice[0].slice.value if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) else None
-    env: Env = use.env  # type: ignore[assignment]
-    if isinstance(name, cst.Name) and env.owner(name.value) is env and isinstance(env.single_assignment(name.value), cst.Tuple):
-        return (f"its index tuple `{name.value}` holds, beside the window, an index that reads a name the kernel "
-                f"binds, so it cannot be spelled out in the subscript; write the indices in the subscript itself")
-    return ("its index tuple is built elsewhere (a helper's parameter, another function) and has other dims "
-            "that are not whole (`slice(None)`); write the slices in the subscript itself")
-
-
-def _whole_dim(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
-    """`slice(None)`: the whole of a dim, in a tuple of indices."""
-    return (
-        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "slice"
-        and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Name) and expr.args[0].value.value == "None"
-    )

@@ -15,7 +15,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.accesses import index_uses
+from pallas_fix.analysis.accesses import atomic_index_uses, index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
 from pallas_fix.analysis.discovery.helper_calls import HelperEnv, partial_arguments
 from pallas_fix.analysis.loops.loops import find_loops
@@ -100,6 +100,7 @@ class _Walker:
                 elif kind is cst.Subscript:
                     self.subscript(node, fn, env)  # type: ignore[arg-type]
                 elif kind is cst.Call:
+                    self.record(atomic_index_uses(self.site, node, fn, env))  # type: ignore[arg-type]
                     self.call(node, env)  # type: ignore[arg-type]
             # Nested defs last, loop/when bodies before plain helpers: a helper's parameters come
             # from its call sites, which may sit inside a lambda or a loop body analysed first.
@@ -216,8 +217,11 @@ class _Walker:
 
     # -- the accesses themselves -------------------------------------------------------------------
     def subscript(self, sub: cst.Subscript, fn, env: Env) -> None:
-        for use in index_uses(self.site, sub, fn, env):
-            key = (id(sub), use.dim)
+        self.record(index_uses(self.site, sub, fn, env))
+
+    def record(self, uses: list[IndexUse]) -> None:
+        for use in uses:
+            key = (id(use.subscript), use.dim)
             if key not in self.seen:
                 self.seen.add(key)
                 self.result.uses.append(use)
