@@ -4,11 +4,13 @@ A dim counts when its `pl.ds` start or size is traced, when a plain slice bound 
 when it is indexed by a traced integer array. Subscripts of `*refs` lists and the slices a DMA
 descriptor is rebuilt with only to `.wait()` on it move no data and give none.
 
-A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only when it
-could become a squeezed block dim: driven by a loop index or `pl.program_id`, on an input or
-output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a memory
-space), in a subscript with no other dynamic element (a window's planner squeezes such dims
-itself) that is a write or keeps a dim. Every other scalar index (a table entry `idx_ref[b]`,
+A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only on an
+input or output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a
+memory space), in a subscript with no other dynamic element (a window's planner squeezes such dims
+itself) that is a write or keeps a dim, and only when it is driven by a loop index or
+`pl.program_id` (it could become a squeezed block dim) or by data or a traced value with no loop
+or grid term (`o_ref[page, :] = v` with `page` a table entry: a scatter or gather of whole rows,
+reported with no fix). Every other scalar index (a table entry `idx_ref[b]`,
 a buffer slot `buf.at[slot]`) is the usual, recommended form and no finding (a read `x_ref[b]`
 of a whole slab looks like a table entry and is not reported either); `scalar_index_dims`
 still lists them all, for the jaxpr oracle's comparison.
@@ -162,13 +164,18 @@ def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexU
         return None
     value = sl.value  # type: ignore[attr-defined]
     val = access.env.value(value)
-    if val.origin not in _LIFTABLE_SCALARS:
+    if val.origin not in _LIFTABLE_SCALARS and (val.origin not in _OPAQUE_SCALARS or val.loop or val.pid_axis is not None):
         return None
     return access.use(dim, value, value, None, "scalar", val, None)
 
 
 # Where a scalar index must come from to be a block index: a grid axis, or a loop that can become one.
 _LIFTABLE_SCALARS = (Origin.LOOP, Origin.PROGRAM_ID)
+# Data or a traced value pallas-fix cannot name, with no loop or grid term (`o_ref[page, off] = v`
+# with `page` loaded from a table, `off` from a 0-d ref): a scatter or gather of whole rows of the
+# ref, reported with no fix. A row mixing a loop index with data (`t = eos - 1 - (i - bos)`) is
+# left alone: neither origin says what it is.
+_OPAQUE_SCALARS = (Origin.REF_LOAD, Origin.TRACED)
 
 
 def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:

@@ -9,7 +9,7 @@ subscript contributes is analysis.accesses' job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import libcst as cst
@@ -18,6 +18,7 @@ from pallas_fix.core import names as N
 from pallas_fix.analysis.accesses import atomic_index_uses, index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
 from pallas_fix.analysis.discovery.helper_calls import HelperEnv, partial_arguments
+from pallas_fix.analysis.discovery.operand_refs import scalar_block_refs
 from pallas_fix.analysis.loops.loops import find_loops
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.roles import Params, bind_args, kernel_params, role_params, unknown_params
@@ -45,6 +46,8 @@ def detect(ctx: ModuleContext, sites: list[KernelSite]) -> Detection:
             continue
         parent = _enclosing_env(ctx, site.kernel, module_env, result.loops)
         params, exprs = kernel_params(site)
+        for name in scalar_block_refs(site, module_env) & set(params):
+            params[name] = replace(params[name], scalar_ref=True)
         env = Env(ctx, site.kernel, parent, params, result.loops, exprs)
         walker = _Walker(ctx, site, result, seen, module_env)
         walker.function(site.kernel, env)

@@ -225,11 +225,19 @@ class Env(PositionalReads):
             elif self.value(el.value).vtype in ("array", "array1"):
                 arrayish = True
         ref_words = f"a value loaded from `{self.ctx.code(expr)}`"
+        if arrayish and self._whole_scalar_ref(expr):
+            return Val(Origin.REF_LOAD, "int", ref_words)
         if arrayish:
             return Val(Origin.REF_LOAD, "array", ref_words)
         if one_element:
             return Val(Origin.NON_INT_SCALAR, "array1", f"a one-element slice loaded from `{self.ctx.code(expr)}`")
         return Val(Origin.REF_LOAD, "int", ref_words)
+
+    def _whole_scalar_ref(self, expr: cst.Subscript) -> bool:
+        """`pos_ref[...]` of a 0-d ref (`pl.BlockSpec((None,), ...)`): the one scalar it holds."""
+        if not all(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis) for e in expr.slice):
+            return False
+        return self.value(expr.value).scalar_ref
 
     # -- helpers used by detection and codemods --------------------------------------------------
     def ds_parts(self, expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, Optional[cst.BaseExpression]]]:

@@ -24,6 +24,8 @@ from pallas_fix.rules.rule import make_rule, start_text
 
 def check(use: IndexUse, window: Window) -> Optional[str]:
     """The last rule in `ORDER`: it claims every index the others leave."""
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by the traced scalar {start_text(use)} ({use.provenance.description})"
     return f"start {start_text(use)} of `{use.ref_name}` is traced ({use.provenance.description})"
 
 
