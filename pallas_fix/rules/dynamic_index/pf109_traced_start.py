@@ -1,7 +1,8 @@
 """A start that is traced but whose origin pallas-fix cannot name.
 
 What it detects: starts from a `lax.while_loop` carry, a fori_loop carry, a parameter of a
-function pallas-fix could not follow, or any other traced value.
+function pallas-fix could not follow, or any other traced value; also a scalar index so traced
+(with no loop or grid term) that a write, or a read keeping dims, uses on an input or output.
 
 Why it matters: as PF101/PF105, a dynamic window keeps the ref resident and unpipelined.
 
