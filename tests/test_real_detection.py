@@ -4,7 +4,9 @@ dynamic window gets findings, a finding stands in the statement of each such win
 the line a multi-line call starts on, the detector the subscript's own), and every traced scalar
 index the oracle sees is one the detector lists. Non-array example values stay static, as in
 benchmarks/bench_coverage.py. KNOWN_GAPS lists what the detector still misses, file by file:
-the test fails when a gap grows and when one closes (then shrink the table)."""
+the test fails when a gap grows and when one closes (then shrink the table). ATTRIBUTED maps the
+lines where jax names an access away from its kernel line (a custom_vjp rule's kernel, named at
+the primal call) to the kernel lines the detector must cover instead."""
 
 from __future__ import annotations
 
