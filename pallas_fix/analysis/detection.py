@@ -147,12 +147,14 @@ class _Walker:
     # -- calls into module-level helpers ----------------------------------------------------------
     def call(self, call: cst.Call, env: Env) -> None:
         if self.ctx.imports.is_(call.func, N.FORI_LOOP):
-            # A loop body defined at module level (often bound with functools.partial).
+            # A loop body defined at module level or beside a nested kernel (often bound with
+            # functools.partial); one defined inside the kernel is analysed where it stands.
             for body, loop in self.result.loops.items():
                 if loop.call is call and isinstance(body, cst.FunctionDef) and body not in self.active:
-                    if self.ctx.scope_of(body) is self.ctx.module:
+                    parent = self._helper_parent(body)
+                    if parent is not None:
                         params = self._role_params(body, env) or {}
-                        self.function(body, self._loop_body_env(body, call, params, env))
+                        self.function(body, self._loop_body_env(body, call, params, env, parent))
             return
         if not isinstance(call.func, cst.Name):
             return
@@ -168,14 +170,15 @@ class _Walker:
             return
         self._module_helper(target, call, env)
 
-    def _loop_body_env(self, body: cst.FunctionDef, call: cst.Call, params, env: Env) -> Env:
-        """A module-level loop body: with `functools.partial(body, x_ref=x_ref)` as the loop's
-        body, the names the partial binds stand for the kernel's arguments (as a helper's do)."""
+    def _loop_body_env(self, body: cst.FunctionDef, call: cst.Call, params, env: Env, parent: Env) -> Env:
+        """A loop body defined outside the kernel: with `functools.partial(body, x_ref=x_ref)` as
+        the loop's body, the names the partial binds stand for the kernel's arguments (as a
+        helper's do); `parent` reads its free names (the module's, or a wrapper's)."""
         bound = partial_arguments(self.ctx, body, call)
         if bound is None:
-            return Env(self.ctx, body, self.module_env, params, self.result.loops)
+            return Env(self.ctx, body, parent, params, self.result.loops)
         partial, args = bound
-        inner = HelperEnv(self.ctx, body, self.module_env, params, self.result.loops, partial, env)
+        inner = HelperEnv(self.ctx, body, parent, params, self.result.loops, partial, env)
         inner.args = args
         return inner
 
