@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from pallas_fix.analysis.in_place import atomic_refusal
 from pallas_fix.analysis.values.ranges import Range, contiguous_range, redirected_range
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core import names as N
@@ -164,6 +165,8 @@ def _windows(analysis, use: IndexUse, pl: str) -> dict:
     subscript's gather is not these windows."""
     ctx = analysis.ctx
     sub = use.subscript
+    if not isinstance(sub, cst.Subscript):
+        raise Refuse(atomic_refusal(use))  # an index passed to an atomic: nothing to rewrite in place
     env = use.env
     kinds = [_element_kind(env, el) for el in sub.slice]
     ranges = [(dim, k) for dim, k in enumerate(kinds) if isinstance(k, Range)]

@@ -318,3 +318,17 @@ def test_run_modes_reads_example_directives():
         source = path.read_text(encoding="utf-8")
         examples = collect_examples(path, source, pyproject=False)
         assert [e.entry for e in examples] == directive.findall(source), path.name
+
+
+def test_an_atomic_index_array_is_pf108_but_not_pf204():
+    """`atomic_add(o_ref, idx, v)` in GPU interpret mode fails, but not with PF204's TypeError
+    (jax 0.12: a ValueError from the swap the atomic becomes), so only PF108 speaks for it."""
+    source = (
+        "import jax\nimport jax.numpy as jnp\nfrom jax.experimental import pallas as pl\n"
+        "from jax.experimental.pallas import triton as pltriton\n"
+        "from jax.experimental.pallas import mosaic_gpu as plgpu\n\n\n"
+        "def k(b_ref, v_ref, o_ref):\n    pltriton.atomic_add(o_ref, b_ref[...], v_ref[...])\n\n\n"
+        "def f(b, v):\n    return pl.pallas_call(k, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32),"
+        " interpret=plgpu.InterpretGPUParams())(b, v)\n"
+    )
+    assert [(f.span.line, f.code) for f in analyze_source(source, "k.py").findings] == [(9, "PF108")]

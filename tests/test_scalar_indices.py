@@ -81,7 +81,10 @@ def test_tables_scratch_and_prefetch_scalars_are_no_findings() -> None:
         "num_scalar_prefetch=1, grid=(4,), in_specs=[pl.BlockSpec(x.shape, lambda i, t: (0, 0))],"
         " out_specs=pl.BlockSpec(x.shape[1:], lambda i, t: (0,)), scratch_shapes=[pltpu.VMEM((2, 128), jnp.float32)]))(t, x)",
     )
-    assert _kinds(result) == []
+    # The prefetch entry `t_ref[i]` and the scratch slot `buf[i % 2]` are no uses; the row of the
+    # whole `x_ref` that the entry picks is a data-dependent gather (PF105, with no fix).
+    assert _kinds(result) == [("x_ref", 0, "scalar")]
+    assert [(f.code, f.fixable) for f in result.findings] == [("PF105", False)]
     smem = _uses(
         "def kernel(t_ref, x_ref, o_ref):\n    o_ref[...] = x_ref[...] * t_ref[pl.program_id(0)]\n",
         "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),"
@@ -97,6 +100,50 @@ def test_table_entry_reads_are_no_uses_but_writes_are() -> None:
         "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)",
     )
     assert _kinds(result) == [("o_ref", 0, "scalar")]
+
+
+def test_a_store_through_a_view_is_a_write() -> None:
+    """`pltriton.store(o_ref.at[b], v)` writes `o_ref[b]` as `o_ref[b] = v` does (a scalar use);
+    `pltriton.load(x_ref.at[b])` reads one entry, as `x_ref[b]` does (none)."""
+    head = "from jax.experimental.pallas import triton as pltriton\n"
+    result = _uses(
+        head + "def kernel(x_ref, o_ref):\n    @pl.loop(0, 8)\n    def _(b):\n"
+        "        pltriton.store(o_ref.at[b], pltriton.load(x_ref.at[b]) * 2.0)\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)",
+    )
+    assert _kinds(result) == [("o_ref", 0, "scalar")]
+
+
+def test_a_row_picked_by_data_is_a_refused_finding() -> None:
+    """`o_ref[page, :] = ...` with `page` a table entry: a scatter of whole rows, PF105 with no fix;
+    the entry read itself (`t_ref[b]`) is none, and a row mixing the loop index with data is left
+    to the loop (neither origin names it)."""
+    result = _uses(
+        "def kernel(t_ref, x_ref, o_ref):\n"
+        "    @pl.loop(0, 4)\n"
+        "    def _(b):\n"
+        "        page = t_ref[b]\n"
+        "        o_ref[page, :] = x_ref[b + page, :]\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(t, x)",
+    )
+    assert _kinds(result) == [("o_ref", 0, "scalar")]
+    (found,) = result.findings
+    assert (found.code, found.fixable) == ("PF105", False)
+    assert found.message == "`o_ref` is indexed by the data-dependent scalar `page` (a value loaded from `t_ref[b]`)"
+    assert "not a `pl.ds` window" in found.refusal
+
+
+def test_a_0d_block_read_whole_is_a_scalar() -> None:
+    """`pos_ref[...]` of a `pl.BlockSpec((None,), ...)` block is the one scalar it holds, so the
+    row it picks is a scalar index (the oracle's "scalar"), not an integer array."""
+    result = _uses(
+        "def kernel(p_ref, x_ref, o_ref):\n    o_ref[p_ref[...], :] = x_ref[...]\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), x.dtype), grid=(4,),"
+        " in_specs=[pl.BlockSpec((None,), lambda i: (i,)), pl.BlockSpec((None, 128), lambda i: (i, 0))],"
+        " out_specs=pl.BlockSpec((8, 128), lambda i: (0, 0)))(t, x)",
+    )
+    assert _kinds(result) == [("o_ref", 0, "scalar")]
+    assert [f.code for f in result.findings] == ["PF105"]
 
 
 def test_scalar_beside_a_window_is_left_to_the_window() -> None:

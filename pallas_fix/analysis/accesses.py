@@ -4,14 +4,19 @@ A dim counts when its `pl.ds` start or size is traced, when a plain slice bound 
 when it is indexed by a traced integer array. Subscripts of `*refs` lists and the slices a DMA
 descriptor is rebuilt with only to `.wait()` on it move no data and give none.
 
-A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only when it
-could become a squeezed block dim: driven by a loop index or `pl.program_id`, on an input or
-output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a memory
-space), in a subscript with no other dynamic element (a window's planner squeezes such dims
-itself) that is a write or keeps a dim. Every other scalar index (a table entry `idx_ref[b]`,
+A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only on an
+input or output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a
+memory space), in a subscript with no other dynamic element (a window's planner squeezes such dims
+itself) that is a write or keeps a dim, and only when it is driven by a loop index or
+`pl.program_id` (it could become a squeezed block dim) or by data or a traced value with no loop
+or grid term (`o_ref[page, :] = v` with `page` a table entry: a scatter or gather of whole rows,
+reported with no fix). Every other scalar index (a table entry `idx_ref[b]`,
 a buffer slot `buf.at[slot]`) is the usual, recommended form and no finding (a read `x_ref[b]`
 of a whole slab looks like a table entry and is not reported either); `scalar_index_dims`
 still lists them all, for the jaxpr oracle's comparison.
+
+An atomic indexes its ref by an argument (`atomic_add(o_ref, idx, v)`): a traced integer array
+there is an "int_array" use standing at the call (`atomic_index_uses`), refused by every planner.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import caller_start, home_env, index_tuple, passed_through
 from pallas_fix.analysis.discovery.operand_refs import operand_ref
+from pallas_fix.analysis.effects.calls import writer
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.values import STATIC, Val
 from pallas_fix.core.model import IndexUse, KernelSite, Origin, Provenance
+from pallas_fix.core.names import call_arg
 
 _DESCRIPTORS = frozenset({N.TPU + ".make_async_copy", N.TPU + ".make_async_remote_copy"})
 
@@ -62,7 +69,7 @@ class _Access:
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
         """The name a slice is passed in: the element itself, or the name the whole index tuple
         is written as (`x_ref[rows]` with `rows = (pl.ds(...), slice(None))`)."""
-        if len(self.sub.slice) == 1 and isinstance(self.sub.slice[0].slice, cst.Index):
+        if isinstance(self.sub, cst.Subscript) and len(self.sub.slice) == 1 and isinstance(self.sub.slice[0].slice, cst.Index):
             whole = self.sub.slice[0].slice.value
             if isinstance(whole, cst.Name) and whole is not element:
                 return whole
@@ -89,13 +96,57 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     return [u for u in (_scalar_use(access, dim, sl) for dim, sl in elements) if u is not None]
 
 
+def atomic_index_uses(site: KernelSite, call: cst.Call, fn, env: Env) -> list[IndexUse]:
+    """`atomic_add(o_ref, idx, v)`: the index is the call's argument, not a subscript, and jax
+    indexes the ref with it as `o_ref[idx]` would. A traced integer array there is a scatter at
+    positions the kernel computes (what atomics are for): each such dim is an "int_array" use
+    standing at the call. Windows and scalars written there are not modelled (planners rewrite
+    subscripts only)."""
+    if not env.ctx.imports.is_(call.func, N.INDEXED_ATOMICS):
+        return []
+    ref_expr, index = call_arg(call, 0, "x_ref_or_view"), call_arg(call, 1, "idx")
+    if ref_expr is None or index is None:
+        return []
+    via_at = isinstance(ref_expr, cst.Subscript) and isinstance(ref_expr.value, cst.Attribute) and ref_expr.value.attr.value == "at"
+    base = ref_expr.value.value if via_at else ref_expr  # type: ignore[union-attr]
+    if not env.value(base).is_ref or env.value(base).vtype == "reflist":
+        return []
+    access = _Access(site, call, fn, env, base, via_at, False)  # type: ignore[arg-type]
+    packed = index_tuple(env, index)
+    elements = [e.value for e in packed.elements] if packed is not None else [index]
+    if any(isinstance(e, cst.StarredElement) for e in (packed.elements if packed is not None else ())):
+        return []
+    uses = [_dim_use(access, True, dim, cst.Index(value)) for dim, value in enumerate(elements)]
+    return [u for u in uses if u is not None and u.kind == "int_array"]
+
+
 def _element_load(env: Env, sub: cst.Subscript, elements) -> bool:
     """A read whose every index is a traced scalar (`lens_ref[b]`, `pages_ref[b, j]`): how a
     kernel reads one entry of a table, whose value then feeds a start or a mask. Such reads are
     not reported; a read that keeps a dim (`x_ref[r, :]`, `h_ref[idx, 0]`) or any write is."""
-    parent = env.ctx.parent(sub)
-    written = isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub)
-    return not written and not _contracted(env, sub) and all(_traced_int_scalar(env, sl) for _, sl in elements)
+    return not _written(env, sub) and not _contracted(env, sub) and all(_traced_int_scalar(env, sl) for _, sl in elements)
+
+
+def _written(env: Env, sub: cst.Subscript) -> bool:
+    """`ref[...] = v`, `ref[...] += v`, or the view a library store or atomic writes through
+    (`pltriton.store(o_ref.at[r, c], v)`, `atomic_add(o_ref.at[r], 0, v)`)."""
+    ctx = env.ctx
+    parent = ctx.parent(sub)
+    if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub):
+        return True
+    call = ctx.parent(parent) if isinstance(parent, cst.Arg) else None
+    if not isinstance(call, cst.Call):
+        return False
+    found = writer(ctx.imports.qualify(call.func) or "")
+    if found is None:
+        return False
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    for position, keyword in found.positions:
+        if parent.keyword is not None and parent.keyword.value == keyword:  # type: ignore[union-attr]
+            return True
+        if position < len(positional) and positional[position] is parent:
+            return True
+    return False
 
 
 def _contracted(env: Env, sub: cst.Subscript) -> bool:
@@ -113,13 +164,18 @@ def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexU
         return None
     value = sl.value  # type: ignore[attr-defined]
     val = access.env.value(value)
-    if val.origin not in _LIFTABLE_SCALARS:
+    if val.origin not in _LIFTABLE_SCALARS and (val.origin not in _OPAQUE_SCALARS or val.loop or val.pid_axis is not None):
         return None
     return access.use(dim, value, value, None, "scalar", val, None)
 
 
 # Where a scalar index must come from to be a block index: a grid axis, or a loop that can become one.
 _LIFTABLE_SCALARS = (Origin.LOOP, Origin.PROGRAM_ID)
+# Data or a traced value pallas-fix cannot name, with no loop or grid term (`o_ref[page, off] = v`
+# with `page` loaded from a table, `off` from a 0-d ref): a scatter or gather of whole rows of the
+# ref, reported with no fix. A row mixing a loop index with data (`t = eos - 1 - (i - bos)`) is
+# left alone: neither origin says what it is.
+_OPAQUE_SCALARS = (Origin.REF_LOAD, Origin.TRACED)
 
 
 def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:
@@ -276,89 +332,3 @@ def to_provenance(val: Val) -> Provenance:
         detail = {"float": "float", "bool": "bool", "array1": "one_element"}[val.vtype]
         origin = Origin.NON_INT_SCALAR
     return Provenance(origin=origin, description=val.words, loop=val.loop, program_id_axis=val.pid_axis, detail=detail)
-
-
-def rewritable_in_place(use: IndexUse) -> bool:
-    """Can a planner rewrite the use's window by replacing the subscript element at its dim?
-    Yes when the element is written there (`x_ref[pl.ds(...), :]`, `x_ref[sl, :]`), or when the
-    subscript's one element is a tuple (in place, bound to a name or passed to a helper) whose
-    window is its first dim and whose other dims are whole (`(pl.ds(r * bs, bs), slice(None))`):
-    replacing that one element by the whole block is then the same rewrite. Any other tuple
-    would lose its other dims."""
-    sub = use.subscript
-    if use.dim < len(sub.slice):
-        written = sub.slice[use.dim].slice
-        if written is use.element or (isinstance(written, cst.Index) and written.value is use.element):
-            return True
-    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
-        return False
-    if _packed_in_place(use) or _inlinable_tuple(use) is not None:
-        return True  # the edit spells the tuple out in the subscript (rewrite.blocks.kernel_edits)
-    if use.dim != 0:
-        return False
-    ctx = use.env.ctx  # type: ignore[attr-defined]
-    holder = ctx.parent(use.element)
-    packed = ctx.parent(holder) if isinstance(holder, cst.Element) else None
-    if not isinstance(packed, (cst.Tuple, cst.List)) or packed.elements[0] is not holder:
-        return False
-    return all(_whole_dim(ctx, e.value) for e in packed.elements[1:])
-
-
-def _packed_in_place(use: IndexUse) -> bool:
-    """`k_ref[(0, pl.ds(t0, bt), slice(None))]`: the same subscript as `k_ref[0, pl.ds(t0, bt), :]`,
-    with the use's element one of the tuple's own."""
-    value = use.subscript.slice[0].slice.value  # type: ignore[attr-defined]
-    return isinstance(value, cst.Tuple) and any(e.value is use.element for e in value.elements)
-
-
-def _inlinable_tuple(use: IndexUse) -> Optional[cst.Tuple]:
-    env: Env = use.env  # type: ignore[assignment]
-    packed = inlinable_tuple(env.ctx, env, use.subscript, frozenset({use.dim}))
-    return packed if packed is not None and any(e.value is use.element for e in packed.elements) else None
-
-
-def inlinable_tuple(ctx: ModuleContext, env: Optional[Env], sub: cst.Subscript, dims: frozenset[int]) -> Optional[cst.Tuple]:
-    """The tuple a one-name subscript `k_ref[idx]` stands for, when writing its elements in the
-    subscript itself (all but `dims`, which a rewrite replaces) means the same: `idx` is bound
-    once, to a tuple written in the function that holds the subscript, and the elements kept read
-    no name the function (or one around it) binds (so they mean the same where the subscript is, and outlive the
-    tuple's binding once it is dead)."""
-    if env is None or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
-        return None
-    name = sub.slice[0].slice.value
-    if not isinstance(name, cst.Name) or env.owner(name.value) is not env or name.value in env.params:
-        return None
-    packed = env.single_assignment(name.value)
-    if not isinstance(packed, cst.Tuple) or ctx.scope_of(packed) is not ctx.scope_of(sub):
-        return None
-    if any(isinstance(e, cst.StarredElement) for e in packed.elements):
-        return None
-    bound: set[str] = set()
-    scope: Optional[Env] = env
-    while scope is not None:  # names bound here or in an enclosing kernel function
-        bound |= set(scope.bindings())
-        scope = scope.parent
-    for dim, e in enumerate(packed.elements):
-        if dim not in dims and any(isinstance(n, cst.Name) and n.value in bound for n in walk(e.value)):
-            return None
-    return packed
-
-
-def packed_refusal(use: IndexUse) -> str:
-    """Why a window inside an index tuple cannot be rewritten where it is written."""
-    sub = use.subscript
-    name = sub.slice[0].slice.value if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) else None
-    env: Env = use.env  # type: ignore[assignment]
-    if isinstance(name, cst.Name) and env.owner(name.value) is env and isinstance(env.single_assignment(name.value), cst.Tuple):
-        return (f"its index tuple `{name.value}` holds, beside the window, an index that reads a name the kernel "
-                f"binds, so it cannot be spelled out in the subscript; write the indices in the subscript itself")
-    return ("its index tuple is built elsewhere (a helper's parameter, another function) and has other dims "
-            "that are not whole (`slice(None)`); write the slices in the subscript itself")
-
-
-def _whole_dim(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:
-    """`slice(None)`: the whole of a dim, in a tuple of indices."""
-    return (
-        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "slice"
-        and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Name) and expr.args[0].value.value == "None"
-    )

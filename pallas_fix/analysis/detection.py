@@ -9,14 +9,16 @@ subscript contributes is analysis.accesses' job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.accesses import index_uses
+from pallas_fix.analysis.accesses import atomic_index_uses, index_uses
 from pallas_fix.analysis.context import ModuleContext, own_nodes, walk
 from pallas_fix.analysis.discovery.helper_calls import HelperEnv, partial_arguments
+from pallas_fix.analysis.discovery.operand_refs import scalar_block_refs
 from pallas_fix.analysis.loops.loops import find_loops
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.roles import Params, bind_args, kernel_params, role_params, unknown_params
@@ -44,6 +46,8 @@ def detect(ctx: ModuleContext, sites: list[KernelSite]) -> Detection:
             continue
         parent = _enclosing_env(ctx, site.kernel, module_env, result.loops)
         params, exprs = kernel_params(site)
+        for name in scalar_block_refs(site, module_env) & set(params):
+            params[name] = replace(params[name], scalar_ref=True)
         env = Env(ctx, site.kernel, parent, params, result.loops, exprs)
         walker = _Walker(ctx, site, result, seen, module_env)
         walker.function(site.kernel, env)
@@ -99,6 +103,7 @@ class _Walker:
                 elif kind is cst.Subscript:
                     self.subscript(node, fn, env)  # type: ignore[arg-type]
                 elif kind is cst.Call:
+                    self.record(atomic_index_uses(self.site, node, fn, env))  # type: ignore[arg-type]
                     self.call(node, env)  # type: ignore[arg-type]
             # Nested defs last, loop/when bodies before plain helpers: a helper's parameters come
             # from its call sites, which may sit inside a lambda or a loop body analysed first.
@@ -142,12 +147,14 @@ class _Walker:
     # -- calls into module-level helpers ----------------------------------------------------------
     def call(self, call: cst.Call, env: Env) -> None:
         if self.ctx.imports.is_(call.func, N.FORI_LOOP):
-            # A loop body defined at module level (often bound with functools.partial).
+            # A loop body defined at module level or beside a nested kernel (often bound with
+            # functools.partial); one defined inside the kernel is analysed where it stands.
             for body, loop in self.result.loops.items():
                 if loop.call is call and isinstance(body, cst.FunctionDef) and body not in self.active:
-                    if self.ctx.scope_of(body) is self.ctx.module:
+                    parent = self._helper_parent(body)
+                    if parent is not None:
                         params = self._role_params(body, env) or {}
-                        self.function(body, self._loop_body_env(body, call, params, env))
+                        self.function(body, self._loop_body_env(body, call, params, env, parent))
             return
         if not isinstance(call.func, cst.Name):
             return
@@ -163,14 +170,15 @@ class _Walker:
             return
         self._module_helper(target, call, env)
 
-    def _loop_body_env(self, body: cst.FunctionDef, call: cst.Call, params, env: Env) -> Env:
-        """A module-level loop body: with `functools.partial(body, x_ref=x_ref)` as the loop's
-        body, the names the partial binds stand for the kernel's arguments (as a helper's do)."""
+    def _loop_body_env(self, body: cst.FunctionDef, call: cst.Call, params, env: Env, parent: Env) -> Env:
+        """A loop body defined outside the kernel: with `functools.partial(body, x_ref=x_ref)` as
+        the loop's body, the names the partial binds stand for the kernel's arguments (as a
+        helper's do); `parent` reads its free names (the module's, or a wrapper's)."""
         bound = partial_arguments(self.ctx, body, call)
         if bound is None:
-            return Env(self.ctx, body, self.module_env, params, self.result.loops)
+            return Env(self.ctx, body, parent, params, self.result.loops)
         partial, args = bound
-        inner = HelperEnv(self.ctx, body, self.module_env, params, self.result.loops, partial, env)
+        inner = HelperEnv(self.ctx, body, parent, params, self.result.loops, partial, env)
         inner.args = args
         return inner
 
@@ -192,20 +200,34 @@ class _Walker:
         return names, found
 
     def _module_helper(self, target: cst.FunctionDef, call: cst.Call, env: Env) -> None:
-        if target in self.active:
+        if target in self.active or target is self.site.kernel:
             return
-        # Nested defs are handled where they are defined (their scope is the caller's).
-        if self.ctx.scope_of(target) is not self.ctx.module:
-            return
-        if target is self.site.kernel:
+        parent = self._helper_parent(target)
+        if parent is None:
             return
         params = bind_args(target, call, env)
-        self.function(target, HelperEnv(self.ctx, target, self.module_env, params, self.result.loops, call, env))
+        self.function(target, HelperEnv(self.ctx, target, parent, params, self.result.loops, call, env))
+
+    def _helper_parent(self, target: cst.FunctionDef) -> Optional[Env]:
+        """Where a called helper's free names are read: the module, or for a helper defined
+        beside a nested kernel (`def _tile(...)` next to `def kernel` in `def make_kernel(bs)`)
+        the wrappers around it, whose names are Python values when the kernel is traced. A def
+        inside the kernel (or one of its own functions) is handled where it is defined."""
+        scope = self.ctx.scope_of(target)
+        if scope is self.ctx.module:
+            return self.module_env
+        kernel = self.site.kernel
+        if kernel is None or not any(s is scope for s in self.ctx.scope_chain(kernel)):
+            return None
+        return _enclosing_env(self.ctx, target, self.module_env, self.result.loops)
 
     # -- the accesses themselves -------------------------------------------------------------------
     def subscript(self, sub: cst.Subscript, fn, env: Env) -> None:
-        for use in index_uses(self.site, sub, fn, env):
-            key = (id(sub), use.dim)
+        self.record(index_uses(self.site, sub, fn, env))
+
+    def record(self, uses: list[IndexUse]) -> None:
+        for use in uses:
+            key = (id(use.subscript), use.dim)
             if key not in self.seen:
                 self.seen.add(key)
                 self.result.uses.append(use)

@@ -95,7 +95,9 @@ class IndexUse:
     """One dynamic index into a ref inside a kernel (or a helper it calls)."""
 
     ref_name: str  # as written at the access
-    subscript: cst.Subscript  # the whole `ref[...]` / `ref.at[...]` node
+    # The whole `ref[...]` / `ref.at[...]` node; for an integer-array index passed to an atomic
+    # (`atomic_add(o_ref, idx, v)`, kind "int_array" only) the call, which no planner rewrites.
+    subscript: cst.Subscript
     dim: int  # position of the dynamic element in the index tuple
     element: cst.BaseExpression  # the pl.ds(...) / index expression as written (may be a Name)
     start: Optional[cst.BaseExpression]  # resolved start expression

@@ -73,6 +73,14 @@ COPIES = frozenset(
         PALLAS + ".store",
     }
 )
+# Loads that take the ref (or a view of it, `ref.at[idx]`) as their first argument and return
+# what `ref[idx]` would: `pltriton.load(ref.at[pl.ds(i, 1)], mask=m)`, `pltpu.load(ref.at[i])`.
+LOADS = _alts(TRITON + ".load", TPU + ".load", MOSAIC_GPU + ".load", "jax._src.pallas.primitives.load")
+# Atomics that index their ref by an argument, `atomic_add(x_ref_or_view, idx, val, mask=...)`:
+# `idx` indexes the ref as a subscript would (Triton's, and the older `pl.` spellings).
+INDEXED_ATOMICS = frozenset(
+    f"{p}.atomic_{op}" for p in (TRITON, PALLAS) for op in ("add", "and", "max", "min", "or", "xchg", "xor")
+)
 VMEM = _alts(TPU + ".VMEM")
 SMEM_TPU = _alts(TPU + ".SMEM")
 SMEM_GPU = _alts(MOSAIC_GPU + ".SMEM")

@@ -15,6 +15,9 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.core import names as N
+from pallas_fix.core.names import call_arg
+
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.helper_calls import kernel_ref_name
 from pallas_fix.analysis.discovery.varargs import bound_names
@@ -43,6 +46,30 @@ def operand_ref(site: KernelSite, env: Env, ref_expr: cst.BaseExpression) -> boo
         return False
     spec = _spec_of(site, position - prefetch)
     return spec is None or not _memory_space_only(spec)
+
+
+def scalar_block_refs(site: KernelSite, env: Env) -> set[str]:
+    """The kernel's ref parameters whose BlockSpec squeezes every dim (`pl.BlockSpec((None,),
+    lambda i, j: (j,))`): each is a 0-d ref in the kernel, and `ref[...]` reads one scalar."""
+    if site.kernel is None:
+        return set()
+    refs = _positional_refs(site)
+    prefetch = _count(env, site.kw("num_scalar_prefetch"), default=0)
+    scratch = scratch_count(site)
+    if prefetch is None or scratch is None:
+        return set()
+    found = set()
+    for position in range(prefetch, len(refs) - scratch):
+        spec = _spec_of(site, position - prefetch)
+        if isinstance(spec, cst.Call) and env.ctx.imports.is_(spec.func, N.BLOCK_SPEC) and _all_squeezed(spec):
+            found.add(refs[position])
+    return found
+
+
+def _all_squeezed(spec: cst.Call) -> bool:
+    shape = call_arg(spec, 0, "block_shape")
+    return (isinstance(shape, cst.Tuple) and bool(shape.elements)
+            and all(isinstance(e.value, cst.Name) and e.value.value == "None" for e in shape.elements))
 
 
 def _spec_of(site: KernelSite, operand: int) -> Optional[cst.BaseExpression]:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.affine import fold_parts, folded_index, shifted_fold, symbolic_block_index, symbolic_offset, Affine, BlockIndex, Coeff, Hooks, block_index, decompose, provably_not_block
-from pallas_fix.analysis.accesses import packed_refusal, rewritable_in_place
+from pallas_fix.analysis.in_place import packed_refusal, rewritable_in_place
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.analysis.values.provenance import Env
 

@@ -21,7 +21,7 @@ _FILLED = ("jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.full", "jax.numpy.zer
 
 
 def call_value(env: ValueEnv, call: cst.Call) -> Val:
-    for family in (_pallas_value, _cast_value):
+    for family in (_load_value, _pallas_value, _cast_value):
         val = family(env, call)
         if val is not None:
             return val
@@ -30,6 +30,20 @@ def call_value(env: ValueEnv, call: cst.Call) -> Val:
 
 def _traced_const(env: ValueEnv, call: cst.Call, vtype: str = "int") -> Val:
     return Val(Origin.TRACED_CONST, vtype, f"the traced constant `{env.ctx.code(call)}`")
+
+
+def _load_value(env: ValueEnv, call: cst.Call) -> Optional[Val]:
+    """`pltriton.load(ref.at[idx], mask=m)` loads what `ref[idx]` would (the mask only picks
+    which lanes are read), and `pltriton.load(ref)` the whole ref: a value loaded from memory,
+    as the subscript is, so a start built from it is data-dependent."""
+    if not call.args or call.args[0].keyword is not None or not env.ctx.imports.is_(call.func, N.LOADS):
+        return None
+    view = call.args[0].value
+    if isinstance(view, cst.Subscript) and isinstance(view.value, cst.Attribute) and view.value.attr.value == "at":
+        return env.ref_load(view) if env.value(view.value.value).is_ref else None
+    if env.value(view).is_ref and env.value(view).vtype == "ref":
+        return Val(Origin.REF_LOAD, "array", f"a value loaded from `{env.ctx.code(view)}`")
+    return None
 
 
 def _pallas_value(env: ValueEnv, call: cst.Call) -> Optional[Val]:

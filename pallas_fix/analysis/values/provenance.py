@@ -190,7 +190,7 @@ class Env(PositionalReads):
         if base.vtype == "reflist":
             return REF  # refs[0]
         if base.is_ref:
-            return self._ref_load(expr)
+            return self.ref_load(expr)
         # Indexing an array value: a scalar element of it.
         if base.dynamic:
             if base.vtype in ("array", "array1"):
@@ -204,9 +204,10 @@ class Env(PositionalReads):
             return base
         return STATIC
 
-    def _ref_load(self, expr: cst.Subscript) -> Val:
+    def ref_load(self, expr: cst.Subscript) -> Val:
         """`x_ref[i]` is an int loaded from memory, `x_ref[pl.ds(i, 1)]` a one-element array,
-        anything with a window, `...` or an index array an array."""
+        anything with a window, `...` or an index array an array (also read through a load call:
+        `pltriton.load(x_ref.at[i])`)."""
         one_element = 0
         arrayish = False
         for el in (e.slice for e in expr.slice):
@@ -224,11 +225,19 @@ class Env(PositionalReads):
             elif self.value(el.value).vtype in ("array", "array1"):
                 arrayish = True
         ref_words = f"a value loaded from `{self.ctx.code(expr)}`"
+        if arrayish and self._whole_scalar_ref(expr):
+            return Val(Origin.REF_LOAD, "int", ref_words)
         if arrayish:
             return Val(Origin.REF_LOAD, "array", ref_words)
         if one_element:
             return Val(Origin.NON_INT_SCALAR, "array1", f"a one-element slice loaded from `{self.ctx.code(expr)}`")
         return Val(Origin.REF_LOAD, "int", ref_words)
+
+    def _whole_scalar_ref(self, expr: cst.Subscript) -> bool:
+        """`pos_ref[...]` of a 0-d ref (`pl.BlockSpec((None,), ...)`): the one scalar it holds."""
+        if not all(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis) for e in expr.slice):
+            return False
+        return self.value(expr.value).scalar_ref
 
     # -- helpers used by detection and codemods --------------------------------------------------
     def ds_parts(self, expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, Optional[cst.BaseExpression]]]:

@@ -26,6 +26,7 @@ class Val:
     is_index: bool = False  # the loop's induction variable itself, not arithmetic on it
     carry_loop: Optional[LoopInfo] = None  # a loop body's carry parameter: the loop it threads
     induction: Optional[object] = None  # analysis.loops.induction.Induction: a carry stepping with the loop
+    scalar_ref: bool = False  # a 0-d ref (its BlockSpec squeezes every dim): `ref[...]` is a scalar
 
     @property
     def dynamic(self) -> bool:
@@ -50,6 +51,8 @@ class ValueEnv(Protocol):
     def value(self, expr: cst.BaseExpression) -> Val: ...
 
     def static_int(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[int]: ...
+
+    def ref_load(self, expr: cst.Subscript) -> Val: ...
 
 
 def combine(vals: list[Val]) -> Val:

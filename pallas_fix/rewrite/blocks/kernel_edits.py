@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.accesses import inlinable_tuple
+from pallas_fix.analysis.in_place import inlinable_tuple
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.rewrite.text.edits import Edit
 

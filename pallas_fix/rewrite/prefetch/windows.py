@@ -189,6 +189,12 @@ def _int_const(aff: Affine) -> Optional[int]:
 def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
     """The table block one data-dependent window reads."""
     ref = use.ref_name
+    if use.kind == "scalar":
+        raise Refuse(
+            f"`{ref}` is indexed by the data-dependent scalar `{code(use.start)}`, not a `pl.ds` window; pallas-fix "
+            "gathers windows only (a squeezed block dim whose index_map reads a scalar-prefetch table, "
+            "`pl.BlockSpec((None, ...), lambda i, t: (t[i], ...))`, is the form to write by hand)"
+        )
     if use.kind != "ds" or use.start is None or use.size is None:
         raise Refuse(f"the window on `{ref}` is not a `pl.ds(start, size)` slice with a static size")
     if use.size_provenance is not None and use.size_provenance.origin is not Origin.STATIC:

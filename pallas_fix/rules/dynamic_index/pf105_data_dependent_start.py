@@ -1,7 +1,10 @@
 """A slice start loaded from a ref: the window depends on data.
 
 What it detects: `start = idx_ref[b]; x_ref[pl.ds(start, bs)]`, block tables in paged
-attention, scalar-prefetch indices used inside the kernel.
+attention, scalar-prefetch indices used inside the kernel; also a scalar index loaded so into an
+input or output that a write or a read keeping dims uses (`o_ref[page, off, :] = v`,
+`x_ref[page, :, :]`: a scatter or gather of whole rows, reported with no fix). Reading one entry
+of a table (`idx_ref[b]`) is how such an index is loaded, and no finding.
 
 Why it matters: the window cannot be known before the kernel runs, so Pallas cannot pipeline
 it from a static index_map; the whole array stays resident in on-chip memory.
@@ -31,6 +34,8 @@ from pallas_fix.rules.rule import claims_origin, make_rule, start_text
 
 
 def message(use: IndexUse) -> str:
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by the data-dependent scalar {start_text(use)} ({use.provenance.description})"
     return f"start {start_text(use)} of `{use.ref_name}` is data-dependent ({use.provenance.description})"
 
 

@@ -1,6 +1,8 @@
 """An integer-array index built from traced values (a gather/scatter on a ref).
 
-What it detects: `x_ref[i * bs + jnp.arange(bs)]`, `x_ref.at[idx]` where `idx` is a traced array.
+What it detects: `x_ref[i * bs + jnp.arange(bs)]`, `x_ref.at[idx]` where `idx` is a traced array,
+and such an array passed as an atomic's index (`atomic_add(o_ref, idx, v)`, reported at the call:
+a scatter of the kind atomics exist for, never rewritten).
 
 Why it matters: only the HLO interpreter runs these; TPU lowering rejects "Advanced indexers"
 and GPU interpret mode fails at run time. When the indices are contiguous, a `pl.ds` window

@@ -1,7 +1,8 @@
 """A start that is traced but whose origin pallas-fix cannot name.
 
 What it detects: starts from a `lax.while_loop` carry, a fori_loop carry, a parameter of a
-function pallas-fix could not follow, or any other traced value.
+function pallas-fix could not follow, or any other traced value; also a scalar index so traced
+(with no loop or grid term) that a write, or a read keeping dims, uses on an input or output.
 
 Why it matters: as PF101/PF105, a dynamic window keeps the ref resident and unpipelined.
 
@@ -24,6 +25,8 @@ from pallas_fix.rules.rule import make_rule, start_text
 
 def check(use: IndexUse, window: Window) -> Optional[str]:
     """The last rule in `ORDER`: it claims every index the others leave."""
+    if use.kind == "scalar":
+        return f"`{use.ref_name}` is indexed by the traced scalar {start_text(use)} ({use.provenance.description})"
     return f"start {start_text(use)} of `{use.ref_name}` is traced ({use.provenance.description})"
 
 

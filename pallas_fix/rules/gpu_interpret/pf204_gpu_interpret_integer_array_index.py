@@ -22,13 +22,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from pallas_fix.rules.gpu_interpret.kernel_scope import Issue, KernelScope
 from pallas_fix.rules.rule import claims_no_index, make_rule
 
 
 def module_issues(scope: KernelScope) -> Iterator[Issue]:
     for use in scope.analysis.uses:
-        if use.kind != "int_array":
+        if use.kind != "int_array" or not isinstance(use.subscript, cst.Subscript):
+            # An atomic's index argument (`atomic_add(o_ref, idx, v)`) fails otherwise in GPU
+            # interpret mode (jax 0.12: a ValueError from the swap it becomes), not this TypeError.
             continue
         start = scope.text(use.start) if use.start is not None else "an array"
         message = (
