@@ -112,7 +112,8 @@ def _plan(analysis, uses: list[IndexUse], lifts: Optional[dict] = None) -> FixPl
         return _after_scalar_reads(analysis, gather, uses, lifts)
     _check_operands(cs, gather)
     check_not_written(analysis, site, ref)
-    check_table(analysis, site, gather.table)
+    for table in gather.tables:
+        check_table(analysis, site, table)
     if gather.loop is not None:
         if lifts is None:
             raise Refuse(f"the table index still reads the index of the loop over `{gather.loop.index_name}`")
@@ -138,10 +139,12 @@ def _check_operands(cs: CallSite, gather: Gather) -> None:
     if "input_output_aliases" in cs.site.keywords:
         raise Refuse("the pallas_call aliases inputs to outputs (input_output_aliases), which number the operands "
                      "that moving the table into scalar prefetch renumbers")
-    table, ref = cs.slots.get(gather.table), cs.slots.get(gather.ref)
-    if table is None or table.kind not in ("in", "prefetch"):
-        what = f"a {table.kind} buffer" if table is not None else "not an operand of the pallas_call"
-        raise Refuse(f"the table `{gather.table}` is {what}; only an input can become a scalar-prefetch table")
+    for name in gather.tables:
+        table = cs.slots.get(name)
+        if table is None or table.kind not in ("in", "prefetch"):
+            what = f"a {table.kind} buffer" if table is not None else "not an operand of the pallas_call"
+            raise Refuse(f"the table `{name}` is {what}; only an input can become a scalar-prefetch table")
+    ref = cs.slots.get(gather.ref)
     if ref is None or ref.kind != "in":
         if ref is not None and ref.kind == "out":
             raise Refuse(
@@ -157,16 +160,18 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
     size = Translator(ctx, site, cs.kernel_shape_dim)(gather.size, gather.size_env)
     if size is None:
         raise Refuse(f"the window size `{code(gather.size)}` of `{gather.ref}` cannot be written at the pallas_call")
-    rank = cs.rank(gather.table)
-    if rank is not None and rank != len(gather.read.index):
-        raise Refuse(f"the table `{gather.table}` has {rank} dims but is read with {len(gather.read.index)} indices")
+    for read in gather.reads():
+        rank = cs.rank(read.table)
+        if rank is not None and rank != len(read.index):
+            raise Refuse(f"the table `{read.table}` has {rank} dims but is read with {len(read.index)} indices")
     outside = table_out_of_range(cs, Bounds(cs), gather)
     if outside is not None:
         raise Refuse(outside)
     pl = imports.spelling(ctx, imports.PALLAS)
     tpu = imports.spelling(ctx, imports.TPU)
     # A PrefetchScalarGridSpec is written unless the call has one already.
-    new_spec = cs.slots[gather.table].kind == "in" and "num_scalar_prefetch" not in site.grid_spec_keywords
+    new_spec = (any(cs.slots[t].kind == "in" for t in gather.tables)
+                and "num_scalar_prefetch" not in site.grid_spec_keywords)
     if new_spec and tpu.clashes(ctx):
         raise Refuse(f"the name `{tpu.text}` is taken; import jax.experimental.pallas.tpu under some alias first")
     call = PrefetchEdits(cs, gather, simplify(size), pl.text, tpu.text)
@@ -187,11 +192,11 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         module = imports.add_imports(apply_edits(module, edits)[0], needed)
         return _drop_unused_import(module, dropped) if dropped else module
 
-    table_arg = code(cs.slots[gather.table].arg) if cs.slots[gather.table].arg is not None else gather.table
-    moved = f"moved `{table_arg}` into scalar prefetch and " if call.moves else ""
+    args = [code(s.arg) if s.arg is not None else s.param for s in call.moving]
+    moved = f"moved {' and '.join(f'`{a}`' for a in args)} into scalar prefetch and " if call.moves else ""
     description = (
-        f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads `{gather.table}` "
-        "(a scalar-prefetch gather)"
+        f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads "
+        f"{' and '.join(f'`{t}`' for t in gather.tables)} (a scalar-prefetch gather)"
     )
     if gather.rows_axes is not None:
         description += f"; {rows_condition(gather, code(simplify(size)))}"

@@ -9,7 +9,7 @@ from typing import Optional
 
 from pallas_fix.analysis.loops.symbolic import Poly
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
-from pallas_fix.rewrite.prefetch.windows import Gather
+from pallas_fix.rewrite.prefetch.windows import Gather, TableRead
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
 
@@ -36,27 +36,44 @@ def _render(index: BlockIndexExpr, names: dict[object, str]) -> str:
     return text + "".join(f" - {m}" for m in minus)
 
 
-def block_text(gather: Gather, table_param: str, names: dict[object, str], size_text: str = "") -> str:
+def _load_text(read: TableRead, params: dict[str, str], names: dict[object, str]) -> str:
+    """`idx_ref[i + 1]`, or a composed lookup `cu_ref[ci_ref[t, 0]]`."""
+    items = [_load_text(e, params, names) if isinstance(e, TableRead) else _render(e, names) for e in read.index]
+    return f"{params[read.table]}[{', '.join(items)}]"
+
+
+def block_text(gather: Gather, params: dict[str, str], names: dict[object, str], size_text: str = "") -> str:
     """The gathered block index as an index_map entry: `2 * idx_ref[i + 1] + 1`, or for a table of
-    row starts `cu_ref[s] // BT + t`."""
-    items = [_render(e, names) for e in gather.read.index]
-    load = f"{table_param}[{', '.join(items)}]"
+    row starts `cu_ref[s] // BT + t` (`cu_ref[ci_ref[t, 0]] // BT + ci_ref[t, 1]` through a chunk
+    map). `params` names each table's index_map parameter."""
+    load = _load_text(gather.read, params, names)
     text = load if gather.mult == 1 else f"{gather.mult} * {load}"
     if gather.rows_axes is not None:
         text = f"{load} // {paren_text(size_text)}"
         if gather.rows_axes:
             text += " + " + _render(BlockIndexExpr(dict(gather.rows_axes), 0), names)
+        for read, mult in gather.rows_reads:
+            counted = _load_text(read, params, names)
+            text += " + " + (counted if mult == 1 else f"{mult} * {counted}")
     if gather.offset:
         text += f" + {gather.offset}" if gather.offset > 0 else f" - {-gather.offset}"
     return text
 
 
 def table_out_of_range(cs, bounds, gather: Gather) -> Optional[str]:
-    """Why the table is read past its end (or before its start) in some grid step, when the sizes
-    at the call prove it; None otherwise."""
-    for d, index in enumerate(gather.read.index):
-        full = cs.shape_dim(gather.table, d)
-        if full is None:
+    """Why a table is read past its end (or before its start) in some grid step, when the sizes
+    at the call prove it; None otherwise. An index read from another table is data: not proved."""
+    for read in gather.reads():
+        found = _read_out_of_range(cs, bounds, read)
+        if found is not None:
+            return found
+    return None
+
+
+def _read_out_of_range(cs, bounds, read: TableRead) -> Optional[str]:
+    for d, index in enumerate(read.index):
+        full = cs.shape_dim(read.table, d)
+        if full is None or isinstance(index, TableRead):
             continue
         low = high = Poly.const(index.offset)
         for axis, mult in index.axes.items():
@@ -70,7 +87,7 @@ def table_out_of_range(cs, bounds, gather: Gather) -> Optional[str]:
         if bounds.prover.nonneg(Poly.const(-1) - low) or bounds.prover.nonneg(high - bounds.poly(full)):
             what = _render(index, {n: f"pl.program_id({n})" for n in index.axes})
             return (
-                f"the table index `{what}` of `{gather.table}` along dim {d} runs outside `{code(full)}` entries "
+                f"the table index `{what}` of `{read.table}` along dim {d} runs outside `{code(full)}` entries "
                 "over the grid; read the table inside its bounds"
             )
     return None

@@ -25,7 +25,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.affine import Affine, block_index, decompose, provably_not_block
+from pallas_fix.analysis.loops.affine import Affine, Coeff, block_index, decompose, provably_not_block
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.effects.model import kernel_writes, write_words
 from pallas_fix.analysis.loops.windows import hooks_for
@@ -42,7 +42,10 @@ class TableRead:
     """`table[e0, e1, ...]`, each index an integer sum of grid axes (int) or of the loop ("loop")."""
 
     table: str
-    index: list[BlockIndexExpr]
+    # An index may itself be an entry of another table read at grid indices (`cu_ref[ci_ref[t, 0]]`,
+    # the varlen chunk map): an index_map reads scalar-prefetch refs as the kernel does, so
+    # it reads the same composed lookup. One level deep.
+    index: list["BlockIndexExpr | TableRead"]
     loop: Optional[LoopInfo] = None
     # The entry read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`, ...): spelled
     # as the scalar `t[i]` before the rest is planned (rewrite.prefetch.spellings).
@@ -50,6 +53,10 @@ class TableRead:
 
     def key(self) -> tuple:
         return (self.table, tuple(e.key() for e in self.index))
+
+    def reads(self) -> list["TableRead"]:
+        """This read and the ones its indices make, innermost first."""
+        return [r for e in self.index if isinstance(e, TableRead) for r in e.reads()] + [self]
 
 
 @dataclass
@@ -68,14 +75,27 @@ class Gather:
     # sequence start): the block is `table[...] // size` plus these grid axes (position ->
     # multiplier). Right only when every entry is a multiple of the size; see `rows_condition`.
     rows_axes: Optional[dict[int, int]] = None
+    # Whole windows counted by table entries, added to a row start (`cu_ref[ci_ref[t, 0]] +
+    # ci_ref[t, 1] * bs`: the chunk within its sequence read from the chunk map): (read, multiplier).
+    rows_reads: list[tuple[TableRead, int]] = field(default_factory=list)
 
     def key(self) -> tuple:
         rows = tuple(sorted(self.rows_axes.items())) if self.rows_axes is not None else None
-        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows)
+        counted = tuple((r.key(), m) for r, m in self.rows_reads)
+        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows, counted)
 
     @property
     def table(self) -> str:
         return self.read.table
+
+    def reads(self) -> list[TableRead]:
+        """Every table read the block index makes."""
+        return self.read.reads() + [r for read, _ in self.rows_reads for r in read.reads()]
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table the block index reads, each once, in the order the kernel meets them."""
+        return list(dict.fromkeys(r.table for r in self.reads()))
 
     @property
     def loop(self) -> Optional[LoopInfo]:
@@ -139,7 +159,11 @@ class _Loads:
         for value in indices:
             aff = decompose(value, self.base)
             if aff is None and self.env.value(value).origin is Origin.REF_LOAD:
-                return None, (
+                nested, problem = self._nested(value, table)
+                if nested is not None:
+                    index.append(nested)
+                    continue
+                return None, problem or (
                     f"the table index `{code(value)}` of `{table}` is itself read from data ({self.env.value(value).words}), "
                     "and pallas-fix writes index_maps that read one table at grid indices; compose the lookups before "
                     "the pallas_call into one table with an entry per grid step and read that at a grid index"
@@ -167,6 +191,26 @@ class _Loads:
                 return None, f"the table index `{code(value)}` has an offset pallas-fix cannot compute"
             index.append(BlockIndexExpr(axes, offset))
         return TableRead(table, index, loop), None
+
+
+    def _nested(self, value: cst.BaseExpression, table: str) -> tuple[Optional[TableRead], Optional[str]]:
+        """The table read a table index is (`i_n` bound to `ci_ref[t, 0]`), when that read is itself
+        at grid indices; else a reason (or None for the general words)."""
+        aff = decompose(value, self.hooks)
+        keys = [k for k, c in aff.terms.items() if c.mult] if aff is not None else []
+        if aff is None or len(keys) != 1 or not keys[0].startswith("load:") or aff.terms[keys[0]] != Coeff(1):
+            return None, None
+        if _int_const(aff) != 0:
+            return None, None
+        inner = self.reads[keys[0]]
+        if inner.loop is not None or any(isinstance(e, TableRead) for e in inner.index):
+            return None, (
+                f"the table index `{code(value)}` of `{table}` is read from `{inner.table}` at "
+                + ("a loop index" if inner.loop is not None else "an index itself read from a table")
+                + "; pallas-fix composes one lookup through a table read at grid indices (as a chunk map gives "
+                "`cu_seqlens_ref[chunk_indices_ref[i_t, 0]]`); compose the lookups before the pallas_call"
+            )
+        return inner, None
 
 
 def _loop_of(env, expr: cst.BaseExpression) -> Optional[LoopInfo]:
@@ -206,10 +250,11 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
         raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
     blk = block_index(start, size)
     if blk is None:
-        rows = _row_start(start, size, ref, use, ngrid)
+        rows = _row_start(start, size, ref, use, ngrid, loads.reads)
         if rows is not None:
-            key, axes, offset = rows
-            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes)
+            key, axes, offset, counted = rows
+            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes,
+                          rows_reads=counted)
         stride = next((c for k, c in start.terms.items() if k.startswith("load:") and c.mult), None)
         wider = size.divide(stride) if stride is not None else None
         if wider is not None and wider > 1:
@@ -237,13 +282,18 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
     return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
 
 
-def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Optional[tuple[str, dict[int, int], int]]:
-    """(the load, grid axes, offset) of a start `table[...] + i * size + c * size`: a row start read
-    from a table (a varlen sequence start) plus whole windows in grid indices; None where the start
-    does not read one table entry as rows. Any other row start is a `Refuse` naming what to change."""
+def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int,
+               reads: dict[str, TableRead]) -> Optional[tuple[str, dict[int, int], int, list]]:
+    """(the load, grid axes, offset, counting reads) of a start `table[...] + i * size + c * size`:
+    a row start read from a table (a varlen sequence start) plus whole windows in grid indices or
+    in table entries read at grid indices (the chunk within its sequence, from a chunk map); None
+    where the start does not read one table entry as rows. Any other row start is a `Refuse`
+    naming what to change."""
     loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
-    if len(loads) != 1 or start.terms[loads[0]].mult != 1 or start.terms[loads[0]].factors:
+    row = [k for k in loads if start.terms[k] == Coeff(1)]
+    if len(row) != 1:
         return None
+    loads = row
     rest = block_index(Affine({k: c for k, c in start.terms.items() if k != loads[0]}, start.const, start.atoms), size)
     if rest is None or any(m < 0 for m in rest.atoms.values()):
         raise Refuse(
@@ -252,9 +302,13 @@ def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Opti
             f"`i * {paren_text(code(use.size))}` (i a grid index) as block `table[...] // {paren_text(code(use.size))} + i`"
         )
     axes: dict[int, int] = {}
+    counted: list[tuple[TableRead, int]] = []
     for key, mult in rest.atoms.items():
         if key.startswith("pid:") and int(key[4:]) < ngrid:
             axes[int(key[4:])] = mult
+            continue
+        if key.startswith("load:") and reads[key].loop is None:
+            counted.append((reads[key], mult))
             continue
         raise Refuse(
             f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus windows that move with "
@@ -262,7 +316,7 @@ def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Opti
             f"`table[...] // {paren_text(code(use.size))}` plus grid indices, so make the chunk index a grid axis "
             "(`pl.program_id`)"
         )
-    return loads[0], axes, rest.offset
+    return loads[0], axes, rest.offset, counted
 
 
 def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
