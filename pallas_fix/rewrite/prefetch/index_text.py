@@ -16,9 +16,28 @@ from pallas_fix.rewrite.text.syntax import code, paren_text
 def rows_condition(gather: Gather, size_text: str) -> str:
     """The data assumption a row-start gather rests on, as the fix message states it."""
     return (
-        f"assumes every `{gather.table}` entry is a multiple of `{size_text}` (sequences start on a block "
+        f"assumes every `{gather.table}` {_ASSUMES}{size_text}` (sequences start on a block "
         "boundary); a sequence that starts mid-block would read the wrong rows, so verify on an example "
         "whose table satisfies it"
+    )
+
+
+_ASSUMES = "entry is a multiple of `"
+
+
+def ranged_example_note(descriptions: list[str], example: str) -> str:
+    """What a failed verification of a row-start gather says when the example draws its integers
+    from a range (`i32[4] in [0, 16)`): such a table's entries are random, seldom multiples of
+    the window, so the mismatch shows the data breaking the stated assumption, not a wrong
+    rewrite of aligned tables. "" when no applied rewrite rests on that assumption or the
+    example gives no range."""
+    if not any(_ASSUMES in d for d in descriptions) or " in [" not in example:
+        return ""
+    return (
+        "; the example draws its integers from a range, so its table entries are seldom multiples of the "
+        "window and break the assumption the rewrite states: give an example whose table starts every "
+        "sequence on a block boundary (build it in the entry from whole chunks, a prefix sum of chunk counts "
+        "times the window) to verify the aligned case"
     )
 
 
