@@ -106,8 +106,9 @@ class Loads:
                     continue
                 return None, problem or (
                     f"the table index `{code(value)}` of `{table}` is itself read from data ({self.env.value(value).words}), "
-                    "and pallas-fix writes index_maps that read one table at grid indices; compose the lookups before "
-                    "the pallas_call into one table with an entry per grid step and read that at a grid index"
+                    "and pallas-fix composes a lookup only where the index is itself one table entry read at grid "
+                    "indices (`cu_seqlens_ref[chunk_indices_ref[i_t, 0]]`); compose the lookups before the pallas_call "
+                    "into one table with an entry per grid step and read that at a grid index"
                 )
             if aff is None:
                 return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
@@ -144,12 +145,18 @@ class Loads:
         if int_const(aff) != 0:
             return None, None
         inner = self.reads[keys[0]]
-        if inner.loop is not None or any(isinstance(e, TableRead) for e in inner.index):
+        if inner.loop is not None:
             return None, (
-                f"the table index `{code(value)}` of `{table}` is read from `{inner.table}` at "
-                + ("a loop index" if inner.loop is not None else "an index itself read from a table")
-                + "; pallas-fix composes one lookup through a table read at grid indices (as a chunk map gives "
-                "`cu_seqlens_ref[chunk_indices_ref[i_t, 0]]`); compose the lookups before the pallas_call"
+                f"the table index `{code(value)}` of `{table}` is read from `{inner.table}` at the index of a loop "
+                "in the kernel, and an index_map reads tables at grid indices only; make that loop a grid axis "
+                "(`pl.program_id`) so the composed lookup can be read in the index_map"
+            )
+        if any(isinstance(e, TableRead) for e in inner.index):
+            return None, (
+                f"the table index `{code(value)}` of `{table}` is read from `{inner.table}` at an index itself read "
+                "from a table; pallas-fix composes one lookup through a table read at grid indices (as a chunk map "
+                "gives `cu_seqlens_ref[chunk_indices_ref[i_t, 0]]`); compose the deeper lookups before the "
+                "pallas_call into a table read at grid indices (the chunk map in the grid's order, say)"
             )
         return inner, None
 
