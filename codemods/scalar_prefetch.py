@@ -164,7 +164,8 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         rank = cs.rank(read.table)
         if rank is not None and rank != len(read.index):
             raise Refuse(f"the table `{read.table}` has {rank} dims but is read with {len(read.index)} indices")
-    outside = table_out_of_range(cs, Bounds(cs), gather)
+    bounds = Bounds(cs)
+    outside = table_out_of_range(cs, bounds, gather)
     if outside is not None:
         raise Refuse(outside)
     pl = imports.spelling(ctx, imports.PALLAS)
@@ -199,7 +200,10 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         f"{' and '.join(f'`{t}`' for t in gather.tables)} (a scalar-prefetch gather)"
     )
     if gather.rows_axes is not None:
-        description += f"; {rows_condition(gather, code(simplify(size)))}"
+        extent = cs.shape_dim(gather.ref, gather.dim)
+        tail = extent is None or not bounds.prover.divides(bounds.poly(size), bounds.poly(extent))
+        extent_text = (code(extent) if extent is not None else f"dim {gather.dim}") if tail else None
+        description += f"; {rows_condition(gather, code(simplify(size)), extent_text)}"
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
 
 

@@ -168,3 +168,15 @@ def test_a_chunk_map_read_in_a_loop_is_refused_saying_to_make_it_a_grid_axis():
     refusals = [f.refusal for f in analyze_source(_LOOP_MAP, "k.py", Config()).findings if f.code == "PF105"]
     assert refusals and all(r and "at the index of a loop in the kernel" in r and "make that loop a grid axis" in r
                             for r in refusals), refusals
+
+
+def test_a_ragged_tail_is_stated_unless_the_rows_are_a_multiple_of_the_chunk():
+    src = CHUNK_MAP.read_text()
+    (plan,) = {p.description: p for p in _plans(src)}.values()
+    assert "every window ends inside the `x.shape[0]` rows of `x_ref`" in plan.description, plan.description
+    assert "pad the rows to a multiple of `BT`" in plan.description, plan.description
+    padded = src.replace("    nt = 2 * chunks.shape[0]\n", "    assert x.shape[0] % BT == 0\n    nt = 2 * chunks.shape[0]\n")
+    assert padded != src
+    (plan,) = {p.description: p for p in _plans(padded)}.values()
+    assert "assumes every `cu_seqlens_ref` entry is a multiple of `BT`" in plan.description, plan.description
+    assert "every window ends inside" not in plan.description, plan.description

@@ -13,13 +13,23 @@ from pallas_fix.rewrite.prefetch.windows import Gather, TableRead
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
 
-def rows_condition(gather: Gather, size_text: str) -> str:
-    """The data assumption a row-start gather rests on, as the fix message states it."""
-    return (
+def rows_condition(gather: Gather, size_text: str, extent_text: Optional[str] = None) -> str:
+    """The data assumption a row-start gather rests on, as the fix message states it; with
+    `extent_text` (the gathered dim's size at the call, not provably a multiple of the window)
+    also the ragged tail's: a window running past the array's end is clamped in the original's
+    interpreters (out of bounds on TPU) and a partial block in the rewrite
+    (rewrite.proofs.ragged_blocks states the same for a `pl.cdiv` grid)."""
+    said = (
         f"assumes every `{gather.table}` {_ASSUMES}{size_text}` (sequences start on a block "
-        "boundary); a sequence that starts mid-block would read the wrong rows, so verify on an example "
-        "whose table satisfies it"
+        "boundary); a sequence that starts mid-block would read the wrong rows"
     )
+    if extent_text is not None:
+        said += (
+            f", and that every window ends inside the `{extent_text}` rows of `{gather.ref}` (not provably a "
+            f"multiple of `{size_text}`: a window past the end is clamped in the original and a partial block "
+            f"in the rewrite; pad the rows to a multiple of `{size_text}`, as packed varlen inputs are)"
+        )
+    return said + ", so verify on an example whose table satisfies it"
 
 
 _ASSUMES = "entry is a multiple of `"
