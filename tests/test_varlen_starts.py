@@ -180,3 +180,21 @@ def test_a_ragged_tail_is_stated_unless_the_rows_are_a_multiple_of_the_chunk():
     (plan,) = {p.description: p for p in _plans(padded)}.values()
     assert "assumes every `cu_seqlens_ref` entry is a multiple of `BT`" in plan.description, plan.description
     assert "every window ends inside" not in plan.description, plan.description
+
+
+def test_a_start_bound_per_static_variant_is_refused_naming_the_arms():
+    src = CHUNK_MAP.read_text().replace(
+        "def chunk_cumsum_kernel(x_ref, cu_seqlens_ref, chunk_indices_ref, o_ref):\n",
+        "def chunk_cumsum_kernel(x_ref, cu_seqlens_ref, chunk_indices_ref, o_ref, *, IS_VARLEN):\n",
+    ).replace("import jax\n", "import functools\n\nimport jax\n", 1).replace(
+        "def chunk_cumsum(x, chunks):", "def chunk_cumsum(x, chunks, varlen=True):",
+    ).replace("        chunk_cumsum_kernel,\n", "        functools.partial(chunk_cumsum_kernel, IS_VARLEN=varlen),\n").replace(
+        "    valid = (",
+        "    if IS_VARLEN:\n        start_t = bos + local_i_t * BT\n    else:\n        start_t = i_t * BT\n    valid = (",
+    ).replace(f"pl.ds({MAP_START}, BT)", "pl.ds(start_t, BT)")
+    assert "if IS_VARLEN:" in src and "pl.ds(start_t, BT)" in src and "IS_VARLEN=varlen" in src
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    refusals = [f.refusal for f in analyze_source(src, "k.py", Config()).findings if f.code == "PF105"]
+    assert refusals and all(
+        r and "is `bos + local_i_t * BT` and `i_t * BT`, one per arm of `if IS_VARLEN:`" in r
+        and "give each variant its own kernel and pallas_call" in r for r in refusals), refusals

@@ -98,7 +98,8 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
     if bad:
         raise Refuse(bad)
     if start is None or size is None or not size.mult:
-        raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
+        raise Refuse(_per_variant(use, loads) or
+                     f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
     blk = block_index(start, size)
     if blk is None:
         rows = _row_start(start, size, ref, use, ngrid, loads.reads)
@@ -131,6 +132,48 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
             "only a table entry (times the window) can pick the block"
         )
     return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
+
+
+def _per_variant(use: IndexUse, loads: Loads) -> Optional[str]:
+    """Why a start bound once in each arm of `if FLAG:` (FLAG fixed when the kernel is built, as
+    varlen kernels switch `start_t = bos + i_t * BT` against `start_t = i_t * BT`) is not gathered,
+    naming the arms; None when the start is not such a name."""
+    if not isinstance(use.start, cst.Name):
+        return None
+    env, ctx = use.env, use.env.ctx
+    owner = env.owner(use.start.value)
+    binds = owner.bindings().get(use.start.value, []) if owner is not None else []
+    arms: list[tuple[cst.If, cst.BaseExpression]] = []
+    for how, value in binds:
+        test = _enclosing_if(ctx, value) if how == "assign" and isinstance(value, cst.BaseExpression) else None
+        if test is None:
+            return None
+        arms.append((test, value))
+    tests = {id(t) for t, _ in arms}
+    if len(arms) < 2 or len(tests) != 1 or env.value(arms[0][0].test).dynamic:
+        return None
+    flag = code(arms[0][0].test)
+    said = " and ".join(f"`{code(v)}`" for _, v in arms)
+    return (
+        f"the start `{code(use.start)}` of `{use.ref_name}` is {said}, one per arm of `if {flag}:` (line "
+        f"{ctx.span(arms[0][0]).line}), a flag fixed when the kernel is built: the block differs per variant, an "
+        "index_map cannot read the flag, and pallas-fix does not write specs chosen by it at the call; give each "
+        "variant its own kernel and pallas_call (the wrapper choosing by the same flag), whose window pallas-fix "
+        "can then gather or block on its own"
+    )
+
+
+def _enclosing_if(ctx, node: cst.CSTNode) -> Optional[cst.If]:
+    """The `if` statement whose arm (body or else) holds `node`, the nearest one."""
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda)):
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.If) and node is not parent.test:
+            return parent
+        if isinstance(parent, cst.Else):
+            grand = ctx.parent(parent)
+            return grand if isinstance(grand, cst.If) else None
+        node = parent
+    return None
 
 
 def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int,
