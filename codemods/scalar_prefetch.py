@@ -54,6 +54,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
@@ -178,9 +179,12 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
     call = PrefetchEdits(cs, gather, simplify(size), pl.text, tpu.text)
     edits = call.build()
     removed: set[int] = set()
+    squeezed = frozenset(gather.squeezed)
+    _check_rows(cs, bounds, gather)
     for sub in gather.subscripts:
-        edits[sub] = kernel_subscript_edit({gather.dim}, packed=packed_tuple(analysis, sub, {gather.dim}))
-        removed |= touched_element_ids(sub, {gather.dim})
+        dims = {gather.dim} | set(squeezed)
+        edits[sub] = kernel_subscript_edit({gather.dim}, drop=squeezed, packed=packed_tuple(analysis, sub, dims))
+        removed |= touched_element_ids(sub, dims)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     for stmt in dead_assignments(ctx, functions, removed):
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
@@ -205,6 +209,13 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         extent_text = (code(extent) if extent is not None else f"dim {gather.dim}") if tail else None
         description += f"; {rows_condition(gather, code(simplify(size)), extent_text)}"
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+
+
+def _check_rows(cs: CallSite, bounds: Bounds, gather: Gather) -> None:
+    """Every row a squeezed dim takes over the grid lies inside the array: a scalar index past the
+    end is clamped in the original's interpreters and out of bounds in a block."""
+    for dim, index in sorted(gather.squeezed.items()):
+        bounds.check_block(RefBlock(gather.ref, dim, cst.Integer("1"), index, squeeze=True), None)
 
 
 def _params_module(ctx, site) -> tuple[str, str] | None:

@@ -198,3 +198,26 @@ def test_a_start_bound_per_static_variant_is_refused_naming_the_arms():
     assert refusals and all(
         r and "is `bos + local_i_t * BT` and `i_t * BT`, one per arm of `if IS_VARLEN:`" in r
         and "give each variant its own kernel and pallas_call" in r for r in refusals), refusals
+
+
+HEADS = FIXTURES / "codemods" / "scalar_prefetch" / "varlen_chunk_map_heads_before.py"
+
+
+@pytest.mark.parametrize(
+    "old, new, words",
+    [
+        # More heads in the grid than rows in the array, as far as the call shows.
+        ("grid=(nt, x.shape[0])", "grid=(nt, 4)", "cannot prove the `4` steps over `x_ref` stay inside its dim 0"),
+        # The block's rank changes with the squeezed head dim: a shape read would change meaning.
+        ("jnp.arange(BT) < eos", "jnp.arange(x_ref.shape[1]) < eos", "the kernel reads the shape of `x_ref`"),
+        # A row among the last two dims: TPU blocks cannot squeeze it.
+        ("x_ref[i_h, pl.ds(bos + local_i_t * BT, BT), :]", "x_ref[:, pl.ds(bos + local_i_t * BT, BT), i_h]",
+         "or take one row of a leading dim at grid indices"),
+    ],
+)
+def test_a_squeezed_head_dim_is_refused_where_the_block_cannot_take_it(old, new, words):
+    src = HEADS.read_text().replace(old, new)
+    assert src != HEADS.read_text()
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    refusals = [f.refusal for f in analyze_source(src, "k.py", Config()).findings if f.code == "PF105"]
+    assert refusals and all(r and words in r for r in refusals), refusals

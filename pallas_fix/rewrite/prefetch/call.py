@@ -98,6 +98,10 @@ class PrefetchEdits:
                 sizes.append(code(self.size))
                 index.append(block_text(gather, local, names, code(self.size)))
                 continue
+            if e in gather.squeezed:
+                sizes.append("None")
+                index.append(gather.squeezed[e].render(names))
+                continue
             full = self.cs.shape_dim(gather.ref, e)
             if full is None:
                 raise CallSiteError(f"cannot write the size of dim {e} of `{gather.ref}` at the pallas_call")

@@ -32,7 +32,9 @@ from pallas_fix.analysis.loops.affine import Affine, Coeff, block_index, decompo
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.effects.model import kernel_writes, write_words
 from pallas_fix.core.model import IndexUse, LoopInfo, Origin
+from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
 from pallas_fix.rewrite.prefetch.table_reads import Loads, TableRead
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.text.syntax import code, paren_text
@@ -57,11 +59,15 @@ class Gather:
     # Whole windows counted by table entries, added to a row start (`cu_ref[ci_ref[t, 0]] +
     # ci_ref[t, 1] * bs`: the chunk within its sequence read from the chunk map): (read, multiplier).
     rows_reads: list[tuple[TableRead, int]] = field(default_factory=list)
+    # Other dims read at one row picked by grid indices (`q_ref[i_bh, pl.ds(bos + i_t * BT, BT), :]`):
+    # squeezed out of the block (None), the index_map returning the row (dim -> index).
+    squeezed: dict[int, BlockIndexExpr] = field(default_factory=dict)
 
     def key(self) -> tuple:
         rows = tuple(sorted(self.rows_axes.items())) if self.rows_axes is not None else None
         counted = tuple((r.key(), m) for r, m in self.rows_reads)
-        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows, counted)
+        squeezed = tuple((d, e.key()) for d, e in sorted(self.squeezed.items()))
+        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows, counted, squeezed)
 
     @property
     def table(self) -> str:
@@ -238,11 +244,15 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
             )
         gather = _use_gather(analysis, site, sub_uses[0], ngrid)
         for n, el in enumerate(node.slice):
-            if n != gather.dim and not _whole(el):
+            if n == gather.dim or _whole(el):
+                continue
+            row = _grid_row(sub_uses[0].env, el, ngrid) if n < len(node.slice) - 2 else None
+            if row is None:
                 raise Refuse(
                     f"`{ref}` is indexed along dim {n} as well (`{code(el)}`, line {line}); pallas-fix gathers blocks "
-                    "that span the ref's other dims"
+                    "that span the ref's other dims, or take one row of a leading dim at grid indices (`i_bh`)"
                 )
+            gather.squeezed[n] = row
         entry = gather.key()
         if found is None:
             found = gather
@@ -253,8 +263,27 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
         allowed.add(id(base))
     if found is None:
         raise Refuse(f"no data-dependent window on `{ref}` in the kernel")
-    _check_other_mentions(analysis, site, ref, allowed, found.dim)
+    _check_other_mentions(analysis, site, ref, allowed, found.dim, bool(found.squeezed))
     return found
+
+
+def _grid_row(env, el: cst.SubscriptElement, ngrid: int) -> Optional[BlockIndexExpr]:
+    """The row a scalar index of a leading dim reads, when it is an integer sum of grid indices
+    (`i_bh`, `pl.program_id(2)`, `0`): that dim can be squeezed out of the block and the
+    index_map return the row. Not for the last two dims, which TPU blocks cannot squeeze."""
+    if not isinstance(el.slice, cst.Index) or env.ds_parts(el.slice.value) is not None:
+        return None
+    aff = decompose(el.slice.value, hooks_for(env))
+    if aff is None or any(c.factors for c in aff.const):
+        return None
+    axes: dict[object, int] = {}
+    for key, coeff in aff.terms.items():
+        if not coeff.mult:
+            continue
+        if coeff.factors or not key.startswith("pid:") or int(key[4:]) >= ngrid:
+            return None
+        axes[int(key[4:])] = coeff.mult
+    return BlockIndexExpr(axes, sum(c.mult for c in aff.const))
 
 
 def check_not_written(analysis, site, ref: str) -> None:
@@ -283,8 +312,9 @@ def _whole(el: cst.SubscriptElement) -> bool:
     return isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
 
 
-def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int) -> None:
-    """Besides its windows the kernel may read only `.dtype`, `.ndim` and the other dims' sizes."""
+def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int, squeezes: bool = False) -> None:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and the other dims' sizes
+    (only `.dtype` when dims are squeezed out: the block's rank and dim numbers change)."""
     ctx, env = analysis.ctx, analysis.detection.envs.get(site.kernel)
     for node in walk(site.kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
@@ -292,11 +322,22 @@ def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int)
         if not _is_kernel_param(analysis, site, node, ref):
             continue
         kind, d = mention_kind(ctx, node, env)
+        if squeezes and (kind == "shape" or (kind == "meta" and _reads_ndim(ctx, node))):
+            raise Refuse(
+                f"the kernel reads the shape of `{ref}` (line {ctx.span(node).line}), whose block squeezes out the "
+                "dims it indexes by grid indices, so its rank and dim numbers change; read the sizes from the "
+                "kernel's parameters or the other refs"
+            )
         if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
             continue
         if kind == "shape":
             raise shape_refusal(ref)
         raise Refuse(f"`{ref}` is used outside its data-dependent window (line {ctx.span(node).line})")
+
+
+def _reads_ndim(ctx, node: cst.Name) -> bool:
+    parent = ctx.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "ndim"
 
 
 def check_table(analysis, site, table: str) -> None:
