@@ -27,7 +27,10 @@ give the ref a BlockSpec whose index_map reads the table. Where `f` reads a loop
 becomes a grid axis first (R1, or R2 for a reduction such as paged attention's loop over pages,
 with their legality rules) and the program_id form is then rewritten; one plan does both.
 A start `table[f(g)] + i * S` (a row start, as varlen kernels read `cu_seqlens`, plus whole
-windows in grid indices) gathers block `table[f(g)] // S + i`.
+windows in grid indices) gathers block `table[f(g)] // S + i`; through a chunk map,
+`cu[ci[t, 0]] + ci[t, 1] * S` gathers block `cu[ci[t, 0]] // S + ci[t, 1]` (both tables move into
+scalar prefetch). A leading dim read at one row by grid indices (`x_ref[i_h, pl.ds(...), :]`)
+is squeezed out of the gathered block, its row returned by the index_map.
 
 Unsafe: the table's values are data. The rewrite is the same program for every table whose
 entries name blocks inside the array (0 <= t and (t + 1) * S <= n); outside that the original
