@@ -57,6 +57,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
@@ -184,6 +185,9 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
     removed: set[int] = set()
     squeezed = frozenset(gather.squeezed)
     _check_rows(cs, bounds, gather)
+    rank = cs.rank(gather.ref)
+    if rank is not None:  # Mosaic's tiling rule for the block written (interpret mode runs any block)
+        check_new_block_dims(cs, bounds, gather.ref, rank, {gather.dim: simplify(size), **{d: None for d in squeezed}})
     for sub in gather.subscripts:
         dims = {gather.dim} | set(squeezed)
         edits[sub] = kernel_subscript_edit({gather.dim}, drop=squeezed, packed=packed_tuple(analysis, sub, dims))

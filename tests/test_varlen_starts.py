@@ -213,6 +213,9 @@ HEADS = FIXTURES / "codemods" / "scalar_prefetch" / "varlen_chunk_map_heads_befo
         # A row among the last two dims: TPU blocks cannot squeeze it.
         ("x_ref[i_h, pl.ds(bos + local_i_t * BT, BT), :]", "x_ref[:, pl.ds(bos + local_i_t * BT, BT), i_h]",
          "or take one row of a leading dim at grid indices"),
+        # Chunks along the lanes: Mosaic's tiling rule rejects an 8-wide last block dim.
+        ("x_ref[i_h, pl.ds(bos + local_i_t * BT, BT), :]", "x_ref[i_h, :, pl.ds(bos + local_i_t * BT, BT)]",
+         "its last dim would be `BT` = 8 on the example"),
     ],
 )
 def test_a_squeezed_head_dim_is_refused_where_the_block_cannot_take_it(old, new, words):
