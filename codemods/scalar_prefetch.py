@@ -27,7 +27,10 @@ give the ref a BlockSpec whose index_map reads the table. Where `f` reads a loop
 becomes a grid axis first (R1, or R2 for a reduction such as paged attention's loop over pages,
 with their legality rules) and the program_id form is then rewritten; one plan does both.
 A start `table[f(g)] + i * S` (a row start, as varlen kernels read `cu_seqlens`, plus whole
-windows in grid indices) gathers block `table[f(g)] // S + i`.
+windows in grid indices) gathers block `table[f(g)] // S + i`; through a chunk map,
+`cu[ci[t, 0]] + ci[t, 1] * S` gathers block `cu[ci[t, 0]] // S + ci[t, 1]` (both tables move into
+scalar prefetch). A leading dim read at one row by grid indices (`x_ref[i_h, pl.ds(...), :]`)
+is squeezed out of the gathered block, its row returned by the index_map.
 
 Unsafe: the table's values are data. The rewrite is the same program for every table whose
 entries name blocks inside the array (0 <= t and (t + 1) * S <= n); outside that the original
@@ -54,6 +57,8 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.proofs.bounds import Bounds
+from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
+from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
@@ -112,7 +117,8 @@ def _plan(analysis, uses: list[IndexUse], lifts: Optional[dict] = None) -> FixPl
         return _after_scalar_reads(analysis, gather, uses, lifts)
     _check_operands(cs, gather)
     check_not_written(analysis, site, ref)
-    check_table(analysis, site, gather.table)
+    for table in gather.tables:
+        check_table(analysis, site, table)
     if gather.loop is not None:
         if lifts is None:
             raise Refuse(f"the table index still reads the index of the loop over `{gather.loop.index_name}`")
@@ -138,10 +144,12 @@ def _check_operands(cs: CallSite, gather: Gather) -> None:
     if "input_output_aliases" in cs.site.keywords:
         raise Refuse("the pallas_call aliases inputs to outputs (input_output_aliases), which number the operands "
                      "that moving the table into scalar prefetch renumbers")
-    table, ref = cs.slots.get(gather.table), cs.slots.get(gather.ref)
-    if table is None or table.kind not in ("in", "prefetch"):
-        what = f"a {table.kind} buffer" if table is not None else "not an operand of the pallas_call"
-        raise Refuse(f"the table `{gather.table}` is {what}; only an input can become a scalar-prefetch table")
+    for name in gather.tables:
+        table = cs.slots.get(name)
+        if table is None or table.kind not in ("in", "prefetch"):
+            what = f"a {table.kind} buffer" if table is not None else "not an operand of the pallas_call"
+            raise Refuse(f"the table `{name}` is {what}; only an input can become a scalar-prefetch table")
+    ref = cs.slots.get(gather.ref)
     if ref is None or ref.kind != "in":
         if ref is not None and ref.kind == "out":
             raise Refuse(
@@ -157,24 +165,33 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
     size = Translator(ctx, site, cs.kernel_shape_dim)(gather.size, gather.size_env)
     if size is None:
         raise Refuse(f"the window size `{code(gather.size)}` of `{gather.ref}` cannot be written at the pallas_call")
-    rank = cs.rank(gather.table)
-    if rank is not None and rank != len(gather.read.index):
-        raise Refuse(f"the table `{gather.table}` has {rank} dims but is read with {len(gather.read.index)} indices")
-    outside = table_out_of_range(cs, Bounds(cs), gather)
+    for read in gather.reads():
+        rank = cs.rank(read.table)
+        if rank is not None and rank != len(read.index):
+            raise Refuse(f"the table `{read.table}` has {rank} dims but is read with {len(read.index)} indices")
+    bounds = Bounds(cs)
+    outside = table_out_of_range(cs, bounds, gather)
     if outside is not None:
         raise Refuse(outside)
     pl = imports.spelling(ctx, imports.PALLAS)
     tpu = imports.spelling(ctx, imports.TPU)
     # A PrefetchScalarGridSpec is written unless the call has one already.
-    new_spec = cs.slots[gather.table].kind == "in" and "num_scalar_prefetch" not in site.grid_spec_keywords
+    new_spec = (any(cs.slots[t].kind == "in" for t in gather.tables)
+                and "num_scalar_prefetch" not in site.grid_spec_keywords)
     if new_spec and tpu.clashes(ctx):
         raise Refuse(f"the name `{tpu.text}` is taken; import jax.experimental.pallas.tpu under some alias first")
     call = PrefetchEdits(cs, gather, simplify(size), pl.text, tpu.text)
     edits = call.build()
     removed: set[int] = set()
+    squeezed = frozenset(gather.squeezed)
+    _check_rows(cs, bounds, gather)
+    rank = cs.rank(gather.ref)
+    if rank is not None:  # Mosaic's tiling rule for the block written (interpret mode runs any block)
+        check_new_block_dims(cs, bounds, gather.ref, rank, {gather.dim: simplify(size), **{d: None for d in squeezed}})
     for sub in gather.subscripts:
-        edits[sub] = kernel_subscript_edit({gather.dim}, packed=packed_tuple(analysis, sub, {gather.dim}))
-        removed |= touched_element_ids(sub, {gather.dim})
+        dims = {gather.dim} | set(squeezed)
+        edits[sub] = kernel_subscript_edit({gather.dim}, drop=squeezed, packed=packed_tuple(analysis, sub, dims))
+        removed |= touched_element_ids(sub, dims)
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     for stmt in dead_assignments(ctx, functions, removed):
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
@@ -187,15 +204,25 @@ def _direct(analysis, cs: CallSite, gather: Gather, uses: list[IndexUse]) -> Fix
         module = imports.add_imports(apply_edits(module, edits)[0], needed)
         return _drop_unused_import(module, dropped) if dropped else module
 
-    table_arg = code(cs.slots[gather.table].arg) if cs.slots[gather.table].arg is not None else gather.table
-    moved = f"moved `{table_arg}` into scalar prefetch and " if call.moves else ""
+    args = [code(s.arg) if s.arg is not None else s.param for s in call.moving]
+    moved = f"moved {' and '.join(f'`{a}`' for a in args)} into scalar prefetch and " if call.moves else ""
     description = (
-        f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads `{gather.table}` "
-        "(a scalar-prefetch gather)"
+        f"{moved}gave `{gather.ref}` in `{site.kernel_name}` a BlockSpec whose index_map reads "
+        f"{' and '.join(f'`{t}`' for t in gather.tables)} (a scalar-prefetch gather)"
     )
     if gather.rows_axes is not None:
-        description += f"; {rows_condition(gather, code(simplify(size)))}"
+        extent = cs.shape_dim(gather.ref, gather.dim)
+        tail = extent is None or not bounds.prover.divides(bounds.poly(size), bounds.poly(extent))
+        extent_text = (code(extent) if extent is not None else f"dim {gather.dim}") if tail else None
+        description += f"; {rows_condition(gather, code(simplify(size)), extent_text)}"
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site)
+
+
+def _check_rows(cs: CallSite, bounds: Bounds, gather: Gather) -> None:
+    """Every row a squeezed dim takes over the grid lies inside the array: a scalar index past the
+    end is clamped in the original's interpreters and out of bounds in a block."""
+    for dim, index in sorted(gather.squeezed.items()):
+        bounds.check_block(RefBlock(gather.ref, dim, cst.Integer("1"), index, squeeze=True), None)
 
 
 def _params_module(ctx, site) -> tuple[str, str] | None:

@@ -37,6 +37,7 @@ from pallas_fix.core.config import Config
 from pallas_fix.core.model import Finding
 from pallas_fix.core.speed import OPTION
 from pallas_fix.engine import START_FIXES, FixResult, analyze_source, fix_source, planned_kernels
+from pallas_fix.rewrite.prefetch.index_text import ranged_example_note
 from pallas_fix.verify.judge.lift_cost import held_lift, trade_note
 from pallas_fix.verify.runner import Verdict
 
@@ -257,4 +258,7 @@ def _outside_guard(verdict: Verdict, candidate: FixResult) -> str:
 
 def _failure(verdict: Verdict, candidate: FixResult) -> str:
     what = "; ".join(candidate.applied) or "the rewrite"
-    return f"{what}: {verdict.status} on {verdict.example or verdict.entry}: {verdict.message}".rstrip(": ")
+    said = f"{what}: {verdict.status} on {verdict.example or verdict.entry}: {verdict.message}".rstrip(": ")
+    if verdict.status == "mismatch":
+        said += ranged_example_note(list(candidate.applied), verdict.example or "")
+    return said

@@ -48,12 +48,13 @@ class PrefetchEdits:
     def __init__(self, cs: CallSite, gather: Gather, size: cst.BaseExpression, pl: str, tpu: str) -> None:
         self.cs, self.gather, self.size, self.pl, self.tpu = cs, gather, size, pl, tpu
         self.ctx, self.site = cs.ctx, cs.site
-        self.table_slot = cs.slots[gather.table]
         self.ref_slot = cs.slots[gather.ref]
-        self.moves = self.table_slot.kind == "in"
+        # The tables that are inputs now (a composed lookup reads two), moved in the order read.
+        self.moving = [cs.slots[t] for t in gather.tables if cs.slots[t].kind == "in"]
+        self.moves = bool(self.moving)
         self.edits: dict[cst.CSTNode, Edit] = {}
         prefetch = sorted((s for s in cs.slots.values() if s.kind == "prefetch"), key=lambda s: s.index)
-        self.prefetch = [s.param for s in prefetch] + ([gather.table] if self.moves else [])
+        self.prefetch = [s.param for s in prefetch] + [s.param for s in self.moving]
         self.grid_names = [GridParams.of(cs, None).names[n] for n in range(len(cs.grid))]
 
     # -- the new specs ------------------------------------------------------------------------------
@@ -95,7 +96,11 @@ class PrefetchEdits:
         for e in range(rank):
             if e == gather.dim:
                 sizes.append(code(self.size))
-                index.append(block_text(gather, local[gather.table], names, code(self.size)))
+                index.append(block_text(gather, local, names, code(self.size)))
+                continue
+            if e in gather.squeezed:
+                sizes.append("None")
+                index.append(gather.squeezed[e].render(names))
                 continue
             full = self.cs.shape_dim(gather.ref, e)
             if full is None:
@@ -117,29 +122,29 @@ class PrefetchEdits:
     def _inputs(self) -> list[Slot]:
         return sorted((s for s in self.cs.slots.values() if s.kind == "in"), key=lambda s: s.index)
 
-    def _check_table_spec(self) -> None:
+    def _check_table_spec(self, slot: Slot) -> None:
         """The table's own spec leaves in_specs: it must have said "the whole table" (a memory
         space alone, SMEM say, is what scalar prefetch gives it anyway)."""
         exprs = self.cs.spec_list("in")
-        expr = exprs[self.table_slot.index]
+        expr = exprs[slot.index] if exprs is not None else None
         if expr is None:
             return
         node = self.ctx.resolve_value(expr, self.site.call)
         if isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC):
             if node.args and all(a.keyword is not None and a.keyword.value == "memory_space" for a in node.args):
                 return
-        if not self.cs.spec_of(self.table_slot).whole:
+        if not self.cs.spec_of(slot).whole:
             raise CallSiteError(
-                f"the table `{self.gather.table}` has a BlockSpec that is not the whole array; scalar prefetch passes "
+                f"the table `{slot.param}` has a BlockSpec that is not the whole array; scalar prefetch passes "
                 "the whole table"
             )
 
     def write_in_specs(self) -> None:
         gathered = self.gathered_spec()
         container = self.cs.in_specs_expr
-        drop = self.table_slot.index if self.moves else None
+        drop = {s.index for s in self.moving}
         if container is None:
-            texts = [gathered if s is self.ref_slot else self._whole_spec(s) for s in self._inputs() if s.index != drop]
+            texts = [gathered if s is self.ref_slot else self._whole_spec(s) for s in self._inputs() if s.index not in drop]
             self.new_in_specs = "[" + ", ".join(texts) + "]"
             return
         self.new_in_specs = None
@@ -152,7 +157,7 @@ class PrefetchEdits:
             old = list(node.elements)  # type: ignore[attr-defined]
             new = []
             for k, el in enumerate(old):
-                if k == drop:
+                if k in drop:
                     continue
                 new.append(el.with_changes(value=cst.parse_expression(replace)) if k == keep else el)
             commas = [el.comma for el in old]
@@ -169,10 +174,10 @@ class PrefetchEdits:
         """Every spec that stays takes the new prefetch ref after the ones it already takes."""
         if not self.moves:
             return
-        expected = len(self.cs.grid) + len(self.prefetch) - 1
+        expected = len(self.cs.grid) + len(self.prefetch) - len(self.moving)
         for kind in ("in", "out"):
             for slot in self.cs.slots.values():
-                if slot.kind != kind or slot.param in (self.gather.table, self.gather.ref):
+                if slot.kind != kind or slot.param == self.gather.ref or slot in self.moving:
                     continue
                 expr = self.cs.spec_list(kind)[slot.index]
                 if expr is None:
@@ -190,7 +195,8 @@ class PrefetchEdits:
                 # A named index_map (a def, or a lambda bound to a name others may share) is
                 # wrapped where this spec names it.
                 params, _ = self._params(names_in(written))
-                text = f"lambda {', '.join(params)}: {code(written)}({', '.join(params[:-1])})"
+                kept = params[: len(params) - len(self.moving)]
+                text = f"lambda {', '.join(params)}: {code(written)}({', '.join(kept)})"
                 self.edits[written] = lambda _n, t=text: cst.parse_expression(t)
 
     def _extend_lambda(self, slot: Slot, lam: cst.Lambda, expected: int) -> None:
@@ -204,14 +210,19 @@ class PrefetchEdits:
                 f"the index_map of `{slot.param}` takes {len(ps.params)} parameters where the grid and the "
                 f"scalar-prefetch refs give {expected}"
             )
-        name = _fresh(self.gather.table, names_in(lam))
+        taken = set(names_in(lam))
+        added = []
+        for table in self.moving:
+            added.append(_fresh(table.param, taken))
+            taken.add(added[-1])
 
         def edit(node: cst.CSTNode) -> cst.CSTNode:
             params = list(node.params.params)  # type: ignore[attr-defined]
             comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-            if params:
-                params[-1] = params[-1].with_changes(comma=comma)
-            params.append(cst.Param(cst.Name(name)))
+            for name in added:
+                if params:
+                    params[-1] = params[-1].with_changes(comma=comma)
+                params.append(cst.Param(cst.Name(name)))
             return node.with_changes(params=node.params.with_changes(params=params))  # type: ignore[attr-defined]
 
         self.edits[lam] = edit
@@ -234,7 +245,7 @@ class PrefetchEdits:
                 value = count.value
                 if not isinstance(value, cst.Integer):
                     raise CallSiteError("num_scalar_prefetch is not an integer literal")
-                self.edits[value] = lambda _n, v=int(value.evaluated_value) + 1: cst.Integer(str(v))
+                self.edits[value] = lambda _n, v=int(value.evaluated_value) + len(self.moving): cst.Integer(str(v))
             else:
                 self.edits[spec] = self._to_prefetch_spec
             if self.new_in_specs is not None:
@@ -257,7 +268,7 @@ class PrefetchEdits:
         assert isinstance(node, cst.Call)
         args = list(node.args)
         sep = args[0].comma if args and isinstance(args[0].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        first = kwarg("num_scalar_prefetch", cst.Integer("1"), sep)
+        first = kwarg("num_scalar_prefetch", cst.Integer(str(len(self.moving))), sep)
         return node.with_changes(func=cst.parse_expression(f"{self.tpu}.PrefetchScalarGridSpec"), args=[first, *args])
 
     def _call_with_grid_spec(self, node: cst.CSTNode) -> cst.CSTNode:
@@ -270,7 +281,7 @@ class PrefetchEdits:
         if self.new_in_specs is not None:
             taken.append(kwarg("in_specs", cst.parse_expression(self.new_in_specs), cst.Comma()))
         taken.sort(key=lambda a: _MOVED.index(a.keyword.value))  # type: ignore[union-attr]
-        inner_args = [kwarg("num_scalar_prefetch", cst.Integer("1"), cst.Comma())] + taken
+        inner_args = [kwarg("num_scalar_prefetch", cst.Integer(str(len(self.moving))), cst.Comma())] + taken
         inner = laid_out(cst.parse_expression(f"{self.tpu}.PrefetchScalarGridSpec()"), inner_args, multi, indent)
         spot = next((n for n, a in enumerate(args) if a in taken), None)
         kept = [a for a in args if a not in taken and not self._dropped(a)]
@@ -320,7 +331,8 @@ class PrefetchEdits:
 
     # -- operand order ------------------------------------------------------------------------------
     def reorder(self) -> None:
-        """The table's argument and kernel parameter move right after the prefetch operands."""
+        """The tables' arguments and kernel parameters move right after the prefetch operands, in
+        the order the block index reads them."""
         if not self.moves:
             return
         kernel = self.site.kernel
@@ -328,29 +340,43 @@ class PrefetchEdits:
         if kernel.params.posonly_params:
             raise CallSiteError("the kernel has positional-only parameters")
         names = [p.name.value for p in kernel.params.params]
-        table = self.gather.table
         first_in = min((names.index(s.param) for s in self.cs.slots.values() if s.kind == "in"), default=None)
         assert first_in is not None
-        if names.index(table) != first_in:
-            self.edits[kernel.params] = lambda n, t=table, at=first_in: move_param(n, t, at)
+        order = [s.param for s in self.moving]
+        if names[first_in:first_in + len(order)] != order:
+            def params(n: cst.CSTNode, at=first_in) -> cst.CSTNode:
+                for k, table in enumerate(order):
+                    n = move_param(n, table, at + k)
+                return n
+
+            self.edits[kernel.params] = params
         inv = self.site.invocation
         assert inv is not None
-        src = self.cs.num_prefetch + self.table_slot.index
-        dst = self.cs.num_prefetch
-        if src != dst and self.cs.args_expanded:
+        inputs = sorted(s.index for s in self.cs.slots.values() if s.kind == "in")
+        now = list(inputs)  # input slot indices in argument order as the moves go
+        steps = []
+        for k, slot in enumerate(self.moving):
+            src = now.index(slot.index)
+            if src != k:
+                steps.append((self.cs.num_prefetch + src, self.cs.num_prefetch + k))
+                now.insert(k, now.pop(src))
+        if steps and self.cs.args_expanded:
             raise CallSiteError("the kernel is called with `*operands`; pass the operands by position to move the table first")
-        if src != dst:
+        if steps:
             prev = self.edits.get(inv)
 
             def move(n: cst.CSTNode, prev=prev) -> cst.CSTNode:
                 n = prev(n) if prev is not None else n
-                return n.with_changes(args=moved(list(n.args), src, dst))  # type: ignore[attr-defined]
+                args = list(n.args)  # type: ignore[attr-defined]
+                for src, dst in steps:
+                    args = moved(args, src, dst)
+                return n.with_changes(args=args)  # type: ignore[attr-defined]
 
             self.edits[inv] = move
 
     def build(self) -> dict[cst.CSTNode, Edit]:
-        if self.moves:
-            self._check_table_spec()
+        for slot in self.moving:
+            self._check_table_spec(slot)
         self.check_compiler_params()
         self.write_in_specs()
         self.extend_index_maps()

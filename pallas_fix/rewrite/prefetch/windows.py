@@ -13,43 +13,31 @@ loop index (`idx_ref[k]` inside `fori_loop`) is reported as such (`Gather.loop`)
 become a grid axis first. A table of row starts (`pl.ds(cu_ref[s] + t * bs, bs)`, a varlen
 sequence start plus whole windows in grid indices) is a `Gather` with `rows_axes`: block
 `cu_ref[s] // bs + t`, right only for entries that are multiples of `bs`
-(rewrite.prefetch.index_text states that). Everything else is a `Refuse` saying what the user
+(rewrite.prefetch.index_text states that). Through a chunk map (`cu_ref[ci_ref[t, 0]] +
+ci_ref[t, 1] * bs`, one program per packed chunk) the table index is itself a table entry read at
+grid indices and the whole windows are counted by another (`Gather.rows_reads`): block
+`cu_ref[ci_ref[t, 0]] // bs + ci_ref[t, 1]`, every table a scalar-prefetch operand (the reads
+themselves: rewrite.prefetch.table_reads). Everything else is a `Refuse` saying what the user
 could change.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.affine import Affine, block_index, decompose, provably_not_block
+from pallas_fix.analysis.loops.affine import Affine, Coeff, block_index, decompose, provably_not_block
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.effects.model import kernel_writes, write_words
-from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.model import IndexUse, LoopInfo, Origin
+from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
-from pallas_fix.rewrite.prefetch.spellings import SpelledRead, one_element_read
+from pallas_fix.rewrite.prefetch.table_reads import Loads, TableRead
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.text.syntax import code, paren_text
-
-
-@dataclass
-class TableRead:
-    """`table[e0, e1, ...]`, each index an integer sum of grid axes (int) or of the loop ("loop")."""
-
-    table: str
-    index: list[BlockIndexExpr]
-    loop: Optional[LoopInfo] = None
-    # The entry read through a one-element slice (`t[pl.ds(i, 1)].reshape(())`, ...): spelled
-    # as the scalar `t[i]` before the rest is planned (rewrite.prefetch.spellings).
-    spelled: list[SpelledRead] = field(default_factory=list)
-
-    def key(self) -> tuple:
-        return (self.table, tuple(e.key() for e in self.index))
 
 
 @dataclass
@@ -68,122 +56,35 @@ class Gather:
     # sequence start): the block is `table[...] // size` plus these grid axes (position ->
     # multiplier). Right only when every entry is a multiple of the size; see `rows_condition`.
     rows_axes: Optional[dict[int, int]] = None
+    # Whole windows counted by table entries, added to a row start (`cu_ref[ci_ref[t, 0]] +
+    # ci_ref[t, 1] * bs`: the chunk within its sequence read from the chunk map): (read, multiplier).
+    rows_reads: list[tuple[TableRead, int]] = field(default_factory=list)
+    # Other dims read at one row picked by grid indices (`q_ref[i_bh, pl.ds(bos + i_t * BT, BT), :]`):
+    # squeezed out of the block (None), the index_map returning the row (dim -> index).
+    squeezed: dict[int, BlockIndexExpr] = field(default_factory=dict)
 
     def key(self) -> tuple:
         rows = tuple(sorted(self.rows_axes.items())) if self.rows_axes is not None else None
-        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows)
+        counted = tuple((r.key(), m) for r, m in self.rows_reads)
+        squeezed = tuple((d, e.key()) for d, e in sorted(self.squeezed.items()))
+        return (self.dim, code(self.size), self.read.key(), self.mult, self.offset, rows, counted, squeezed)
 
     @property
     def table(self) -> str:
         return self.read.table
 
+    def reads(self) -> list[TableRead]:
+        """Every table read the block index makes."""
+        return self.read.reads() + [r for read, _ in self.rows_reads for r in read.reads()]
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table the block index reads, each once, in the order the kernel meets them."""
+        return list(dict.fromkeys(r.table for r in self.reads()))
+
     @property
     def loop(self) -> Optional[LoopInfo]:
         return self.read.loop
-
-
-class _Loads:
-    """Decomposes starts with table loads as atoms: `load:<n>` names the n-th distinct load."""
-
-    def __init__(self, analysis, site, env, ngrid: int) -> None:
-        self.analysis, self.site, self.env, self.ngrid = analysis, site, env, ngrid
-        self.ctx = analysis.ctx
-        self.reads: dict[str, TableRead] = {}
-        self.problems: dict[str, str] = {}
-        base = hooks_for(env)
-        self.base = base
-        self.hooks = dataclasses.replace(base, atom_key=self._atom_key)
-
-    def _atom_key(self, expr: cst.BaseExpression) -> Optional[str]:
-        key = self.base.atom_key(expr)
-        if key is not None:
-            return key
-        spelled = one_element_read(self.env, expr)
-        if spelled is not None:
-            read, problem = self._read(spelled.table, list(spelled.index), expr)
-        elif isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and self.env.value(expr.value).is_ref:
-            read, problem = self._read(expr.value.value, self._scalar_index(expr), expr)
-        else:
-            return None
-        if read is None:
-            key = f"bad:{len(self.problems)}"
-            self.problems[key] = problem or ""
-            return key
-        for k, seen in self.reads.items():
-            if seen.key() == read.key():
-                seen.spelled += [spelled] if spelled is not None else []
-                return k
-        key = f"load:{len(self.reads)}"
-        read.spelled = [spelled] if spelled is not None else []
-        self.reads[key] = read
-        return key
-
-    def _scalar_index(self, sub: cst.Subscript) -> Optional[list[cst.BaseExpression]]:
-        """The index expressions of a scalar read `t[e0, e1]`; None when one is a slice."""
-        out = []
-        for el in sub.slice:
-            if not isinstance(el.slice, cst.Index) or self.env.ds_parts(el.slice.value) is not None:
-                return None
-            out.append(el.slice.value)
-        return out
-
-    def _read(self, table: str, indices: Optional[list[cst.BaseExpression]],
-              sub: cst.BaseExpression) -> tuple[Optional[TableRead], Optional[str]]:
-        owner = self.env.owner(table)
-        if owner is None or owner.scope is not self.site.kernel or table not in owner.params:
-            return None, f"`{code(sub)}` does not read one of the kernel's own ref parameters"
-        if indices is None:
-            return None, f"`{code(sub)}` is not a scalar read of `{table}`"
-        index: list[BlockIndexExpr] = []
-        loop: Optional[LoopInfo] = None
-        for value in indices:
-            aff = decompose(value, self.base)
-            if aff is None and self.env.value(value).origin is Origin.REF_LOAD:
-                return None, (
-                    f"the table index `{code(value)}` of `{table}` is itself read from data ({self.env.value(value).words}), "
-                    "and pallas-fix writes index_maps that read one table at grid indices; compose the lookups before "
-                    "the pallas_call into one table with an entry per grid step and read that at a grid index"
-                )
-            if aff is None:
-                return None, f"the table index `{code(value)}` is not a sum of grid or loop indices"
-            axes: dict[object, int] = {}
-            for key, coeff in aff.terms.items():
-                if not coeff.mult:
-                    continue
-                if coeff.factors:
-                    return None, f"the table index `{code(value)}` scales an index by `{' * '.join(coeff.factors)}`"
-                if key.startswith("pid:") and int(key[4:]) < self.ngrid:
-                    axes[int(key[4:])] = coeff.mult
-                elif key.startswith("loop:"):
-                    found = _loop_of(self.env, aff.atoms[key])
-                    if found is None or (loop is not None and found is not loop):
-                        return None, f"the table index `{code(sub)}` reads more than one loop index"
-                    loop = found
-                    axes["loop"] = coeff.mult
-                else:
-                    return None, f"the table index `{code(value)}` reads `{code(aff.atoms[key])}`, which no grid axis provides"
-            offset = _int_const(aff)
-            if offset is None:
-                return None, f"the table index `{code(value)}` has an offset pallas-fix cannot compute"
-            index.append(BlockIndexExpr(axes, offset))
-        return TableRead(table, index, loop), None
-
-
-def _loop_of(env, expr: cst.BaseExpression) -> Optional[LoopInfo]:
-    if not isinstance(expr, cst.Name):
-        return None
-    owner = env.owner(expr.value)
-    val = owner.params.get(expr.value) if owner is not None else None
-    return val.loop if val is not None and val.origin is Origin.LOOP else None
-
-
-def _int_const(aff: Affine) -> Optional[int]:
-    total = 0
-    for c in aff.const:
-        if c.factors:
-            return None
-        total += c.mult
-    return total
 
 
 def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
@@ -201,7 +102,7 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
         raise Refuse(f"the window on `{ref}` has a traced size `{code(use.size)}`; a block needs a static size")
     if use.stride is not None and use.env.static_int(use.stride) not in (None, 1):
         raise Refuse(f"the window on `{ref}` has a stride; blocks are contiguous")
-    loads = _Loads(analysis, site, use.env, ngrid)
+    loads = Loads(analysis, site, use.env, ngrid)
     start = decompose(use.start, loads.hooks)
     size_aff = decompose(use.size, loads.base)
     size = size_aff.as_coeff() if size_aff is not None else None
@@ -209,13 +110,15 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
     if bad:
         raise Refuse(bad)
     if start is None or size is None or not size.mult:
-        raise Refuse(f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
+        raise Refuse(_per_variant(use, loads) or
+                     f"the start `{code(use.start)}` of `{ref}` is not a table entry times the window size")
     blk = block_index(start, size)
     if blk is None:
-        rows = _row_start(start, size, ref, use, ngrid)
+        rows = _row_start(start, size, ref, use, ngrid, loads.reads)
         if rows is not None:
-            key, axes, offset = rows
-            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes)
+            key, axes, offset, counted = rows
+            return Gather(ref, use.dim, use.size, use.env, loads.reads[key], 1, offset, rows_axes=axes,
+                          rows_reads=counted)
         stride = next((c for k, c in start.terms.items() if k.startswith("load:") and c.mult), None)
         wider = size.divide(stride) if stride is not None else None
         if wider is not None and wider > 1:
@@ -243,13 +146,60 @@ def _use_gather(analysis, site, use: IndexUse, ngrid: int) -> Gather:
     return Gather(ref, use.dim, use.size, use.env, loads.reads[loads_in[0]], blk.atoms[loads_in[0]], blk.offset)
 
 
-def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Optional[tuple[str, dict[int, int], int]]:
-    """(the load, grid axes, offset) of a start `table[...] + i * size + c * size`: a row start read
-    from a table (a varlen sequence start) plus whole windows in grid indices; None where the start
-    does not read one table entry as rows. Any other row start is a `Refuse` naming what to change."""
-    loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
-    if len(loads) != 1 or start.terms[loads[0]].mult != 1 or start.terms[loads[0]].factors:
+def _per_variant(use: IndexUse, loads: Loads) -> Optional[str]:
+    """Why a start bound once in each arm of `if FLAG:` (FLAG fixed when the kernel is built, as
+    varlen kernels switch `start_t = bos + i_t * BT` against `start_t = i_t * BT`) is not gathered,
+    naming the arms; None when the start is not such a name."""
+    if not isinstance(use.start, cst.Name):
         return None
+    env, ctx = use.env, use.env.ctx
+    owner = env.owner(use.start.value)
+    binds = owner.bindings().get(use.start.value, []) if owner is not None else []
+    arms: list[tuple[cst.If, cst.BaseExpression]] = []
+    for how, value in binds:
+        test = _enclosing_if(ctx, value) if how == "assign" and isinstance(value, cst.BaseExpression) else None
+        if test is None:
+            return None
+        arms.append((test, value))
+    tests = {id(t) for t, _ in arms}
+    if len(arms) < 2 or len(tests) != 1 or env.value(arms[0][0].test).dynamic:
+        return None
+    flag = code(arms[0][0].test)
+    said = " and ".join(f"`{code(v)}`" for _, v in arms)
+    return (
+        f"the start `{code(use.start)}` of `{use.ref_name}` is {said}, one per arm of `if {flag}:` (line "
+        f"{ctx.span(arms[0][0]).line}), a flag fixed when the kernel is built: the block differs per variant, an "
+        "index_map cannot read the flag, and pallas-fix does not write specs chosen by it at the call; give each "
+        "variant its own kernel and pallas_call (the wrapper choosing by the same flag), whose window pallas-fix "
+        "can then gather or block on its own"
+    )
+
+
+def _enclosing_if(ctx, node: cst.CSTNode) -> Optional[cst.If]:
+    """The `if` statement whose arm (body or else) holds `node`, the nearest one."""
+    while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda)):
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.If) and node is not parent.test:
+            return parent
+        if isinstance(parent, cst.Else):
+            grand = ctx.parent(parent)
+            return grand if isinstance(grand, cst.If) else None
+        node = parent
+    return None
+
+
+def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int,
+               reads: dict[str, TableRead]) -> Optional[tuple[str, dict[int, int], int, list]]:
+    """(the load, grid axes, offset, counting reads) of a start `table[...] + i * size + c * size`:
+    a row start read from a table (a varlen sequence start) plus whole windows in grid indices or
+    in table entries read at grid indices (the chunk within its sequence, from a chunk map); None
+    where the start does not read one table entry as rows. Any other row start is a `Refuse`
+    naming what to change."""
+    loads = [k for k, c in start.terms.items() if k.startswith("load:") and c.mult]
+    row = [k for k in loads if start.terms[k] == Coeff(1)]
+    if len(row) != 1:
+        return None
+    loads = row
     rest = block_index(Affine({k: c for k, c in start.terms.items() if k != loads[0]}, start.const, start.atoms), size)
     if rest is None or any(m < 0 for m in rest.atoms.values()):
         raise Refuse(
@@ -258,9 +208,13 @@ def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Opti
             f"`i * {paren_text(code(use.size))}` (i a grid index) as block `table[...] // {paren_text(code(use.size))} + i`"
         )
     axes: dict[int, int] = {}
+    counted: list[tuple[TableRead, int]] = []
     for key, mult in rest.atoms.items():
         if key.startswith("pid:") and int(key[4:]) < ngrid:
             axes[int(key[4:])] = mult
+            continue
+        if key.startswith("load:") and reads[key].loop is None:
+            counted.append((reads[key], mult))
             continue
         raise Refuse(
             f"the start `{code(use.start)}` of `{ref}` is a row read from a table plus windows that move with "
@@ -268,7 +222,7 @@ def _row_start(start: Affine, size, ref: str, use: IndexUse, ngrid: int) -> Opti
             f"`table[...] // {paren_text(code(use.size))}` plus grid indices, so make the chunk index a grid axis "
             "(`pl.program_id`)"
         )
-    return loads[0], axes, rest.offset
+    return loads[0], axes, rest.offset, counted
 
 
 def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gather:
@@ -296,11 +250,15 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
             )
         gather = _use_gather(analysis, site, sub_uses[0], ngrid)
         for n, el in enumerate(node.slice):
-            if n != gather.dim and not _whole(el):
+            if n == gather.dim or _whole(el):
+                continue
+            row = _grid_row(sub_uses[0].env, el, ngrid) if n < len(node.slice) - 2 else None
+            if row is None:
                 raise Refuse(
                     f"`{ref}` is indexed along dim {n} as well (`{code(el)}`, line {line}); pallas-fix gathers blocks "
-                    "that span the ref's other dims"
+                    "that span the ref's other dims, or take one row of a leading dim at grid indices (`i_bh`)"
                 )
+            gather.squeezed[n] = row
         entry = gather.key()
         if found is None:
             found = gather
@@ -311,8 +269,27 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
         allowed.add(id(base))
     if found is None:
         raise Refuse(f"no data-dependent window on `{ref}` in the kernel")
-    _check_other_mentions(analysis, site, ref, allowed, found.dim)
+    _check_other_mentions(analysis, site, ref, allowed, found.dim, bool(found.squeezed))
     return found
+
+
+def _grid_row(env, el: cst.SubscriptElement, ngrid: int) -> Optional[BlockIndexExpr]:
+    """The row a scalar index of a leading dim reads, when it is an integer sum of grid indices
+    (`i_bh`, `pl.program_id(2)`, `0`): that dim can be squeezed out of the block and the
+    index_map return the row. Not for the last two dims, which TPU blocks cannot squeeze."""
+    if not isinstance(el.slice, cst.Index) or env.ds_parts(el.slice.value) is not None:
+        return None
+    aff = decompose(el.slice.value, hooks_for(env))
+    if aff is None or any(c.factors for c in aff.const):
+        return None
+    axes: dict[object, int] = {}
+    for key, coeff in aff.terms.items():
+        if not coeff.mult:
+            continue
+        if coeff.factors or not key.startswith("pid:") or int(key[4:]) >= ngrid:
+            return None
+        axes[int(key[4:])] = coeff.mult
+    return BlockIndexExpr(axes, sum(c.mult for c in aff.const))
 
 
 def check_not_written(analysis, site, ref: str) -> None:
@@ -341,8 +318,9 @@ def _whole(el: cst.SubscriptElement) -> bool:
     return isinstance(s, cst.Slice) and s.lower is None and s.upper is None and s.step is None
 
 
-def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int) -> None:
-    """Besides its windows the kernel may read only `.dtype`, `.ndim` and the other dims' sizes."""
+def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int, squeezes: bool = False) -> None:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and the other dims' sizes
+    (only `.dtype` when dims are squeezed out: the block's rank and dim numbers change)."""
     ctx, env = analysis.ctx, analysis.detection.envs.get(site.kernel)
     for node in walk(site.kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
@@ -350,11 +328,22 @@ def _check_other_mentions(analysis, site, ref: str, allowed: set[int], dim: int)
         if not _is_kernel_param(analysis, site, node, ref):
             continue
         kind, d = mention_kind(ctx, node, env)
+        if squeezes and (kind == "shape" or (kind == "meta" and _reads_ndim(ctx, node))):
+            raise Refuse(
+                f"the kernel reads the shape of `{ref}` (line {ctx.span(node).line}), whose block squeezes out the "
+                "dims it indexes by grid indices, so its rank and dim numbers change; read the sizes from the "
+                "kernel's parameters or the other refs"
+            )
         if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
             continue
         if kind == "shape":
             raise shape_refusal(ref)
         raise Refuse(f"`{ref}` is used outside its data-dependent window (line {ctx.span(node).line})")
+
+
+def _reads_ndim(ctx, node: cst.Name) -> bool:
+    parent = ctx.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "ndim"
 
 
 def check_table(analysis, site, table: str) -> None:
