@@ -328,3 +328,19 @@ def _slow_walk(node: cst.CSTNode, stop_at_scopes: bool, enter_lambda: bool = Tru
 
 
 _EMPTY_MODULE = cst.Module(body=[])
+
+
+def plain_read(expr: cst.CSTNode, *, arithmetic: bool = False) -> bool:
+    """Names, attributes and integer subscripts (and, with `arithmetic`, binary operations of
+    them): reading the expression twice with the same bindings gives one value, so a check or an
+    index_map may repeat it where the code wrote it once."""
+    if isinstance(expr, (cst.Name, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Attribute):
+        return plain_read(expr.value, arithmetic=arithmetic)
+    if isinstance(expr, cst.Subscript):
+        return (plain_read(expr.value, arithmetic=arithmetic) and len(expr.slice) == 1
+                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.Integer))
+    if arithmetic and isinstance(expr, cst.BinaryOperation):
+        return plain_read(expr.left, arithmetic=True) and plain_read(expr.right, arithmetic=True)
+    return False

@@ -18,7 +18,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
-from pallas_fix.analysis.context import ModuleContext, Scope
+from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
 Monomial = tuple[str, ...]  # sorted atom keys, with repeats
@@ -303,7 +303,7 @@ class Symbols:
         expression built for the call site (in no tree) that only reads names, attributes and
         constant subscripts is one value wherever it is read at `at`."""
         key = f"?{id(expr)}"
-        if self.ctx.parent(expr) is None and self.ctx.parent(at) is not None and _plain_read(expr):
+        if self.ctx.parent(expr) is None and self.ctx.parent(at) is not None and plain_read(expr):
             key = f"?{self.ctx.code(expr)}@{id(at)}"
         self.atoms.setdefault(key, Atom(key, self.ctx.code(expr), node=expr))
         return Poly.atom(key)
@@ -324,18 +324,6 @@ class Symbols:
             else:
                 parts.append(atoms if c == 1 else f"{c} * {atoms}")
         return " + ".join(parts).replace("+ -", "- ") or "0"
-
-
-def _plain_read(expr: cst.CSTNode) -> bool:
-    """Names, attributes and integer subscripts: reading it twice in one place gives one value."""
-    if isinstance(expr, (cst.Name, cst.Integer)):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return _plain_read(expr.value)
-    if isinstance(expr, cst.Subscript):
-        return (_plain_read(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-                and isinstance(expr.slice[0].slice.value, cst.Integer))
-    return False
 
 
 def _names(node: cst.CSTNode) -> list[cst.Name]:

@@ -37,6 +37,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import plain_read
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
@@ -205,7 +206,7 @@ def _read_at_call(symbols: Symbols, text: str, poly: Poly, places: list[cst.CSTN
     if len(holders) != 1 or statement is None or any(isinstance(n, cst.NamedExpr) for n in _walk(statement)):
         return False
     expr = cst.parse_expression(text)
-    return _plain_read(expr) and not (_bare_names(expr) & traced)
+    return plain_read(expr, arithmetic=True) and not (_bare_names(expr) & traced)
 
 
 def _at_call(symbols: Symbols, node, call: cst.CSTNode) -> bool:
@@ -218,20 +219,6 @@ def _at_call(symbols: Symbols, node, call: cst.CSTNode) -> bool:
         return True
     inside = above[: next((n for n, a in enumerate(above) if a is call), len(above))]
     return len(inside) < len(above) and not any(isinstance(a, (cst.Lambda, cst.FunctionDef)) for a in inside)
-
-
-def _plain_read(expr: cst.CSTNode) -> bool:
-    """Names, attributes, integer subscripts and arithmetic: reading it twice gives one value."""
-    if isinstance(expr, (cst.Name, cst.Integer)):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return _plain_read(expr.value)
-    if isinstance(expr, cst.Subscript):
-        return (_plain_read(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-                and isinstance(expr.slice[0].slice.value, cst.Integer))
-    if isinstance(expr, cst.BinaryOperation):
-        return _plain_read(expr.left) and _plain_read(expr.right)
-    return False
 
 
 def _bare_names(expr: cst.CSTNode) -> set[str]:

@@ -20,6 +20,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import plain_read
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.callsite.out_leaves import leaf_parts
 
@@ -71,7 +72,7 @@ def respelled(symbols: Symbols, spelled: Optional[str], poly: Poly, at: cst.CSTN
 def _unchanged(symbols: Symbols, atom, anchor: cst.CSTNode, blocked: frozenset) -> bool:
     ctx = symbols.ctx
     node = atom.node
-    if not key_is_opaque(atom.key) or node is None or not _plain(node) or ctx.parent(node) is None:
+    if not key_is_opaque(atom.key) or node is None or not plain_read(node) or ctx.parent(node) is None:
         return False
     fn = ctx.enclosing_function(anchor)
     if fn is None or ctx.scope_chain(node)[:1] != [fn]:
@@ -114,18 +115,6 @@ def key_is_opaque(key: str) -> bool:
 def _top_index(ctx, stmts: list, node: cst.CSTNode) -> Optional[int]:
     position = {id(st): n for n, st in enumerate(stmts)}
     return next((position[id(a)] for a in (node, *ctx.ancestors(node)) if id(a) in position), None)
-
-
-def _plain(expr: cst.CSTNode) -> bool:
-    """Names, attributes, integer subscripts: reading it twice with the same names gives one value."""
-    if isinstance(expr, (cst.Name, cst.Integer)):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return _plain(expr.value)
-    if isinstance(expr, cst.Subscript):
-        return (_plain(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-                and isinstance(expr.slice[0].slice.value, cst.Integer))
-    return False
 
 
 def _binds(stmt: cst.CSTNode, names: set[str]) -> bool:
