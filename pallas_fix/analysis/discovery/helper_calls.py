@@ -182,6 +182,19 @@ def _caller_size(env: "HelperEnv", size: cst.BaseExpression) -> Optional[cst.Bas
     return size if here is not None and env.caller.static_int(size) == here else None
 
 
+def static_argument(env: Env, expr: cst.BaseExpression) -> tuple[Env, cst.BaseExpression]:
+    """A helper's static parameter (`size` in `pl.ds(blk * size, size)`) as its outermost caller
+    wrote it (`block_rows`), with the environment that reads it: the same Python value, written
+    where the kernel's names are. `(env, expr)` itself for anything else."""
+    while isinstance(env, HelperEnv) and isinstance(expr, cst.Name) and expr.value in env.params:
+        arg = env.argument(expr.value)
+        if arg is None or env.params[expr.value].dynamic or env.home(expr) is not env:
+            break
+        env, expr = env.caller, arg
+        env = home_env(env, expr)
+    return env, expr
+
+
 def home_env(env: Env, expr: cst.CSTNode) -> Env:
     """The environment `expr` is written in, seen from `env` (see `HelperEnv.home`)."""
     return env.home(expr) if isinstance(env, HelperEnv) else env
