@@ -173,6 +173,7 @@ def test_a_start_hinted_with_multiple_of_in_the_helper_is_read_through():
     findings = _level_findings(helpers, "_store(o_ref, i * tile, tile, x_ref[pl.ds(i * tile, tile), :])")
     assert [f.code for f in findings] == ["PF101", "PF101"]
     assert all(f.fixable for f in findings), [f.refusal for f in findings]
+    assert "`start` receives `i * tile` from the call `_store(...)`" in findings[0].provenance
 
 
 def test_a_size_the_caller_cannot_see_is_refused_as_not_followed_not_as_misaligned():

@@ -146,7 +146,7 @@ def caller_window(env: Env, start: cst.BaseExpression,
     env = home_env(env, start)  # a `pl.ds(start, size)` built by a caller and handed down as an object
     while isinstance(env, HelperEnv) and isinstance(start, cst.Name) and size is not None:
         start = _hinted_parameter(env, start)
-        arg = env.args.get(start.value) if start.value in env.params and env.param_reaches(start) else None
+        arg = _received(env, start)
         if arg is None or not env.value(start).dynamic:
             break
         size_arg = _caller_size(env, size)
@@ -154,6 +154,11 @@ def caller_window(env: Env, start: cst.BaseExpression,
             break
         env, start, size = env.caller, arg, size_arg
     return start, size
+
+
+def _received(env: "HelperEnv", name: cst.Name) -> Optional[cst.BaseExpression]:
+    """The argument the read `name` sees: its parameter's, unless a rebinding reaches the read."""
+    return env.args.get(name.value) if name.value in env.params and env.param_reaches(name) else None
 
 
 def _hinted_parameter(env: "HelperEnv", start: cst.Name) -> cst.Name:
@@ -205,7 +210,8 @@ def passed_through(env: Env, element: cst.BaseExpression) -> Optional[str]:
     parameter: "`rows` receives `pl.ds(r * 64, 64)` from the call `_norm(...)` at line 17"."""
     parts: list[str] = []
     while isinstance(env, HelperEnv) and isinstance(element, cst.Name):
-        arg = env.argument(element.value)
+        element = _hinted_parameter(env, element)
+        arg = _received(env, element)
         if arg is None:
             break
         name = env.call.func.value if isinstance(env.call.func, cst.Name) else env.ctx.code(env.call.func)
