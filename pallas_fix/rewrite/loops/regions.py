@@ -178,7 +178,7 @@ class LoopRegion:
         unread: list[RefHelper] = []
         while True:
             dropped = {id(h.index_arg) for h in unread}
-            more = [h for h in self.ref_helpers if h.index_param is not None and h not in unread
+            more = [h for h in self.ref_helpers if h.index_param is not None and all(h is not u for u in unread)
                     and not self._reads(h.fn, h.index_param, lifted_elements, dropped, dead)]
             if not more:
                 return unread
