@@ -93,3 +93,98 @@ def test_a_start_passed_as_an_int_is_traced_to_the_loop():
     findings = analyze_source(src, "k.py").findings
     assert [f.code for f in findings] == ["PF101", "PF101"]
     assert all(f.fixable for f in findings), [f.refusal for f in findings]
+
+
+# A window built across helper levels: the kernel passes `i * tile` and `tile`, a helper builds
+# `pl.ds(start, size)` (or hands it on). The start is a multiple of the window at every level.
+LEVELS = {
+    1: """
+        def _store(ref, start, size, v):
+            ref[pl.ds(start, size), :] = v
+    """,
+    2: """
+        def _put(ref, rows, v):
+            ref[rows, :] = v
+
+
+        def _store(ref, start, size, v):
+            _put(ref, pl.ds(start, size), v)
+    """,
+    3: """
+        def _write(ref, start, size, v):
+            ref[pl.ds(start, size), :] = v
+
+
+        def _put(ref, start, size, v):
+            _write(ref, start, size, v)
+
+
+        def _store(ref, start, size, v):
+            _put(ref, start=start, v=v, size=size)
+    """,
+}
+
+LEVEL_KERNEL = """
+    def kernel(x_ref, o_ref, *, tile):
+        def body(i, carry):
+            {call}
+            return carry
+
+        lax.fori_loop(0, x_ref.shape[0] // tile, body, None)
+
+
+    def run(x):
+        return pl.pallas_call(functools.partial(kernel, tile=16), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+"""
+
+
+def _level_findings(helpers: str, call: str):
+    src = "import functools\n" + HEADER + textwrap.dedent(helpers) + textwrap.dedent(LEVEL_KERNEL).replace("{call}", call)
+    return analyze_source(src, "k.py").findings
+
+
+def test_a_window_built_across_helper_levels_is_a_block_at_every_level():
+    calls = (
+        "_store(o_ref, i * tile, tile, x_ref[pl.ds(i * tile, tile), :])",
+        "_store(o_ref, size=tile, v=x_ref[pl.ds(i * tile, tile), :], start=i * tile)",
+    )
+    for level, helpers in LEVELS.items():
+        for call in calls:
+            findings = _level_findings(helpers, call)
+            assert sorted(f.code for f in findings) == ["PF101", "PF101"], (level, call, [f.refusal for f in findings])
+            assert all(f.fixable for f in findings), (level, call, [f.refusal for f in findings])
+            assert not any("not a multiple" in (f.refusal or "") + f.message for f in findings)
+
+
+def test_an_overlapping_window_across_helpers_is_still_pf106_in_the_callers_words():
+    call = "_store(o_ref, i * tile, 2 * tile, x_ref[pl.ds(i * tile, 2 * tile), :])"
+    for level, helpers in LEVELS.items():
+        findings = _level_findings(helpers, call)
+        assert [f.code for f in findings] == ["PF106", "PF106"], level
+        assert all("start `i * tile` is not a multiple of the window size `2 * tile`" in f.message for f in findings), level
+
+
+def test_a_start_hinted_with_multiple_of_in_the_helper_is_read_through():
+    helpers = """
+        def _store(ref, start, size, v):
+            start = pl.multiple_of(start, size)
+            ref[pl.ds(start, size), :] = v
+    """
+    findings = _level_findings(helpers, "_store(o_ref, i * tile, tile, x_ref[pl.ds(i * tile, tile), :])")
+    assert [f.code for f in findings] == ["PF101", "PF101"]
+    assert all(f.fixable for f in findings), [f.refusal for f in findings]
+    assert "`start` receives `i * tile` from the call `_store(...)`" in findings[0].provenance
+
+
+def test_a_size_the_caller_cannot_see_is_refused_as_not_followed_not_as_misaligned():
+    helpers = """
+        def _store(ref, start, v):
+            rows = v.shape[0]
+            ref[pl.ds(start, rows), :] = v
+    """
+    findings = _level_findings(helpers, "_store(o_ref, i * tile, x_ref[pl.ds(i * tile, tile), :])")
+    assert findings and not any(f.fixable for f in findings)
+    assert not any(f.code == "PF106" or "not a multiple" in (f.refusal or "") for f in findings)
+    refusal = next(f.refusal for f in findings if f.span.line == 12)  # `ref[pl.ds(start, rows), :] = v`
+    assert "the start `start` reads the parameter `start`, whose value comes from the call `_store(...)`" in (refusal or "")
+    assert "could not read that argument together with the window size `rows`" in (refusal or "")

@@ -28,7 +28,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.helper_calls import caller_start, home_env, index_tuple, passed_through
+from pallas_fix.analysis.discovery.helper_calls import caller_window, home_env, index_tuple, passed_through
 from pallas_fix.analysis.discovery.operand_refs import operand_ref
 from pallas_fix.analysis.effects.calls import writer
 from pallas_fix.analysis.values.provenance import Env
@@ -228,7 +228,7 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
             return None
         start, size = parts
         written = start
-        start = caller_start(env, start, size)  # `pl.ds(start, bs)` with `start` a helper's parameter
+        start, size = caller_window(env, start, size)  # `pl.ds(start, bs)` with `start` a helper's parameter
         env = home_env(env, start)  # a slice object or start a caller built is evaluated where it is written
         sval = env.value(start)
         if sval.origin is Origin.TRACED_CONST and _bare_constant(env, start):

@@ -88,6 +88,9 @@ class HelperEnv(Env):
             return None
         return self.args[name]
 
+    def received_from(self, name: str) -> Optional[cst.Call]:
+        return self.call if name in self.params else None
+
     def value(self, expr: cst.BaseExpression) -> Val:
         env = self.home(expr)
         return env.value(expr) if env is not self else super().value(expr)
@@ -131,18 +134,70 @@ def index_tuple(env: Env, expr: cst.BaseExpression) -> Optional[cst.Tuple | cst.
     return None
 
 
-def caller_start(env: Env, start: cst.BaseExpression, size: Optional[cst.BaseExpression]) -> cst.BaseExpression:
-    """The start of a helper's `pl.ds(start, bs)` as its caller wrote it (`i * BS`), when `start`
-    is a parameter receiving a traced value: the window then moves with what drives the caller.
-    Followed only while the size means the same number where the start is written (a module
-    constant), so that start and size can be read in one environment."""
+def caller_window(env: Env, start: cst.BaseExpression,
+                  size: Optional[cst.BaseExpression]) -> tuple[cst.BaseExpression, Optional[cst.BaseExpression]]:
+    """The start and size of a helper's `pl.ds(start, size)` as its callers wrote them (`i * BS`,
+    `BS`), when `start` is a parameter receiving a traced value: the window then moves with what
+    drives the caller. Followed through every level of helpers (`_store(ref, start, size, v)`
+    called with `(o_ref, i * tile, tile, v)`, or handing `pl.ds(start, size)` on to `_put`),
+    start and size together, so that both are read in one environment: the size moves to its
+    argument when it is a parameter too, and stays when it means the same number on both sides
+    (a module constant, a literal); anything else stops at the level reached."""
+    env = home_env(env, start)  # a `pl.ds(start, size)` built by a caller and handed down as an object
     while isinstance(env, HelperEnv) and isinstance(start, cst.Name) and size is not None:
-        arg = env.argument(start.value)
-        here = env.home(size).static_int(size)
-        if arg is None or not env.value(start).dynamic or here is None or env.caller.static_int(size) != here:
+        start = _hinted_parameter(env, start)
+        arg = _received(env, start)
+        if arg is None or not env.value(start).dynamic:
             break
-        env, start = env.caller, arg
+        size_arg = _caller_size(env, size)
+        if size_arg is None:
+            break
+        env, start, size = env.caller, arg, size_arg
+    return start, size
+
+
+def _received(env: "HelperEnv", name: cst.Name) -> Optional[cst.BaseExpression]:
+    """The argument the read `name` sees: its parameter's, unless a rebinding reaches the read."""
+    return env.args.get(name.value) if name.value in env.params and env.param_reaches(name) else None
+
+
+def _hinted_parameter(env: "HelperEnv", start: cst.Name) -> cst.Name:
+    """The parameter read by `start = pl.multiple_of(start, size)` (an alignment hint, which the
+    affine reading strips as well) when `start` sees that binding; `start` itself otherwise."""
+    if start.value not in env.params or env.param_reaches(start):
+        return start
+    bound = env.reaching_assignment(start)
+    if isinstance(bound, cst.Call) and env.ctx.imports.is_(bound.func, N.MULTIPLE_OF) and bound.args:
+        inner = bound.args[0].value
+        if isinstance(inner, cst.Name) and inner.value == start.value:
+            return inner
     return start
+
+
+def _caller_size(env: "HelperEnv", size: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`size` as the caller of `env`'s helper can read it: the argument a size parameter receives,
+    or `size` itself when it is the same static number on both sides; None otherwise."""
+    if env.home(size) is not env:
+        return None  # written further out (a closure): the caller may not see it
+    if isinstance(size, cst.Name) and size.value in env.params and not env.params[size.value].dynamic:
+        arg = env.argument(size.value)
+        if arg is not None:
+            return arg
+    here = env.static_int(size)
+    return size if here is not None and env.caller.static_int(size) == here else None
+
+
+def static_argument(env: Env, expr: cst.BaseExpression) -> tuple[Env, cst.BaseExpression]:
+    """A helper's static parameter (`size` in `pl.ds(blk * size, size)`) as its outermost caller
+    wrote it (`block_rows`), with the environment that reads it: the same Python value, written
+    where the kernel's names are. `(env, expr)` itself for anything else."""
+    while isinstance(env, HelperEnv) and isinstance(expr, cst.Name) and expr.value in env.params:
+        arg = env.argument(expr.value)
+        if arg is None or env.params[expr.value].dynamic or env.home(expr) is not env:
+            break
+        env, expr = env.caller, arg
+        env = home_env(env, expr)
+    return env, expr
 
 
 def home_env(env: Env, expr: cst.CSTNode) -> Env:
@@ -155,7 +210,8 @@ def passed_through(env: Env, element: cst.BaseExpression) -> Optional[str]:
     parameter: "`rows` receives `pl.ds(r * 64, 64)` from the call `_norm(...)` at line 17"."""
     parts: list[str] = []
     while isinstance(env, HelperEnv) and isinstance(element, cst.Name):
-        arg = env.argument(element.value)
+        element = _hinted_parameter(env, element)
+        arg = _received(env, element)
         if arg is None:
             break
         name = env.call.func.value if isinstance(env.call.func, cst.Name) else env.ctx.code(env.call.func)

@@ -128,6 +128,9 @@ def window_of(use: IndexUse, folds: bool = False) -> Window:
     blk = block_index(start, size)
     if blk is not None:
         return Window(start, size, blk, False)
+    unfollowed = _unfollowed_parameter(use, start)
+    if unfollowed:
+        return Window(start, size, None, False, unfollowed)
     if provably_not_block(start, size):
         return Window(
             start,
@@ -147,6 +150,29 @@ def window_of(use: IndexUse, folds: bool = False) -> Window:
 
 
 _ONE = Coeff(1)
+
+
+def _unfollowed_parameter(use: IndexUse, start: Affine) -> Optional[str]:
+    """Why a start read as a helper's parameter (a `param:` atom, a value its caller passes) is
+    neither a block nor provably not one: the parameter stands for whatever the call passes
+    (`i * tile` is a multiple of `tile`), which `helper_calls.caller_window` could not read
+    together with the window size; None when the start has no such atom."""
+    env: Env = use.env  # type: ignore[assignment]
+    for key, coeff in start.terms.items():
+        expr = start.atoms.get(key)
+        if not (coeff.mult and key.startswith("param:") and isinstance(expr, cst.Name)):
+            continue
+        owner = env.owner(expr.value)
+        call = owner.received_from(expr.value) if owner is not None else None
+        if call is None:
+            continue
+        size = env.ctx.code(use.size) if use.size is not None else "?"
+        return (f"the start `{env.ctx.code(use.start)}` reads the parameter `{expr.value}`, whose value comes from the call "
+                f"`{env.ctx.code(call.func)}(...)` at line {env.ctx.span(call).line}, and pallas-fix could not read that argument "
+                f"together with the window size `{size}`: it follows a start into a caller only when the helper passes the "
+                "parameter to `pl.ds` as it is (or through `pl.multiple_of`) and the size is an argument too, or a module "
+                "constant; pass the size as an argument of the helper (or build the `pl.ds` in the caller)")
+    return None
 
 
 def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:

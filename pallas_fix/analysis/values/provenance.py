@@ -281,6 +281,11 @@ class Env(PositionalReads):
                 return self.static_int(value, depth + 1)
         return None
 
+    def received_from(self, name: str) -> Optional[cst.Call]:
+        """The call whose argument the parameter `name` receives, for a helper analysed at one
+        call (analysis.discovery.helper_calls.HelperEnv); None here: a kernel or loop body."""
+        return None
+
     def static_value_expr(self, name: str) -> Optional[cst.BaseExpression]:
         """The expression a static name stands for: partial-bound value, default or assignment."""
         env = self.owner(name)

@@ -10,6 +10,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.helper_calls import static_argument
 from pallas_fix.analysis.discovery.varargs import binds_from_star
 from pallas_fix.analysis.loops.windows import fold_reason, hooks_for, loop_key, window_of
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
@@ -191,6 +192,8 @@ def lifted_block(group, loop: LoopInfo, ref: str, translate, tidy=lambda size: s
     if size_expr is None:  # a scalar index: a squeezed dim, one element per step (rewrite.kernel.scalar_lift)
         return RefBlock(ref, dim, cst.Integer("1"), index, [(s, {dim}) for s in group.subscripts], squeeze=True)
     size = translate(size_expr, size_env)
+    if size is None:  # a helper's size parameter: written as its caller passes it
+        size = translate(*reversed(static_argument(size_env, size_expr)))
     size = tidy(size) if size is not None else None
     if size is None:
         raise Refuse(f"the block size `{code(size_expr)}` of `{ref}` cannot be written at the pallas_call")

@@ -170,12 +170,19 @@ class LoopRegion:
         return self._reads(self.body, self.loop.index_name, lifted_elements, dropped)
 
     def unread_index_helpers(self, lifted_elements: set[int]) -> list[RefHelper]:
-        """The ref helpers whose index parameter nothing reads once their windows are blocks."""
-        return [
-            h for h in self.ref_helpers
-            if h.index_param is not None
-            and not self._reads(h.fn, h.index_param, lifted_elements, set(), dead_assignments(self.ctx, list(self.functions), lifted_elements))
-        ]
+        """The ref helpers whose index parameter nothing reads once their windows are blocks. A
+        read that is only the argument another such helper stops receiving (`_put(ref,
+        pl.ds(start, size), v)` in `_store`, whose `start` drives `_put`'s window) is no read:
+        iterated until no helper joins, so a chain of helpers drops the index at every level."""
+        dead = dead_assignments(self.ctx, list(self.functions), lifted_elements)
+        unread: list[RefHelper] = []
+        while True:
+            dropped = {id(h.index_arg) for h in unread}
+            more = [h for h in self.ref_helpers if h.index_param is not None and all(h is not u for u in unread)
+                    and not self._reads(h.fn, h.index_param, lifted_elements, dropped, dead)]
+            if not more:
+                return unread
+            unread += more
 
     def _reads(self, fn, name: str, lifted_elements: set[int], skip: set[int], dead_stmts=None) -> bool:
         """`fn` mentions `name` outside the lifted windows, the dead named slices and `skip`."""
