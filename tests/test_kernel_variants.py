@@ -298,9 +298,12 @@ def test_a_kernel_parameter_assigned_only_under_an_if_is_not_that_assignment():
     """`if fast: kernel = _fast_kernel` leaves the caller's kernel (here `_plain_kernel`, a whole-array
     mean) in the pallas_call otherwise: lifting `_fast_kernel` there gave `scale(x)` per-block means.
     An assignment every run makes before the call (a top-level statement) is the kernel."""
-    for rebind in ("    if fast:\n        kernel = _fast_kernel", "    for _ in range(1):\n        kernel = _fast_kernel",
-                   "    pass"):
+    for rebind in ("    if fast:\n        kernel = _fast_kernel", "    for _ in range(1):\n        kernel = _fast_kernel"):
         findings = analyze_source(_DEFAULT_KERNEL.format(rebind=rebind), "k.py").findings
-        assert not any(f.fixable for f in findings), (rebind, [f.refusal for f in findings])
+        assert len(findings) == 2 and all(
+            not f.fixable and "reaches its pallas_call through `kernel`, a parameter of `scale` that line 20 assigns it only "
+            "on some runs; on the others the same pallas_call runs the caller's kernel" in (f.refusal or "")
+            for f in findings), (rebind, [f.refusal for f in findings])
+    assert not analyze_source(_DEFAULT_KERNEL.format(rebind="    pass"), "k.py").findings  # whatever the caller passes
     findings = analyze_source(_DEFAULT_KERNEL.format(rebind="    kernel = _fast_kernel"), "k.py").findings
     assert [f.fixable for f in findings] == [True, True], [f.refusal for f in findings]
