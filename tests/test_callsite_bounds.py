@@ -49,6 +49,12 @@ def _poly(ctx: ModuleContext, symbols: Symbols, text: str, at) -> Poly:
         ("assert x.shape[0] >= pl.cdiv(n, 16) * 16", "pl.cdiv(n, 16)", True),  # a padded array
         ("if x.shape[0] < 16 * pl.cdiv(n, 16):\n                raise ValueError(n)", "pl.cdiv(n, 16)", True),
         ("assert x.shape[0] <= pl.cdiv(n, 16) * 16", "pl.cdiv(n, 16)", False),
+        # the negated-floor idioms are ceilings too: their quotient atom is not taken as positive
+        # when its numerator or divisor is negative (it made `-(-n // 16) * 16 <= n` "proved")
+        ("", "-(-x.shape[0] // 16)", False),
+        ("", "-(x.shape[0] // -16)", False),
+        ("assert x.shape[0] % 16 == 0", "-(-x.shape[0] // 16)", True),
+        ("", "-x.shape[0] // 16 + 2 * (x.shape[0] // 16)", False),  # -cdiv(n, 16) + 2 * (n // 16)
         ("assert x.shape == (64, 8)", "4", True),
         ("assert x.shape == (48, 8)", "4", False),
         ("", "4", False),  # nothing says the array has 64 rows
@@ -264,6 +270,20 @@ def _helper_poly(helper: str, text: str) -> tuple[Poly, Poly]:
 def test_a_hand_spelled_ceiling_over_a_symbolic_block_is_pl_cdiv():
     mine, cdiv = _helper_poly("", "(n + bs - 1) // bs")
     assert mine == cdiv
+
+
+@pytest.mark.parametrize("text", ["-(-n // bs)", "-(n // -bs)", "cdiv(n, bs)"])
+def test_a_negated_floor_over_a_symbolic_block_is_pl_cdiv(text: str):
+    # the quotient of `-n` is negative: read as an atom taken positive it made a ragged grid "fit"
+    mine, cdiv = _helper_poly("def cdiv(a, b):\n    return -(-a // b)\n", text)
+    assert mine == cdiv
+
+
+def test_a_floor_of_a_negated_count_spells_its_positive_atom_so_a_guard_reads_it_back():
+    ctx, symbols, _prover, last = _setup(_CDIV.format(helper=""))
+    mine = _poly(ctx, symbols, "-n // bs", last)
+    ((key,), coeff), = mine.terms
+    assert coeff == -1 and symbols.atoms[key].text == "-(-n // bs)"  # the atom is `pl.cdiv(n, bs)`
 
 
 def test_the_modules_ceil_division_helper_is_read_as_pl_cdiv():

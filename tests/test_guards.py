@@ -472,6 +472,24 @@ def test_no_check_on_a_branch_bound_size_rebound_before_the_call(between: str):
     assert reasons and all("cannot follow the count `B * H`" in r for r in reasons), reasons
 
 
+def _dims_heads(between: str) -> str:
+    """The sizes kept in a list bound in each arm (`dims = [B, H]`), the grid `dims[0] * dims[1]`."""
+    source = _HEADS.read_text().replace("        g_flat = g.reshape", "        dims = [B, H]\n        g_flat = g.reshape").replace(
+        "        g_flat = jnp.transpose", "        dims = [B, H]\n        g_flat = jnp.transpose")
+    return source.replace("    grid = (B * H,)\n", "    grid = (dims[0] * dims[1],)\n" + between)
+
+
+@pytest.mark.parametrize("between", [
+    "    dims.insert(0, 1)\n",          # a method changes what `dims[0] * dims[1]` reads: 1 * B, not B * H
+    "    _shrink(dims)\n",              # a call given the list may change it
+])
+def test_no_check_on_a_size_read_from_a_container_a_call_may_change_before_the_call(between: str):
+    """A guard `g_flat.shape[0] < dims[0] * dims[1]` written before the call would read the changed
+    list and pass calls whose grid runs past the end (red-team: the check became `>= B`)."""
+    assert {g for p in _guarded_plans(_dims_heads("")) for g in p.guards} == {"g_flat.shape[0] < dims[0] * dims[1]"}
+    assert not _guarded_plans(_dims_heads(between))
+
+
 def test_no_check_when_an_inner_function_may_rebind_the_size_nonlocal():
     source = _HEADS.read_text().replace("    grid = (B * H,)\n", "    grid = (B * H,)\n\n    def bump():\n        nonlocal H\n        H += 1\n\n    bump()\n")
     assert not _guarded_plans(source)

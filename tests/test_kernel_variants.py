@@ -218,6 +218,10 @@ def test_one_kernel_every_call_passes_in_is_lifted_and_a_call_that_hides_its_ker
         src.replace("    y = call_kernel(x,", "    g = call_kernel\n    y = call_kernel(x,"),
         src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, **dict(kernel=_scale_kernel, factor=3.0))"),
         src.replace("call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=jax.nn.relu, factor=3.0)"),
+        # the helper rebinds its kernel parameter: its pallas_call may run a kernel no call passes
+        src.replace("        return pl.pallas_call(\n            functools.partial(kernel,",
+                    "        if factor > 2.5:\n            kernel = jax.nn.relu\n        return pl.pallas_call(\n"
+                    "            functools.partial(kernel,"),
         # a module-level helper: another module may pass it another kernel
         src.replace("def scale_twice(x):\n    def call_kernel", "def call_kernel").replace(
             "        )(y)\n\n    y = call_kernel", "        )(y)\n\n\ndef scale_twice(x):\n    y = call_kernel"),
@@ -265,3 +269,41 @@ def test_a_body_picked_when_the_kernel_runs_is_refused_saying_how_the_variants_c
     found = refusals(missing)
     assert found and all("`_elsewhere` is not defined in this module, so whether every variant needs the same grid axis "
                          "and blocks cannot be checked" in r for r in found), found
+
+
+_DEFAULT_KERNEL = """
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+BS = 16
+
+
+def _plain_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...] - jnp.mean(x_ref[...])
+
+
+def _fast_kernel(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * BS, BS), :] = x_ref[pl.ds(i * BS, BS), :] * 2.0
+
+
+def scale(x, kernel=_plain_kernel, fast=False):
+{rebind}
+    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // BS,))(x)
+"""
+
+
+def test_a_kernel_parameter_assigned_only_under_an_if_is_not_that_assignment():
+    """`if fast: kernel = _fast_kernel` leaves the caller's kernel (here `_plain_kernel`, a whole-array
+    mean) in the pallas_call otherwise: lifting `_fast_kernel` there gave `scale(x)` per-block means.
+    An assignment every run makes before the call (a top-level statement) is the kernel."""
+    for rebind in ("    if fast:\n        kernel = _fast_kernel", "    for _ in range(1):\n        kernel = _fast_kernel"):
+        findings = analyze_source(_DEFAULT_KERNEL.format(rebind=rebind), "k.py").findings
+        assert len(findings) == 2 and all(
+            not f.fixable and "reaches its pallas_call through `kernel`, a parameter of `scale` that line 20 assigns it only "
+            "on some runs; on the others the same pallas_call runs the caller's kernel" in (f.refusal or "")
+            for f in findings), (rebind, [f.refusal for f in findings])
+    assert not analyze_source(_DEFAULT_KERNEL.format(rebind="    pass"), "k.py").findings  # whatever the caller passes
+    findings = analyze_source(_DEFAULT_KERNEL.format(rebind="    kernel = _fast_kernel"), "k.py").findings
+    assert [f.fixable for f in findings] == [True, True], [f.refusal for f in findings]

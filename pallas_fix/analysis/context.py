@@ -183,7 +183,7 @@ class ModuleContext:
             for scope in self.scope_chain(at):
                 values = self._index(scope).values.get(expr.value)
                 if values:
-                    if len(values) != 1 or self._within(at, values[0]):
+                    if len(values) != 1 or self._within(at, values[0]) or self._argument_may_reach(scope, expr.value, values[0], at):
                         return expr
                     at = values[0]
                     expr = values[0]
@@ -191,6 +191,19 @@ class ModuleContext:
             else:
                 return expr
         return expr
+
+    def _argument_may_reach(self, scope: Scope, name: str, value: cst.CSTNode, at: cst.CSTNode) -> bool:
+        """`name` is a parameter of `scope` whose one assignment may not have run when `at` reads
+        it (the assignment under an `if`, in a loop, or after `at`): the read may see the caller's
+        argument (`def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`), so its value
+        is not that assignment's."""
+        if not isinstance(scope, (cst.FunctionDef, cst.Lambda)) or name not in _parameters(scope.params):
+            return False
+        stmt = self.statement_of(value)
+        if stmt is None or not any(st is stmt for st in self.body_statements(scope)):
+            return True  # nested in an `if`, a loop, a `with` or a `try`
+        i, j = self._pos.get(id(at)), self._pos.get(id(stmt))
+        return i is None or j is None or i < self._end[j]
 
     def _within(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
         if node is ancestor:
@@ -210,6 +223,11 @@ class ModuleContext:
         if hit is None:
             hit = self._codes[id(node)] = (node, self.module.code_for_node(node))  # keeps the id unique
         return hit[1]
+
+
+def _parameters(params: cst.Parameters) -> set[str]:
+    star = [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params, *star)}
 
 
 class _ScopeIndex:

@@ -141,6 +141,9 @@ class KernelSite:
     # `call_kernel(kernel=_dq_kernel, ...)`: the call of the function holding the pallas_call that
     # passes the kernel in as a parameter (discovery makes one site for each kernel passed)
     passed_by: Optional[cst.Call] = None
+    # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
+    # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)
+    maybe_argument: Optional[cst.BaseExpression] = None
     # `plgpu.kernel` / `pl.kernel` as written, where that (not pallas_call) runs the kernel: a grid
     # or mesh without BlockSpecs, so the kernel is analysed and its fixes refused
     entry: Optional[str] = None

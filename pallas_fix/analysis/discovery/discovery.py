@@ -242,6 +242,12 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
     if isinstance(expr, cst.Name):
         site.kernel_name = expr.value
         site.kernel = ctx.resolve_def(expr.value, at)
+        values = ctx.assignments(expr.value, ctx.scope_of(at)) if site.kernel is None else []
+        if len(values) == 1 and isinstance(values[0], cst.Name) and ctx.resolve_def(values[0].value, values[0]):
+            # A parameter the function assigns only on some runs (ContextIndex.resolve_value left
+            # it): analysed as that def, its fixes refused (kernel_entry)
+            site.kernel_name, site.maybe_argument = values[0].value, values[0]
+            site.kernel = ctx.resolve_def(values[0].value, values[0])
     elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
         made = _factory_kernel(ctx, ctx.resolve_def(expr.func.value, at))
         if made is not None:

@@ -55,6 +55,16 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "array and each grid cell picks its part by hand; pallas-fix rewrites pl.pallas_call kernels. Write it as a "
             "pl.pallas_call with a grid and BlockSpecs whose index_maps pick the same windows to get this fix"
         )
+    if site.maybe_argument is not None:
+        assign = ctx.parent(site.maybe_argument)
+        param = ctx.code(assign.targets[0].target) if isinstance(assign, cst.Assign) else "a name"
+        holder = ctx.enclosing_function(site.maybe_argument)
+        return (
+            f"kernel `{kernel.name.value}` reaches its pallas_call through `{param}`, a parameter of "
+            f"`{holder.name.value if holder else 'the wrapper'}` that line {ctx.span(site.maybe_argument).line} "
+            "assigns it only on some runs; on the others the same pallas_call runs the caller's kernel with the "
+            f"BlockSpecs written for `{kernel.name.value}`. Give it its own pallas_call that names it to get this fix"
+        )
     if site.passed_by is not None:
         problem = _passed_problem(analysis, site)
         if problem is not None:

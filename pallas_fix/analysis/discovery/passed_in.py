@@ -76,6 +76,10 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.Ba
     if not isinstance(ctx.scope_of(helper), cst.FunctionDef):
         # Another module may import the function and pass it kernels this module never sees.
         return [], f"`{helper.name.value}` is not local to a function (other modules may call it with other kernels)"
+    rebound = _rebinding(ctx, helper, expr.value)
+    if rebound is not None:
+        return [], (f"`{helper.name.value}` rebinds its parameter `{expr.value}` (line {ctx.span(rebound).line}): no call says "
+                    "which kernel it runs")
     calls = _calls_of(ctx, helper)
     funcs = {id(call.func) for call in calls}
     for node in walk(ctx.scope_of(helper)):
@@ -97,3 +101,17 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.Ba
             return [], f"the call on line {ctx.span(call).line} passes `{ctx.code(arg)}`, not a def of the module"
         found.append(arg)
     return found, ""
+
+
+def _rebinding(ctx: ModuleContext, fn: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:
+    """A statement of `fn`'s own body that binds `name` (`if fast: kernel = _fast_kernel`)."""
+    for node in walk(fn.body):
+        targets: list = []
+        if isinstance(node, cst.AssignTarget):
+            targets = [node.target]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For)):
+            targets = [node.target]
+        if any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t)) and \
+                ctx.enclosing_function(node) is fn:
+            return node
+    return None

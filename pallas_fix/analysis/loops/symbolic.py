@@ -89,6 +89,11 @@ class Poly:
         return Poly.of(out)
 
 
+def _negative(p: Poly) -> bool:
+    """Every term has a negative coefficient: the value is negative, atoms being positive."""
+    return bool(p.terms) and all(c < 0 for _m, c in p.terms)
+
+
 def remove_factors(m: Monomial, factors: Monomial) -> Optional[Monomial]:
     """`m` without one occurrence of each of `factors`; None when some factor is missing."""
     rest = list(m)
@@ -212,6 +217,13 @@ class Symbols:
         exact = num.exact_quotient(den)
         if exact is not None:
             return exact
+        if _negative(den):  # `a // -b` divides `-a` by `b`: an atom's divisor stays positive
+            num, den = num.scale(-1), den.scale(-1)
+        if _negative(num):
+            # `-a // b` is `-pl.cdiv(a, b)` (and a ceil of `-a` is minus a floor): the atom the
+            # rest of the module takes as positive is the quotient of `a`, spelled `-(text)`
+            flipped = "ceil" if kind == "floor" else "floor"
+            return self.quotient(flipped, num.scale(-1), den, f"-({text})").scale(-1)
         if kind == "floor" and b is None:  # `(n + bs - 1) // bs` is `pl.cdiv(n, bs)` (bs > 0, as every atom)
             rest = num - den + Poly.const(1)
             if len(rest.terms) < len(num.terms):

@@ -15,6 +15,8 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.discovery.operand_refs import scratch_count
+from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.imports import module_alias
 
 
@@ -69,3 +71,20 @@ def mirrored_spec(cs, spec: str) -> str:
     if written is None or jax is None or not plain(written) or isinstance(cs.out_shapes[0], cst.Call):
         return spec
     return f"{jax}.tree.map(lambda _: {spec}, {cs.ctx.code(written)})"
+
+
+def one_named_output(cs, rest: int) -> list:
+    """No refs to add (a kernel without `*refs`); an out_shape the call site names without
+    spelling it is read as one output, so this raises CallSiteError unless the kernel's `rest` refs after its inputs are that output and the scratch
+    refs. A list of two structs there would make the second output a scratch ref, and one spec
+    mapped over both (mirrored_spec)."""
+    if not cs.single_output or isinstance(cs.out_shapes[0], cst.Call):
+        return []
+    scratch = scratch_count(cs.site, lambda e: cs.ctx.resolve_value(e, cs.site.call))
+    if scratch is None or rest != 1 + scratch:
+        tail = f" and {scratch} scratch ref{'s' if scratch != 1 else ''}" if scratch else ""
+        raise CallSiteError(
+            f"`{cs.ctx.code(cs.site.kw('out_shape'))}` (out_shape) does not say how many outputs the call has, and the "
+            f"kernel takes {rest} refs after its inputs, not one output{tail}; spell the out_shape out at the "
+            "pallas_call (a list of `jax.ShapeDtypeStruct`s)")
+    return []

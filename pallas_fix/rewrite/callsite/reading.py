@@ -29,7 +29,7 @@ from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec, local_index_def
-from pallas_fix.rewrite.callsite.out_leaves import leaf_dim
+from pallas_fix.rewrite.callsite.out_leaves import leaf_dim, one_named_output
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -112,8 +112,8 @@ class CallSite(CallTiming):
             raise CallSiteError("fewer call arguments than scalar-prefetch operands")
         slots: dict[str, Slot] = {}
         n_out = len(self.out_shapes)
-        if isinstance(fn.params.star_arg, cst.Param):
-            params += self._star_names(len(params), n_out)
+        star = isinstance(fn.params.star_arg, cst.Param)
+        params += self._star_names(len(params), n_out) if star else one_named_output(self, len(params) - self.num_prefetch - n_in)
         for i, name in enumerate(params):
             if name is None:
                 continue  # an item of `*refs` the kernel gives no name

@@ -78,7 +78,8 @@ def _unchanged(symbols: Symbols, atom, anchor: cst.CSTNode, blocked: frozenset) 
     if fn is None or ctx.scope_chain(node)[:1] != [fn]:
         return False
     names = read_names(node)
-    return not (names & blocked) and names_unchanged(ctx, names, node, anchor, same_statement=False)
+    return not (names & blocked) and names_unchanged(ctx, names, node, anchor, same_statement=False,
+                                                     contents=not isinstance(node, cst.Name))
 
 
 def read_names(node: cst.CSTNode) -> set[str]:
@@ -87,12 +88,15 @@ def read_names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in _walk(node) if isinstance(n, cst.Name) and id(n) not in attrs}
 
 
-def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode, same_statement: bool) -> bool:
+def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode, same_statement: bool,
+                    contents: bool = False) -> bool:
     """`names` read at `node` hold the same values just before the statement `anchor`: both in the
     straight-line body of one function, `node`'s statement first (or, with `same_statement`, the
     anchor itself, when no `:=` in it binds them before `node` runs), nothing binding them from
     there up to `anchor` (nested blocks included), no `nonlocal` / `global` of them anywhere in
-    the module (a called function could rebind them)."""
+    the module (a called function could rebind them). With `contents` (the read is `dims[1]` or
+    `cfg.heads`: what the names hold, not only which object), no call between may change it
+    either: a method of one of them (`dims.insert(0, 1)`) or a call given one of them."""
     fn = ctx.enclosing_function(anchor)
     if fn is None or ctx.enclosing_function(node) is not fn:
         return False
@@ -104,6 +108,8 @@ def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode
             isinstance(n, cst.NamedExpr) and read_names(n.target) & names for n in _walk(stmts[first]))):
         return False
     between = stmts[first + (first == last):last + 1] if first < last else []
+    if contents and any(_may_change(st, names) for st in between):
+        return False
     return not any(_binds(st, names) for st in between) and not any(
         isinstance(n, (cst.Nonlocal, cst.Global)) and {a.name.value for a in n.names} & names for n in _walk(ctx.module))
 
@@ -136,6 +142,20 @@ def _binds(stmt: cst.CSTNode, names: set[str]) -> bool:
         elif isinstance(node, cst.Del):
             targets = [node.target]
         if any(isinstance(n, cst.Name) and n.value in names for t in targets for n in _walk(t)):
+            return True
+    return False
+
+
+def _may_change(stmt: cst.CSTNode, names: set[str]) -> bool:
+    """A call in `stmt` that may change what one of `names` holds: its method, or one of its arguments."""
+    for node in _walk(stmt):
+        if not isinstance(node, cst.Call):
+            continue
+        func = node.func
+        while isinstance(func, (cst.Attribute, cst.Subscript)):
+            func = func.value
+        if (isinstance(func, cst.Name) and func.value in names and func is not node.func) or any(
+                isinstance(a.value, cst.Name) and a.value.value in names for a in node.args):
             return True
     return False
 
