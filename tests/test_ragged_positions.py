@@ -205,3 +205,45 @@ def test_a_synthesised_example_picks_sizes_the_block_divides(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "verified add_row_index" in err and "f32[288, 288]" in err, err
     assert "BlockSpec((BLOCK_M, x.shape[1])" in path.read_text(), err
+
+
+_TPU_LANES = '''
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+# pallas-fix: example add_col_index(f32[8, 512])
+
+BLOCK_N = 128
+
+
+def add_col_index_kernel(x_ref, o_ref):
+    pid = pl.program_id(0)
+    cols = pid * BLOCK_N + lax.broadcasted_iota(jnp.int32, (x_ref.shape[0], BLOCK_N), 1)
+    window = pl.ds(pid * BLOCK_N, BLOCK_N)
+    x = x_ref[:, window]
+    o_ref[:, window] = jnp.where(cols < x_ref.shape[1], x + cols.astype(x.dtype), 0.0)
+
+
+def add_col_index(x):
+    _, n = x.shape
+    return pl.pallas_call(
+        add_col_index_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(pl.cdiv(n, BLOCK_N),),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x)
+'''
+
+
+def test_a_tpu_window_along_the_lanes_keeps_no_partial_block_lift():
+    """The chip was measured keeping a window past the end along rows; along the lane dim, where
+    VMEM tiles lie side by side, it was not, so no unsafe partial-block lift is offered there (a
+    check makes it exact where the example divides; a ragged example is refused, saying why)."""
+    plans = [f.plan for f in _findings(TPU, _TPU_LANES) if f.code == "PF103"]
+    assert plans and all(p is not None and p.guards and not p.divided_only for p in plans), plans
+    ragged = _TPU_LANES.replace("add_col_index(f32[8, 512])", "add_col_index(f32[8, 500])")
+    refusals = [f.refusal for f in _findings(TPU, ragged) if f.code == "PF103"]
+    assert refusals and all(r and "along the lane dim" in r and "reads its position" in r for r in refusals), refusals

@@ -18,8 +18,9 @@ kernel computes), and Triton masks every load and store of a BlockSpec's partial
 (jax/_src/pallas/triton/lowering.py, `_compute_offsets_from_indices`: a bounds mask wherever the
 block does not divide the dim); a compiled TPU kernel does not clamp either (measured on a v5e,
 benchmarks/tpu_experiments/oob_windows.py: a window past the end reads and writes the rows its
-start names), and a partial last block holds the rows inside the array at the same positions,
-its writes past the end dropped. So the lift is exact wherever the original is defined, at every
+start names; measured along rows, so a TPU window along the lane dim stays refused), and a
+partial last block holds the rows inside the array at the same positions, its writes past the
+end dropped. So the lift is exact wherever the original is defined, at every
 size: an unsafe fix. Masked Pallas loads and stores are padded past the end in interpret mode,
 as hardware leaves them, so where every window is one the interpreters compare the lift at every
 size; a plain `x_ref[rows]` window they clamp, so such a lift is checked only at sizes the block
@@ -71,7 +72,8 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     line = position_line if axis == "new" else position_read(cs.ctx, kernel, set(cs.slots))
     size, whole = code(block.size), code(extent)
     backend = cs.backend()
-    if line is not None and backend in _KEPT_POSITION:
+    lanes = backend is Backend.TPU and _lane_dim(cs, block)
+    if line is not None and backend in _KEPT_POSITION and not lanes:
         # Masked accesses are judged at ragged sizes only on Triton, whose hardware pads them as
         # the interpreters do; a TPU lift is compared where the block divides.
         masked = backend is Backend.TRITON and masked_windows(cs.ctx, block)
@@ -83,7 +85,7 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
             f"with the grid `{code(grid)}` the last block may run past the end of `{block.param}`'s dim "
             f"{block.dim}, and the kernel reads its position (line {line}): where the original's last window is clamped back inside the array, its rows are "
             "not the rows the position names, while a BlockSpec hands the last step a partial block; "
-            f"{_backend_note(cs)}; assert `{whole} % {size} == 0` before the pallas_call"
+            f"{_backend_note(cs, lanes)}; assert `{whole} % {size} == 0` before the pallas_call"
         )
     return RaggedDoubt(
         f"the grid `{code(grid)}` ends in a partial block of `{block.param}` unless `{size}` "
@@ -139,9 +141,19 @@ def masked_call(ctx: ModuleContext, call: cst.Call) -> bool:
             and any(a.keyword is not None and a.keyword.value == "mask" for a in call.args))
 
 
-def _backend_note(cs: CallSite) -> str:
-    """Why the backend does not settle it: only Triton and the TPU are known to keep a window past
-    the end at the rows its start names (module docstring)."""
+def _lane_dim(cs: CallSite, block: RefBlock) -> bool:
+    """`block` moves along the kernel view's last dim (the lanes), or its rank is unknown: on a
+    TPU, what a window past the end holds was measured along rows only."""
+    rank = cs.kernel_rank(block.param)
+    return rank is None or block.dim >= rank - 1
+
+
+def _backend_note(cs: CallSite, lanes: bool = False) -> str:
+    """Why the backend does not settle it: only Triton and the TPU (along rows) are known to keep
+    a window past the end at the elements its start names (module docstring)."""
+    if lanes:
+        return ("on a TPU a window past the end keeps the rows its start names (measured along rows); along the lane dim, "
+                "where VMEM tiles lie side by side, that is not measured, so pallas-fix does not lift it")
     name = "Mosaic GPU" if cs.backend() is Backend.MOSAIC_GPU else "an unknown backend"
     return (f"on {name} pallas-fix does not know what the original's window past the end holds, so it does not lift "
             "it (on Triton or a TPU, which keep that window at the rows its start names, it would)")
