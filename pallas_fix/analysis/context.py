@@ -348,17 +348,19 @@ def _slow_walk(node: cst.CSTNode, stop_at_scopes: bool, enter_lambda: bool = Tru
 _EMPTY_MODULE = cst.Module(body=[])
 
 
-def plain_read(expr: cst.CSTNode, *, arithmetic: bool = False) -> bool:
-    """Names, attributes and integer subscripts (and, with `arithmetic`, binary operations of
-    them): reading the expression twice with the same bindings gives one value, so a check or an
-    index_map may repeat it where the code wrote it once."""
+def plain_read(expr: cst.CSTNode, *, arithmetic: bool = False, keys: bool = False) -> bool:
+    """Names, attributes and integer subscripts (with `keys`, string-keyed ones too:
+    `kwargs['outs']`; with `arithmetic`, binary operations of them): reading the expression twice
+    with the same bindings gives one value, so a check or an index_map may repeat it where the
+    code wrote it once."""
     if isinstance(expr, (cst.Name, cst.Integer)):
         return True
     if isinstance(expr, cst.Attribute):
-        return plain_read(expr.value, arithmetic=arithmetic)
+        return plain_read(expr.value, arithmetic=arithmetic, keys=keys)
     if isinstance(expr, cst.Subscript):
-        return (plain_read(expr.value, arithmetic=arithmetic) and len(expr.slice) == 1
-                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.Integer))
+        constants = (cst.Integer, cst.SimpleString) if keys else cst.Integer
+        return (plain_read(expr.value, arithmetic=arithmetic, keys=keys) and len(expr.slice) == 1
+                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, constants))
     if arithmetic and isinstance(expr, cst.BinaryOperation):
-        return plain_read(expr.left, arithmetic=True) and plain_read(expr.right, arithmetic=True)
+        return plain_read(expr.left, arithmetic=True, keys=keys) and plain_read(expr.right, arithmetic=True, keys=keys)
     return False

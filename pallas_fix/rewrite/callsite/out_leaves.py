@@ -15,6 +15,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import plain_read
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
 from pallas_fix.rewrite.callsite.operands import CallSiteError
 from pallas_fix.rewrite.text.imports import module_alias
@@ -39,14 +40,7 @@ def leaf_dim(cs, slot, dim: int) -> Optional[cst.BaseExpression]:
 
 def plain(expr: cst.CSTNode) -> bool:
     """Names, attributes and constant (integer or string) subscripts: one value read twice."""
-    if isinstance(expr, cst.Name):
-        return True
-    if isinstance(expr, cst.Attribute):
-        return plain(expr.value)
-    if isinstance(expr, cst.Subscript):
-        return (plain(expr.value) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)
-                and isinstance(expr.slice[0].slice.value, (cst.Integer, cst.SimpleString)))
-    return False
+    return not isinstance(expr, cst.Integer) and plain_read(expr, keys=True)
 
 
 def leaf_parts(expr: cst.CSTNode) -> Optional[cst.BaseExpression]:
