@@ -74,3 +74,73 @@ def test_arguments_aligned_with_an_open_bracket_indent_the_list_by_the_files_blo
     fitted = fit_width(before, after)
     assert "                        in_specs=[\n                          pl.BlockSpec((BM, x.shape[1])" in fitted, fitted
     assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+
+
+VISUAL = ("def call(x):\n"
+          "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+          "                          compiler_params=pltpu.CompilerParams(), interpret=True)(x)\n")
+ALIGN = " " * len("    return pl.pallas_call(")
+
+
+def _visual_after(new: str, before: str = VISUAL) -> str:
+    return before.replace(ALIGN + "compiler_params", ALIGN + new + "compiler_params")
+
+
+def test_arguments_added_to_a_visual_indent_call_stay_aligned_with_its_bracket():
+    after = _visual_after("grid=(x.shape[0] // BM,), out_specs=pl.BlockSpec((BM, 128), lambda i: (i, 0)), ")
+    fitted = fit_width(VISUAL, after)
+    assert fitted == ("def call(x):\n"
+                      "    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+                      + ALIGN + "grid=(x.shape[0] // BM,),\n"
+                      + ALIGN + "out_specs=pl.BlockSpec((BM, 128), lambda i: (i, 0)),\n"
+                      + ALIGN + "compiler_params=pltpu.CompilerParams(), interpret=True)(x)\n"), fitted
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+
+
+def test_arguments_added_to_the_line_that_opens_a_visual_call_fill_to_the_width():
+    before = ("def call(x):\n"
+              "    fn = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+              "                        interpret=True)\n")
+    after = before.replace("x.dtype),\n", "x.dtype), grid=(x.shape[0] // BM,), out_specs=pl.BlockSpec((BM,), lambda i: (i,)),\n")
+    fitted = fit_width(before, after)
+    assert fitted == ("def call(x):\n"
+                      "    fn = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+                      "                        grid=(x.shape[0] // BM,),\n"
+                      "                        out_specs=pl.BlockSpec((BM,), lambda i: (i,)),\n"
+                      "                        interpret=True)\n"), fitted
+
+
+def test_a_visual_call_whose_new_argument_cannot_fit_at_its_bracket_switches_to_hanging_style():
+    after = _visual_after("in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)), "
+                          "pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0))], ")
+    fitted = fit_width(VISUAL, after)
+    assert fitted == ("def call(x):\n"
+                      "    return pl.pallas_call(\n"
+                      "        kernel,\n"
+                      "        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
+                      "        in_specs=[\n"
+                      "            pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)),\n"
+                      "            pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)),\n"
+                      "        ],\n"
+                      "        compiler_params=pltpu.CompilerParams(),\n"
+                      "        interpret=True,\n"
+                      "    )(x)\n"), fitted
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+
+
+def test_a_visual_call_with_a_comment_is_not_switched_to_hanging_style():
+    before = VISUAL.replace("x.dtype),\n", "x.dtype),  # rows\n")
+    after = _visual_after("in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0)), "
+                          "pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0))], ", before=before)
+    assert fit_width(before, after) == after
+
+
+def test_a_long_guard_message_is_split_by_implicit_string_concatenation():
+    message = "jax.tree.leaves(kwargs['outs'])[0].shape[0] must be at least cdiv(m, mat_block_dim) * mat_block_dim"
+    line = f'    raise ValueError("{message}")\n'
+    after = BEFORE.replace("    return", "    if n < m:\n    " + line + "    return")
+    fitted = fit_width(BEFORE, after)
+    assert '        raise ValueError(\n            "jax.tree.leaves' in fitted, fitted
+    assert fitted.count('            "') == 2 and "        )\n" in fitted
+    assert max(len(text) for text in fitted.splitlines()) <= 79
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))

@@ -24,6 +24,8 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.rewrite.text import visual_indent
+
 MIN_WIDTH = 79
 # `<indent>[name=]<head><open>...<close><tail>`: a keyword argument or a simple statement.
 _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<head>(?:[A-Za-z_][\w.]*\s*=\s*)?[^\s\[(]*)(?P<body>[\[(].*[\])])(?P<tail>,?\)*[,:]?)$")
@@ -35,27 +37,76 @@ def fit_width(before: str, after: str) -> str:
     # Comment-only lines (license headers, long notes) do not set the width the code keeps.
     width = max([MIN_WIDTH, *(len(line) for line in before.splitlines() if not line.lstrip().startswith("#"))])
     old = set(before.splitlines())
-    changed = False
-    out: list[str] = []
     plain = [_strip_eol(line) for line in lines]
+    out: list[Optional[str]] = list(lines)
+    br = visual_indent.scan("\n".join(plain) + "\n")
+    changed = False
     for n, line in enumerate(lines):
         text, eol = plain[n], line[len(plain[n]):]
-        long_and_new = len(text) > width and text not in old
-        wrapped = _wrap(text, width, eol or "\n", _hanging_indent(plain, n, "    ")) if long_and_new else None
-        if wrapped is None:
-            out.append(line)
+        if out[n] != line or len(text) <= width or text in old:
+            continue  # already laid out with its call, or not a long new line
+        layout = _layout(plain, n, width, eol or "\n", br)
+        if layout is None:
             continue
-        out.append(wrapped + eol)
+        first, last, new = layout
+        out[first:last + 1] = [(eol or "\n").join(new) + (lines[last][len(plain[last]):] or "")] + [None] * (last - first)
         changed = True
     if not changed:
         return after
-    candidate = "".join(out)
+    candidate = "".join(line for line in out if line is not None)
     try:
         if ast.dump(ast.parse(candidate)) != ast.dump(ast.parse(after)):
             return after
     except SyntaxError:
         return after
     return candidate
+
+
+def _layout(lines: list[str], n: int, width: int, eol: str,
+            br: Optional[visual_indent.Brackets]) -> Optional[tuple[int, int, list[str]]]:
+    """New text for the long line `n`: (first and last line index it replaces, its lines). A
+    visual-indent call keeps its style when its arguments fit at the bracket's column; else the
+    line's own list or call is broken up; else the visual call is switched to hanging style."""
+    text = lines[n]
+    unit = _block_indent(lines) or "    "
+    o = visual_indent.visual_bracket(lines, n, br) if br is not None and n + 1 not in br.untouchable else None
+    if o is not None:
+        filled = visual_indent.refill(lines, n, o, br, width)
+        if filled is not None:
+            return n, n, filled
+    wrapped = _wrap(text, width, eol, _hanging_indent(lines, n, "    ")) or _wrap_message(text, width, eol, unit)
+    if wrapped is not None:
+        return n, n, wrapped.split(eol)
+    hung = visual_indent.hang(lines, o, br, unit) if o is not None else None
+    if hung is None:
+        return None
+    first, last, new = hung
+    return first, last, [piece for line in new for piece in
+                         ((_wrap(line, width, eol, unit) or line).split(eol) if len(line) > width else [line])]
+
+
+# `<indent>raise Error("message")` or `<indent>Error("message")`: a guard pallas-fix writes.
+_MESSAGE = re.compile(r'^(?P<indent>[ \t]*)(?P<head>(?:raise )?[A-Za-z_][\w.]*\()(?P<text>"[^"\\]*")\)$')
+
+
+def _wrap_message(text: str, width: int, eol: str, unit: str) -> Optional[str]:
+    """A long one-string call as the call's head, the string in pieces joined by implicit
+    concatenation one indent in, each within the width, and the closing bracket."""
+    m = _MESSAGE.match(text)
+    if m is None:
+        return None
+    inner = m["indent"] + unit
+    room = width - len(inner) - 2
+    words = re.split(r"(?<= )", m["text"][1:-1])
+    pieces = [""]
+    for word in words:
+        if pieces[-1] and len(pieces[-1]) + len(word) > room:
+            pieces.append("")
+        pieces[-1] += word
+    body = [f'{inner}"{p}"' for p in pieces]
+    if any(len(line) > width for line in body):
+        return None
+    return eol.join([m["indent"] + m["head"], *body, m["indent"] + ")"])
 
 
 def _strip_eol(line: str) -> str:
