@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from pallas_fix.rewrite.text import visual_indent
 from pallas_fix.rewrite.text.line_width import fit_width
 
 BEFORE = '''def call(x):
@@ -144,3 +145,17 @@ def test_a_long_guard_message_is_split_by_implicit_string_concatenation():
     assert fitted.count('            "') == 2 and "        )\n" in fitted
     assert max(len(text) for text in fitted.splitlines()) <= 79
     assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+
+
+def test_a_lambdas_parameters_are_not_split_as_arguments():
+    before = ("spec = pl.BlockSpec((BM, 128),\n"
+              "                    lambda i, j: (i, j))\n")
+    after = before.replace("(i, j))", "(i, j), pipeline_mode=pl.Buffered(buffer_count=3), memory_space=pltpu.VMEM)")
+    fitted = fit_width(before, after)
+    assert fitted == ("spec = pl.BlockSpec((BM, 128),\n"
+                      "                    lambda i, j: (i, j),\n"
+                      "                    pipeline_mode=pl.Buffered(buffer_count=3),\n"
+                      "                    memory_space=pltpu.VMEM)\n"), fitted
+    # The comma between the lambda's parameters is not one of BlockSpec's argument separators.
+    commas = visual_indent.scan(after).commas[(1, 19)]
+    assert [c for c in commas if c[0] == 2] == [(2, 39), (2, 82)], commas

@@ -14,6 +14,7 @@ comments or strings spanning lines are left alone: nothing here may drop a comme
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from typing import Optional
@@ -36,9 +37,14 @@ def scan(text: str) -> Optional[Brackets]:
     commas: dict[Pos, list[Pos]] = {}
     untouchable: set[int] = set()
     stack: list[Pos] = []
+    lambdas: list[int] = []  # depths of lambdas whose parameters (commas not splitting a call) are open
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type == tokenize.COMMENT:
+            if tok.type == tokenize.NAME and tok.string == "lambda":
+                lambdas.append(len(stack))
+            elif tok.type == tokenize.OP and tok.string == ":" and lambdas and lambdas[-1] == len(stack):
+                lambdas.pop()
+            elif tok.type == tokenize.COMMENT:
                 untouchable.add(tok.start[0])
             elif tok.start[0] != tok.end[0] and tok.type not in (tokenize.NEWLINE, tokenize.NL):
                 untouchable.update(range(tok.start[0], tok.end[0] + 1))
@@ -46,7 +52,7 @@ def scan(text: str) -> Optional[Brackets]:
                 stack.append(tok.start)
             elif tok.type == tokenize.OP and tok.string in ")]}" and stack:
                 close[stack.pop()] = tok.start
-            elif tok.type == tokenize.OP and tok.string == "," and stack:
+            elif tok.type == tokenize.OP and tok.string == "," and stack and not (lambdas and lambdas[-1] == len(stack)):
                 commas.setdefault(stack[-1], []).append(tok.start)
     except (tokenize.TokenError, SyntaxError):
         return None
@@ -121,6 +127,9 @@ def hang(lines: list[str], o: Pos, br: Brackets, unit: str) -> Optional[tuple[in
     """The whole call opened at `o` in hanging style: (first row index, last row index, new lines),
     or None when a line of it holds a comment or an argument spans lines."""
     c = br.close[o]
+    opener = lines[o[0] - 1]
+    if opener[o[1]] != "(" or not re.search(r"[\w)\]]\s*$", opener[: o[1]]):
+        return None  # only a call: a trailing comma would make `x[i]` or `(a)` a tuple
     if any(r in br.untouchable for r in range(o[0], c[0] + 1)):
         return None
     items = _items(lines, br, o, (o[0], o[1] + 1), c)
@@ -128,7 +137,6 @@ def hang(lines: list[str], o: Pos, br: Brackets, unit: str) -> Optional[tuple[in
         items = items[:-1]
     if not items or any(not i or "\n" in i for i in items):
         return None
-    opener = lines[o[0] - 1]
     lead = opener[: len(opener) - len(opener.lstrip(" \t"))]
     new = [opener[: o[1] + 1]] + [f"{lead}{unit}{i}," for i in items] + [lead + lines[c[0] - 1][c[1]:]]
     return o[0] - 1, c[0] - 1, new
