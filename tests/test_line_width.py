@@ -159,3 +159,32 @@ def test_a_lambdas_parameters_are_not_split_as_arguments():
     # The comma between the lambda's parameters is not one of BlockSpec's argument separators.
     commas = visual_indent.scan(after).commas[(1, 19)]
     assert [c for c in commas if c[0] == 2] == [(2, 39), (2, 82)], commas
+
+
+def test_a_long_f_string_guard_is_cut_only_outside_its_fields():
+    message = "trace.shape[0] ({trace.shape[0]}) must be at least pl.cdiv(weight_info.shape[1], block_dim) * block_dim"
+    after = BEFORE.replace("    return", f'    if n < m:\n        raise ValueError(f"{message}")\n    return')
+    fitted = fit_width(BEFORE, after)
+    pieces = [line.strip() for line in fitted.splitlines() if line.strip().startswith(('f"', '"'))]
+    assert len(pieces) == 2 and pieces[0].startswith('f"trace.shape[0] ({trace.shape[0]})'), pieces
+    assert pieces[1].startswith('"'), pieces  # no field left in it: a plain string
+    assert max(len(text) for text in fitted.splitlines()) <= 79
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(after))
+
+
+def test_a_lengthened_signature_hangs_its_parameters_on_one_line_when_they_fit():
+    before = "def kernel(a_ref, b_ref, o_ref, *, blocksize_m, blocksize_k, blocksize_n):\n    pass\n"
+    after = before.replace("blocksize_n)", "blocksize_n, o_rows)")
+    fitted = fit_width(before, after)
+    assert fitted == ("def kernel(\n"
+                      "    a_ref, b_ref, o_ref, *, blocksize_m, blocksize_k, blocksize_n, o_rows\n"
+                      "):\n    pass\n"), fitted
+    longer = before.replace("blocksize_n)", "blocksize_n, o_rows, o_cols, a_rows)")
+    assert "    *,\n    blocksize_m,\n" in fit_width(before, longer)  # too long for one line: one each
+
+
+def test_a_visual_subscript_is_not_switched_to_hanging_style():
+    # x[i] as x[i,] would be a tuple index: only a call's arguments may get a trailing comma.
+    before = "y = x[pl.ds(0, 8),\n      0]\n"
+    after = before.replace("      0]", "      pl.ds(program_id_of_the_outer_axis * block_rows_of_this_kernel, block_rows_of_this_kernel)]")
+    assert fit_width(before, after) == after

@@ -66,7 +66,8 @@ def _layout(lines: list[str], n: int, width: int, eol: str,
             br: Optional[visual_indent.Brackets]) -> Optional[tuple[int, int, list[str]]]:
     """New text for the long line `n`: (first and last line index it replaces, its lines). A
     visual-indent call keeps its style when its arguments fit at the bracket's column; else the
-    line's own list or call is broken up; else the visual call is switched to hanging style."""
+    line's own list or call is broken up; else the visual call (or a `def` line's parameters) is
+    switched to hanging style."""
     text = lines[n]
     unit = _block_indent(lines) or "    "
     o = visual_indent.visual_bracket(lines, n, br) if br is not None and n + 1 not in br.untouchable else None
@@ -77,7 +78,10 @@ def _layout(lines: list[str], n: int, width: int, eol: str,
     wrapped = _wrap(text, width, eol, _hanging_indent(lines, n, "    ")) or _wrap_message(text, width, eol, unit)
     if wrapped is not None:
         return n, n, wrapped.split(eol)
-    hung = visual_indent.hang(lines, o, br, unit) if o is not None else None
+    signature = o is None and br is not None and re.match(r"\s*(async\s+)?def \w+\(", text)
+    if signature:
+        o = (n + 1, text.index("("))  # a signature the rewrite lengthened: its parameters hang
+    hung = visual_indent.hang(lines, o, br, unit, width if signature else None) if o is not None else None
     if hung is None:
         return None
     first, last, new = hung
@@ -85,28 +89,39 @@ def _layout(lines: list[str], n: int, width: int, eol: str,
                          ((_wrap(line, width, eol, unit) or line).split(eol) if len(line) > width else [line])]
 
 
-# `<indent>raise Error("message")` or `<indent>Error("message")`: a guard pallas-fix writes.
-_MESSAGE = re.compile(r'^(?P<indent>[ \t]*)(?P<head>(?:raise )?[A-Za-z_][\w.]*\()(?P<text>"[^"\\]*")\)$')
+# `<indent>raise Error("message")` or `<indent>Error(f"message")`: a guard pallas-fix writes.
+_MESSAGE = re.compile(r'^(?P<indent>[ \t]*)(?P<head>(?:raise )?[A-Za-z_][\w.]*\()(?P<f>f?)"(?P<text>[^"\\]*)"\)$')
 
 
 def _wrap_message(text: str, width: int, eol: str, unit: str) -> Optional[str]:
     """A long one-string call as the call's head, the string in pieces joined by implicit
-    concatenation one indent in, each within the width, and the closing bracket."""
+    concatenation one indent in, each within the width, and the closing bracket. An f-string is
+    only cut at spaces outside its `{...}` fields; a piece with no field is a plain string."""
     m = _MESSAGE.match(text)
     if m is None:
         return None
     inner = m["indent"] + unit
-    room = width - len(inner) - 2
-    words = re.split(r"(?<= )", m["text"][1:-1])
+    room = width - len(inner) - 2 - len(m["f"])
     pieces = [""]
-    for word in words:
+    for word in _words(m["text"], bool(m["f"])):
         if pieces[-1] and len(pieces[-1]) + len(word) > room:
             pieces.append("")
         pieces[-1] += word
-    body = [f'{inner}"{p}"' for p in pieces]
-    if any(len(line) > width for line in body):
+    body = [f'{inner}{m["f"] if "{" in p or "}" in p else ""}"{p}"' for p in pieces]
+    if len(body) < 2 and len(inner) + len(pieces[0]) + 2 + len(m["f"]) > width or any(len(line) > width for line in body):
         return None
     return eol.join([m["indent"] + m["head"], *body, m["indent"] + ")"])
+
+
+def _words(message: str, formatted: bool) -> list[str]:
+    """The message cut after each space, no cut inside an f-string's `{...}` field."""
+    words, depth, start = [], 0, 0
+    for k, ch in enumerate(message):
+        depth += (ch == "{") - (ch == "}") if formatted else 0
+        if ch == " " and depth == 0:
+            words.append(message[start:k + 1])
+            start = k + 1
+    return words + [message[start:]] if message[start:] else words
 
 
 def _strip_eol(line: str) -> str:

@@ -123,9 +123,11 @@ def refill(lines: list[str], n: int, o: Pos, br: Brackets, width: int) -> Option
     return out if all(len(line) <= width for line in out) else None
 
 
-def hang(lines: list[str], o: Pos, br: Brackets, unit: str) -> Optional[tuple[int, int, list[str]]]:
+def hang(lines: list[str], o: Pos, br: Brackets, unit: str,
+         fit: Optional[int] = None) -> Optional[tuple[int, int, list[str]]]:
     """The whole call opened at `o` in hanging style: (first row index, last row index, new lines),
-    or None when a line of it holds a comment or an argument spans lines."""
+    or None when a line of it holds a comment or an argument spans lines. With `fit` (a `def`'s
+    parameters) they share one line when it stays within that width, as black lays them out."""
     c = br.close[o]
     opener = lines[o[0] - 1]
     if opener[o[1]] != "(" or not re.search(r"[\w)\]]\s*$", opener[: o[1]]):
@@ -138,5 +140,7 @@ def hang(lines: list[str], o: Pos, br: Brackets, unit: str) -> Optional[tuple[in
     if not items or any(not i or "\n" in i for i in items):
         return None
     lead = opener[: len(opener) - len(opener.lstrip(" \t"))]
-    new = [opener[: o[1] + 1]] + [f"{lead}{unit}{i}," for i in items] + [lead + lines[c[0] - 1][c[1]:]]
+    one = [f"{lead}{unit}{', '.join(items)}"]
+    middle = one if fit is not None and len(one[0]) <= fit else [f"{lead}{unit}{i}," for i in items]
+    new = [opener[: o[1] + 1]] + middle + [lead + lines[c[0] - 1][c[1]:]]
     return o[0] - 1, c[0] - 1, new
