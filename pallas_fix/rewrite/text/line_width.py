@@ -11,6 +11,11 @@ with one element per line and a trailing comma, the way black and ruff format it
         pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
     ],
 
+A call whose arguments are aligned with its open bracket (visual indent) keeps that style, or is
+switched to hanging style when an argument cannot fit at the bracket (visual_indent.py); a long
+guard message is split by implicit string concatenation; a lengthened `def` line hangs its
+parameters.
+
 The width is the longest code line (comment-only lines aside) of the text before the rewrite, at
 least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
 changes what runs.
