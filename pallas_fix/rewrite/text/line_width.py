@@ -11,6 +11,11 @@ with one element per line and a trailing comma, the way black and ruff format it
         pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
     ],
 
+A call whose arguments are aligned with its open bracket (visual indent) keeps that style, or is
+switched to hanging style when an argument cannot fit at the bracket (visual_indent.py); a long
+guard message is split by implicit string concatenation; a lengthened `def` line hangs its
+parameters.
+
 The width is the longest code line (comment-only lines aside) of the text before the rewrite, at
 least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
 changes what runs.
@@ -24,6 +29,8 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.rewrite.text import visual_indent
+
 MIN_WIDTH = 79
 # `<indent>[name=]<head><open>...<close><tail>`: a keyword argument or a simple statement.
 _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<head>(?:[A-Za-z_][\w.]*\s*=\s*)?[^\s\[(]*)(?P<body>[\[(].*[\])])(?P<tail>,?\)*[,:]?)$")
@@ -35,27 +42,91 @@ def fit_width(before: str, after: str) -> str:
     # Comment-only lines (license headers, long notes) do not set the width the code keeps.
     width = max([MIN_WIDTH, *(len(line) for line in before.splitlines() if not line.lstrip().startswith("#"))])
     old = set(before.splitlines())
-    changed = False
-    out: list[str] = []
     plain = [_strip_eol(line) for line in lines]
+    out: list[Optional[str]] = list(lines)
+    br = visual_indent.scan("\n".join(plain) + "\n")
+    changed = False
     for n, line in enumerate(lines):
         text, eol = plain[n], line[len(plain[n]):]
-        long_and_new = len(text) > width and text not in old
-        wrapped = _wrap(text, width, eol or "\n", _hanging_indent(plain, n, "    ")) if long_and_new else None
-        if wrapped is None:
-            out.append(line)
+        if out[n] != line or len(text) <= width or text in old:
+            continue  # already laid out with its call, or not a long new line
+        layout = _layout(plain, n, width, eol or "\n", br)
+        if layout is None:
             continue
-        out.append(wrapped + eol)
+        first, last, new = layout
+        out[first:last + 1] = [(eol or "\n").join(new) + (lines[last][len(plain[last]):] or "")] + [None] * (last - first)
         changed = True
     if not changed:
         return after
-    candidate = "".join(out)
+    candidate = "".join(line for line in out if line is not None)
     try:
         if ast.dump(ast.parse(candidate)) != ast.dump(ast.parse(after)):
             return after
     except SyntaxError:
         return after
     return candidate
+
+
+def _layout(lines: list[str], n: int, width: int, eol: str,
+            br: Optional[visual_indent.Brackets]) -> Optional[tuple[int, int, list[str]]]:
+    """New text for the long line `n`: (first and last line index it replaces, its lines). A
+    visual-indent call keeps its style when its arguments fit at the bracket's column; else the
+    line's own list or call is broken up; else the visual call (or a `def` line's parameters) is
+    switched to hanging style."""
+    text = lines[n]
+    unit = _block_indent(lines) or "    "
+    o = visual_indent.visual_bracket(lines, n, br) if br is not None and n + 1 not in br.untouchable else None
+    if o is not None:
+        filled = visual_indent.refill(lines, n, o, br, width)
+        if filled is not None:
+            return n, n, filled
+    wrapped = _wrap(text, width, eol, _hanging_indent(lines, n, "    ")) or _wrap_message(text, width, eol, unit)
+    if wrapped is not None:
+        return n, n, wrapped.split(eol)
+    signature = o is None and br is not None and re.match(r"\s*(async\s+)?def \w+\(", text)
+    if signature:
+        o = (n + 1, text.index("("))  # a signature the rewrite lengthened: its parameters hang
+    hung = visual_indent.hang(lines, o, br, unit, width if signature else None) if o is not None else None
+    if hung is None:
+        return None
+    first, last, new = hung
+    return first, last, [piece for line in new for piece in
+                         ((_wrap(line, width, eol, unit) or line).split(eol) if len(line) > width else [line])]
+
+
+# `<indent>raise Error("message")` or `<indent>Error(f"message")`: a guard pallas-fix writes.
+_MESSAGE = re.compile(r'^(?P<indent>[ \t]*)(?P<head>(?:raise )?[A-Za-z_][\w.]*\()(?P<f>f?)"(?P<text>[^"\\]*)"\)$')
+
+
+def _wrap_message(text: str, width: int, eol: str, unit: str) -> Optional[str]:
+    """A long one-string call as the call's head, the string in pieces joined by implicit
+    concatenation one indent in, each within the width, and the closing bracket. An f-string is
+    only cut at spaces outside its `{...}` fields; a piece with no field is a plain string."""
+    m = _MESSAGE.match(text)
+    if m is None:
+        return None
+    inner = m["indent"] + unit
+    room = width - len(inner) - 2 - len(m["f"])
+    pieces = [""]
+    for word in _words(m["text"], bool(m["f"])):
+        if pieces[-1] and len(pieces[-1]) + len(word) > room:
+            pieces.append("")
+        pieces[-1] += word
+    body = [f'{inner}{m["f"] if "{" in p or "}" in p else ""}"{p}"' for p in pieces]
+    if len(body) < 2 and len(inner) + len(pieces[0]) + 2 + len(m["f"]) > width or any(len(line) > width for line in body):
+        return None
+    return eol.join([m["indent"] + m["head"], *body, m["indent"] + ")"])
+
+
+def _words(message: str, formatted: bool) -> list[str]:
+    """The message cut after each space, no cut inside an f-string's `{...}` field."""
+    words, depth, start = [], 0, 0
+    for k, ch in enumerate(message):
+        depth += (ch == "{") - (ch == "}") if formatted else 0
+        if ch == " " and depth == 0:
+            words.append(message[start:k + 1])
+            start = k + 1
+    return words + [message[start:]] if message[start:] else words
 
 
 def _strip_eol(line: str) -> str:
