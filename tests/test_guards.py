@@ -63,14 +63,33 @@ def _guarded_plans(source: str) -> list:
 _BOUND = "residual.shape[0] < (x.shape[0] // rows) * rows"
 
 
+def _check_and_next(source: str, condition: str) -> tuple[str, str]:
+    """(the message the check `if <condition>: raise ValueError(...)` raises, the source of the
+    statement right after it), however the line width laid the check out."""
+    import ast
+
+    wanted = ast.unparse(ast.parse(condition, mode="eval").body)  # the same spelling ast.unparse gives the check
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        for n, stmt in enumerate(body):
+            if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == wanted:
+                (raised,) = stmt.body
+                assert isinstance(raised, ast.Raise) and ast.unparse(raised.exc.func) == "ValueError", ast.unparse(stmt)
+                message = raised.exc.args[0]
+                assert isinstance(message, ast.Constant), ast.unparse(raised)
+                return message.value, ast.unparse(body[n + 1]) if n + 1 < len(body) else ""
+    raise AssertionError(f"no check `if {condition}:` in\n{source}")
+
+
 def test_the_missing_bound_is_written_before_the_call_in_the_wrappers_names():
     fixed = fix_source(_source(), "k.py", unsafe=True)
     assert fixed.error is None, fixed.error
-    lines = fixed.source.splitlines()
-    check = lines.index(f"    if {_BOUND}:")
-    assert "raise ValueError(" in lines[check + 1] and "must be at least" in lines[check + 1]
-    assert lines[check + 2] == "    return pl.pallas_call("
-    assert "64" not in lines[check] + lines[check + 1]  # the wrapper's names, never the example's numbers
+    message, after = _check_and_next(fixed.source, _BOUND)
+    assert "must be at least" in message
+    assert after.startswith("return pl.pallas_call(")
+    assert "64" not in message  # the wrapper's names, never the example's numbers
     assert "pl.ds" not in fixed.source
 
 
@@ -514,9 +533,8 @@ def test_an_output_named_by_the_caller_is_sized_by_its_leaf_and_checked_before_t
     source = _NAMED_OUT.read_text()
     assert {g for p in _guarded_plans(source) for g in p.guards} == {"jax.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]"}
     fixed = fix_source(source, "k.py", unsafe=True).source
-    lines = fixed.splitlines()
-    check = lines.index("        if jax.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]:")
-    assert lines[check + 2] == "        return fn(x)"  # after the statement that builds the call, before the one that runs it
+    _, after = _check_and_next(fixed, "jax.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]")
+    assert after == "return fn(x)"  # after the statement that builds the call, before the one that runs it
     assert "out_specs=jax.tree.map(" in fixed  # one struct or a list of one: the spec mirrors either
 
 
