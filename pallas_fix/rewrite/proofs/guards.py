@@ -37,7 +37,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import plain_read
+from pallas_fix.analysis.context import plain_read, walk
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
@@ -203,7 +203,7 @@ def _read_at_call(symbols: Symbols, text: str, poly: Poly, places: list[cst.CSTN
         return False
     holders = {id(_statement_of(symbols.ctx, at)) for at in places}
     statement = _statement_of(symbols.ctx, places[0])
-    if len(holders) != 1 or statement is None or any(isinstance(n, cst.NamedExpr) for n in _walk(statement)):
+    if len(holders) != 1 or statement is None or any(isinstance(n, cst.NamedExpr) for n in walk(statement)):
         return False
     expr = cst.parse_expression(text)
     return plain_read(expr, arithmetic=True) and not (_bare_names(expr) & traced)
@@ -241,7 +241,7 @@ def traced_names(ctx, fn: Optional[cst.FunctionDef]) -> frozenset:
     params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
     names = set(params) | {p.name.value for p in fn.params.kwonly_params}
     for deco in jits:
-        for node in _walk(deco):
+        for node in walk(deco):
             if isinstance(node, cst.SimpleString):
                 names.discard(node.evaluated_value)
             elif isinstance(node, cst.Integer) and int(node.evaluated_value) < len(params):
@@ -318,7 +318,7 @@ def masked_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
     """The line of the kernel's first masked load or store (`pl.load(..., mask=...)`, Triton's
     `plgpu.load`): the kernel guards the tail itself, so a window past the end is a call it means
     to handle (on hardware masked lanes are not touched), not one a check may reject."""
-    for node in _walk(kernel) if kernel is not None else ():
+    for node in walk(kernel) if kernel is not None else ():
         if (isinstance(node, cst.Call) and any(a.keyword is not None and a.keyword.value == "mask" for a in node.args)
                 and (ctx.imports.qualify(node.func) or "").startswith(N.PALLAS + ".")
                 and (ctx.imports.qualify(node.func) or "").rsplit(".", 1)[-1] in ("load", "store", "swap")):
@@ -328,14 +328,8 @@ def masked_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
 
 def uses_asserts(ctx, fn: cst.FunctionDef) -> bool:
     """The wrapper states its checks with `assert` (and raises nothing itself)."""
-    nodes = list(_walk(fn))
+    nodes = list(walk(fn))
     return any(isinstance(n, cst.Assert) for n in nodes) and not any(isinstance(n, cst.Raise) for n in nodes)
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
 
 
 def guard_edit(guards: list[Guard], use_assert: bool, existing=None):

@@ -20,9 +20,10 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import plain_read
+from pallas_fix.analysis.context import own_nodes, plain_read, walk
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.callsite.out_leaves import leaf_parts
+from pallas_fix.rewrite.text.syntax import variable_names
 
 
 def readable_at(symbols: Symbols, poly: Poly, anchor: cst.CSTNode, reads_back, blocked: frozenset = frozenset()) -> Optional[str]:
@@ -77,15 +78,9 @@ def _unchanged(symbols: Symbols, atom, anchor: cst.CSTNode, blocked: frozenset) 
     fn = ctx.enclosing_function(anchor)
     if fn is None or ctx.scope_chain(node)[:1] != [fn]:
         return False
-    names = read_names(node)
+    names = variable_names(node)
     return not (names & blocked) and names_unchanged(ctx, names, node, anchor, same_statement=False,
                                                      contents=not isinstance(node, cst.Name))
-
-
-def read_names(node: cst.CSTNode) -> set[str]:
-    """The names an expression reads (not the attribute names after a dot)."""
-    attrs = {id(n.attr) for n in _walk(node) if isinstance(n, cst.Attribute)}
-    return {n.value for n in _walk(node) if isinstance(n, cst.Name) and id(n) not in attrs}
 
 
 def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode, same_statement: bool,
@@ -105,13 +100,13 @@ def names_unchanged(ctx, names: set[str], node: cst.CSTNode, anchor: cst.CSTNode
     if first is None or last is None or first > last or not isinstance(stmts[first], cst.SimpleStatementLine):
         return False
     if first == last and not (same_statement and not any(
-            isinstance(n, cst.NamedExpr) and read_names(n.target) & names for n in _walk(stmts[first]))):
+            isinstance(n, cst.NamedExpr) and variable_names(n.target) & names for n in walk(stmts[first]))):
         return False
     between = stmts[first + (first == last):last + 1] if first < last else []
     if contents and any(_may_change(st, names) for st in between):
         return False
     return not any(_binds(st, names) for st in between) and not any(
-        isinstance(n, (cst.Nonlocal, cst.Global)) and {a.name.value for a in n.names} & names for n in _walk(ctx.module))
+        isinstance(n, (cst.Nonlocal, cst.Global)) and {a.name.value for a in n.names} & names for n in walk(ctx.module))
 
 
 def key_is_opaque(key: str) -> bool:
@@ -125,7 +120,7 @@ def _top_index(ctx, stmts: list, node: cst.CSTNode) -> Optional[int]:
 
 def _binds(stmt: cst.CSTNode, names: set[str]) -> bool:
     """`stmt` (or anything nested in it, but not inside an inner function) may bind one of `names`."""
-    for node in _walk(stmt, into_functions=False):
+    for node in own_nodes(stmt):
         targets: list = []
         if isinstance(node, cst.Assign):
             targets = [t.target for t in node.targets]
@@ -141,14 +136,14 @@ def _binds(stmt: cst.CSTNode, names: set[str]) -> bool:
             targets = [node.name]
         elif isinstance(node, cst.Del):
             targets = [node.target]
-        if any(isinstance(n, cst.Name) and n.value in names for t in targets for n in _walk(t)):
+        if any(isinstance(n, cst.Name) and n.value in names for t in targets for n in walk(t)):
             return True
     return False
 
 
 def _may_change(stmt: cst.CSTNode, names: set[str]) -> bool:
     """A call in `stmt` that may change what one of `names` holds: its method, or one of its arguments."""
-    for node in _walk(stmt):
+    for node in walk(stmt):
         if not isinstance(node, cst.Call):
             continue
         func = node.func
@@ -158,14 +153,6 @@ def _may_change(stmt: cst.CSTNode, names: set[str]) -> bool:
                 isinstance(a.value, cst.Name) and a.value.value in names for a in node.args):
             return True
     return False
-
-
-def _walk(node: cst.CSTNode, into_functions: bool = True):
-    yield node
-    if not into_functions and isinstance(node, (cst.FunctionDef, cst.Lambda)):
-        return
-    for child in node.children:
-        yield from _walk(child, into_functions)
 
 
 def reads_leaf(symbols: Symbols, text: str, poly: Poly, call: cst.CSTNode, anchor: cst.CSTNode, blocked: frozenset) -> bool:
@@ -181,5 +168,5 @@ def reads_leaf(symbols: Symbols, text: str, poly: Poly, call: cst.CSTNode, ancho
     written = leaf_parts(atom.node)
     if written is None:
         return False
-    names = read_names(atom.node)
-    return not (read_names(written) & blocked) and names_unchanged(symbols.ctx, names, call, anchor, same_statement=True)
+    names = variable_names(atom.node)
+    return not (variable_names(written) & blocked) and names_unchanged(symbols.ctx, names, call, anchor, same_statement=True)

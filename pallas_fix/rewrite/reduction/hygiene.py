@@ -26,6 +26,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.loops.checks import check_hygiene
 from pallas_fix.rewrite.text.scopes import bindings, param_names
 from pallas_fix.rewrite.text.statements import body_statements
+from pallas_fix.rewrite.text.syntax import variable_names
 
 WHEN_DEFS = ("_init", "_step", "_finalize")
 
@@ -50,7 +51,7 @@ def check_reduction_scopes(ctx: ModuleContext, region, removed: list, step_names
     _refuse_mentions(ctx, kernel, kept, step_names - {loop.index_name}, "inlining the loop body would bind")
     step_level = {loop.index_name} | step_names | _own_bindings(region.body)
     finalize_locals = result_names | {n for s in after for n in bindings(s, nested=False)}
-    moved = [(s, _names_in(s)) for s in after]
+    moved = [(s, variable_names(s)) for s in after]
     if embedded is not None:
         finalize_locals |= set(bindings(embedded.statement, nested=False))
         moved.insert(0, (embedded.statement, set(embedded.rest_names)))
@@ -70,7 +71,7 @@ def _refuse_mentions(ctx: ModuleContext, kernel, kept: list, names: set[str], wh
     if clash:
         raise Refuse(f"{why} `{clash[0]}`, a parameter of the kernel; rename it")
     for stmt in kept:
-        clash = sorted(names & _names_in(stmt))
+        clash = sorted(names & variable_names(stmt))
         if clash:
             raise Refuse(f"{why} `{clash[0]}`, which line {ctx.span(stmt).line} also uses; rename it")
 
@@ -82,21 +83,6 @@ def _refuse_scope_statements(ctx: ModuleContext, roots: list) -> None:
         for node in walk(root):
             if isinstance(node, (cst.Global, cst.Nonlocal)):
                 raise Refuse(f"`{ctx.code(node).strip()}` (line {ctx.span(node).line}) would name another scope after the rewrite")
-
-
-def _names_in(node: cst.CSTNode) -> set[str]:
-    """The variable names `node` mentions anywhere (nested functions included): not attribute
-    names or keyword-argument names."""
-    out: set[str] = set()
-    skip: set[int] = set()
-    for n in walk(node):
-        if isinstance(n, cst.Attribute):
-            skip.add(id(n.attr))
-        elif isinstance(n, cst.Arg) and n.keyword is not None:
-            skip.add(id(n.keyword))
-        elif isinstance(n, cst.Name) and id(n) not in skip:
-            out.add(n.value)
-    return out
 
 
 def _used_names(kernel: cst.FunctionDef) -> set[str]:

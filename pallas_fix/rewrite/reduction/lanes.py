@@ -31,7 +31,6 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import walk
 from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.reduction.carries import Carry, Leaf, built_shape
@@ -40,7 +39,7 @@ from pallas_fix.rewrite.reduction.carry_names import result_target
 from pallas_fix.rewrite.reduction.carry_tree import literal_leaves, mirror
 from pallas_fix.rewrite.reduction.lane_values import L, NoLanes, expression, mentions, statement
 from pallas_fix.rewrite.text.scopes import bindings
-from pallas_fix.rewrite.text.syntax import code, names_in
+from pallas_fix.rewrite.text.syntax import code, names_in, variable_names
 
 LANES = 128
 _SCALAR_TYPES = frozenset({"float32", "float16", "bfloat16", "int32", "int16", "int8", "uint32", "bool_", "finfo", "iinfo"})
@@ -148,7 +147,7 @@ def _python_numbers(ctx, region, stmts: list) -> frozenset[str]:
         bound |= {n for s in region.body.body.body for n in bindings(s, nested=True)}  # the dropped `m, l = carry` too
     params = {p.name.value for p in [*region.site.kernel.params.params, *region.site.kernel.params.kwonly_params]}
     out = set()
-    for name in _reads(stmts) - bound:
+    for name in set().union(*map(variable_names, stmts)) - bound:
         val = region.env.value(cst.Name(name))
         if val.dynamic or val.vtype not in ("int", "float", "bool"):
             continue
@@ -162,18 +161,6 @@ def _python_numbers(ctx, region, stmts: list) -> frozenset[str]:
             continue  # a module (`jnp`) or an imported function, never an operand
         out.add(name)
     return frozenset(out)
-
-
-def _reads(stmts: list) -> set[str]:
-    """The variable names the statements read (not attribute names or keywords)."""
-    skip = set()
-    for s in stmts:
-        for n in walk(s):
-            if isinstance(n, cst.Attribute):
-                skip.add(id(n.attr))
-            elif isinstance(n, cst.Arg) and n.keyword is not None:
-                skip.add(id(n.keyword))
-    return {n.value for s in stmts for n in walk(s) if isinstance(n, cst.Name) and id(n) not in skip}
 
 
 # -- which leaves ---------------------------------------------------------------------------------------

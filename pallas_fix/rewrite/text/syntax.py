@@ -54,6 +54,21 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in walk(node) if isinstance(n, cst.Name)}
 
 
+def variable_names(node: cst.CSTNode) -> set[str]:
+    """The variable names `node` mentions anywhere (nested functions included): not attribute
+    names or keyword-argument names."""
+    out: set[str] = set()
+    skip: set[int] = set()
+    for n in walk(node):
+        if isinstance(n, cst.Attribute):
+            skip.add(id(n.attr))
+        elif isinstance(n, cst.Arg) and n.keyword is not None:
+            skip.add(id(n.keyword))
+        elif isinstance(n, cst.Name) and id(n) not in skip:
+            out.add(n.value)
+    return out
+
+
 def paren_text(text: str) -> str:
     """`text` as an operand: atoms (`bs`, `x.shape[0]`) bare, anything else in parentheses."""
     simple = text.replace("_", "").replace(".", "").replace("[", "").replace("]", "")
