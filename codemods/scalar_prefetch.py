@@ -64,7 +64,7 @@ from pallas_fix.rewrite.common import check_single_call, reported_uses
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.text.line_width import fit_width
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.prefetch.index_text import rows_condition, table_out_of_range
 from pallas_fix.rewrite.prefetch.windows import Gather, check_not_written, check_table, gather_of
 from pallas_fix.rewrite.prefetch.call import PrefetchEdits

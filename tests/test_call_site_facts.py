@@ -16,7 +16,7 @@ from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.loops.symbolic import Symbols
 from pallas_fix.frontends.service import analyze_source
 from pallas_fix.rewrite.callsite.grid_shape import GridShape, read_grid
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.proofs.ragged_blocks import position_read
 
 

@@ -15,7 +15,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.result import analyze
 from pallas_fix.analysis.values.same_value import value_change
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.translate import Translator
 
 _KERNEL = """

@@ -19,7 +19,7 @@ from pallas_fix.frontends.service import analyze_source
 from pallas_fix.rewrite.blocks.plan import NewAxis
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.grid_params import new_axis_semantics
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 
 def _setup(body: str):

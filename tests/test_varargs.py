@@ -10,7 +10,7 @@ import pytest
 
 from pallas_fix.analysis.result import analyze
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 _MODULE = """
 import functools

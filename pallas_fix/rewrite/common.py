@@ -17,7 +17,7 @@ from pallas_fix.analysis.discovery.kernel_entry import entry_problem
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text.libcst_scopes import for_target_names, scope_at, scopes_for
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rules.registry import classify
 from pallas_fix.analysis.loops.windows import window_of

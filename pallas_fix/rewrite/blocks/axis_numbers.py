@@ -17,7 +17,7 @@ from pallas_fix.analysis.loops.symbolic import Symbols
 from pallas_fix.core import names as N
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.text.edits import Edit
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 
 

@@ -10,14 +10,14 @@ import libcst as cst
 
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core.names import call_arg
-from pallas_fix.rewrite.callsite.block_dims import other_dim_refusal
+from pallas_fix.rewrite.callsite.spelling.block_dims import other_dim_refusal
 from pallas_fix.rewrite.callsite.ranks import unknown_rank
 from pallas_fix.rewrite.blocks.plan import RefBlock, name_grid_indices
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.grid_params import GridParams
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.syntax import code, is_zero, names_in, paren_text
 
 

@@ -30,8 +30,8 @@ from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
 from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
-from pallas_fix.rewrite.callsite.keywords import insert_keywords
-from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
+from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
+from pallas_fix.rewrite.callsite.spelling.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.callsite.operand_groups import refuse_shared_tail, whole_tail_specs
 from pallas_fix.rewrite.blocks.spec_slots import drop_unused_index_defs, drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.text.syntax import code, names_in, paren_text
@@ -141,7 +141,7 @@ class CallEdits:
             self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
             if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None or no_block_spec(self.cs.ctx, container, self.cs.site.call):
                 # `[spec] * k`, or one `pl.no_block_spec` for all: written out, one entry per
-                # operand (rewrite.callsite.repeated_specs)
+                # operand (rewrite.callsite.spelling.repeated_specs)
                 texts = [new_codes[s.index] or code(exprs[s.index]) for s in slots]
                 target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), self.cs.site.call)
                 # The specs mirror out_shape's pytree: one output given as a leaf takes one spec.

@@ -11,7 +11,7 @@ import libcst as cst
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.text.syntax import code

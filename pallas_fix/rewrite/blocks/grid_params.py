@@ -16,7 +16,7 @@ from pallas_fix.core.model import Backend
 from pallas_fix.core.speed import Pipelined
 from pallas_fix.rewrite.blocks.plan import NewAxis
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Spec
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Spec
 from pallas_fix.rewrite.text.syntax import names_in
 
 _DEFAULT_NAMES = ["i", "j", "k", "l", "m", "n"]

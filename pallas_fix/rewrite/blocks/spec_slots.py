@@ -15,7 +15,7 @@ from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.edits import remove_statement
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.statements import siblings_of
 
 
@@ -86,7 +86,7 @@ def _binds_only(stmt: cst.CSTNode, name: str, value: cst.BaseExpression) -> bool
 
 
 def drop_unused_index_defs(cs: CallSite, edits: dict) -> None:
-    """`def idx_map(i, j): return i, 0` read as a lambda (rewrite.callsite.operands) whose every
+    """`def idx_map(i, j): return i, 0` read as a lambda (rewrite.callsite.spelling.operands) whose every
     read sits inside a spec the plan rewrites: remove it."""
     ctx = cs.ctx
     defs = {}

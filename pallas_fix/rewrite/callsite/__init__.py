@@ -1,5 +1,6 @@
-"""Reading and rewriting what a pallas_call says: its operands (also lists built by code, operand
-groups, repeated spec lists, an out_shape passed in by name: `out_leaves.py`), grid, specs,
-keywords, compiler params, ranks, and call-site expressions written inside the kernel.
+"""Reading and rewriting what a pallas_call says: its operands (also operand groups and an
+out_shape passed in by name: `out_leaves.py`), grid, specs, compiler params, ranks, and call-site
+expressions written inside the kernel. The room `spelling/` holds how the call's pieces are
+written (block dims, operand and spec types, lists built by code, repeated specs, keywords).
 
 May import core, analysis and rewrite.text."""

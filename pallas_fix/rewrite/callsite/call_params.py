@@ -6,7 +6,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
 
 

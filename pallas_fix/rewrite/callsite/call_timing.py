@@ -21,7 +21,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.values.same_value import Change, bound_after, name_change, value_change
 from pallas_fix.core.model import KernelSite
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 
 class CallTiming:

@@ -18,8 +18,8 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.values.same_value import same_value_at
-from pallas_fix.rewrite.callsite.built_lists import mutates
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.built_lists import mutates
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code, elements
 
 RankOf = Callable[[cst.BaseExpression], Optional[int]]  # an array expression -> its rank

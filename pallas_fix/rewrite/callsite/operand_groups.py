@@ -31,9 +31,9 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
-from pallas_fix.rewrite.callsite.built_lists import list_change, mutates, starred_items
+from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
 from pallas_fix.rewrite.callsite.call_timing import operand_change
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
 
 
@@ -153,7 +153,7 @@ def call_entries(ctx: ModuleContext, inv: cst.Call) -> list[Entry]:
 
 def starred_entries(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> Optional[list[Entry]]:
     """The entries of `*star` at the call `at`: the items of a tuple literal
-    (rewrite.callsite.built_lists), else of a list built under `if`s; None when neither."""
+    (rewrite.callsite.spelling.built_lists), else of a list built under `if`s; None when neither."""
     items = starred_items(ctx, star, at)
     if items is not None:
         return [Entry(i) for i in items]

@@ -17,7 +17,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import plain_read
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.imports import module_alias
 
 

@@ -16,7 +16,7 @@ from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.names import call_arg
-from pallas_fix.rewrite.callsite.operands import Slot
+from pallas_fix.rewrite.callsite.spelling.operands import Slot
 from pallas_fix.rewrite.text.syntax import elements, is_plain_name
 
 

@@ -3,7 +3,7 @@
 `CallSite` maps each kernel ref parameter to its slot (input k, output k, scratch, scalar
 prefetch), reads the current grid and BlockSpecs as syntax, and produces the new keyword values
 for a plan that adds grid axes or changes some refs' blocks; anything it cannot read exactly is
-a `CallSiteError`, never a guess. Operand types: callsite.operands; ranks: callsite.ranks.
+a `CallSiteError`, never a guess. Operand types: callsite.spelling.operands; ranks: callsite.ranks.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
-from pallas_fix.rewrite.callsite.block_dims import block_dim
-from pallas_fix.rewrite.callsite.built_lists import built_items, mutates, present_arm
+from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim
+from pallas_fix.rewrite.callsite.spelling.built_lists import built_items, mutates, present_arm
 from pallas_fix.rewrite.callsite.call_params import dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot, Spec, local_index_def
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, local_index_def
 from pallas_fix.rewrite.callsite.out_leaves import leaf_dim, one_named_output
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
-from pallas_fix.rewrite.callsite.repeated_specs import no_block_spec, repeated_items
+from pallas_fix.rewrite.callsite.spelling.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
 
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
@@ -49,7 +49,7 @@ class CallSite(CallTiming):
             raise CallSiteError("pallas_call gets settings through `**` that pallas-fix cannot read; pass them as keywords, or `**` a `dict(...)` bound once just for this call")
         self.num_prefetch = self._num_prefetch()
         self.args_expanded = False  # some operands come from `*operands` (see _invocation_args)
-        self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.callsite.built_lists)
+        self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.callsite.spelling.built_lists)
         self.builder_reads: set[int] = set()  # the list names those building statements read
         self.args = self._invocation_args()
         self.out_shapes, self.single_output = self._out_shapes()

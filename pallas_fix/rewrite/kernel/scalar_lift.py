@@ -27,7 +27,7 @@ from pallas_fix.core.model import Backend, IndexUse
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
 from pallas_fix.rewrite.kernel.squeezed_reads import renumberable

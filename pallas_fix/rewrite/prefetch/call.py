@@ -23,8 +23,8 @@ from pallas_fix.rewrite.prefetch.call_layout import kwarg, laid_out, layout, mov
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams
-from pallas_fix.rewrite.callsite.keywords import insert_keywords
-from pallas_fix.rewrite.callsite.operands import CallSiteError, Slot
+from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot
 from pallas_fix.rewrite.prefetch.index_text import block_text
 from pallas_fix.rewrite.prefetch.windows import Gather
 from pallas_fix.rewrite.text.syntax import code, elements, names_in

@@ -23,7 +23,7 @@ from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, exa
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
                                               traced_names, written_before)
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.proofs.unproved import unproved_blocks
 from pallas_fix.rewrite.text.translate import Translator

@@ -18,7 +18,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.core.model import Backend
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.example_facts import evaluate, example_values

@@ -21,7 +21,7 @@ from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_b
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.rewrite.callsite.call_timing import closure_change
-from pallas_fix.rewrite.callsite.operands import CallSiteError
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 def grid_placeholder(axis: int) -> str:
     """The name standing for grid axis `axis`'s index in a Translator.grid_expression."""

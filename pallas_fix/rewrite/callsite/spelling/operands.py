@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.rewrite.callsite.block_dims import BlockDim
+from pallas_fix.rewrite.callsite.spelling.block_dims import BlockDim
 from pallas_fix.rewrite.text.syntax import elements
 
 
