@@ -154,6 +154,31 @@ def test_scalar_beside_a_window_is_left_to_the_window() -> None:
     assert _kinds(result) == [("o_ref", 1, "ds"), ("x_ref", 1, "ds")]
 
 
+def test_program_id_row_beside_a_loop_window_is_a_use_of_its_own() -> None:
+    """`x_ref[b, pl.ds(j * 128, 128)]` in a loop: the row is a grid axis's block index whatever
+    the loop's planner decides (a Triton reduction keeps the loop), so it gets its own use."""
+    result = _uses(
+        "def kernel(x_ref, o_ref):\n    b = pl.program_id(0)\n\n"
+        "    @pl.loop(0, 4)\n    def _(j):\n        o_ref[b, pl.ds(j * 128, 128)] = x_ref[b, pl.ds(j * 128, 128)]\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,))(x)",
+    )
+    assert _kinds(result) == [("o_ref", 0, "scalar"), ("o_ref", 1, "ds"), ("x_ref", 0, "scalar"), ("x_ref", 1, "ds")]
+
+
+@pytest.mark.parametrize(
+    "start",
+    ["b * 128", "t_ref[b]"],  # a window the program id drives; one data picks (R6 gathers the row with it)
+)
+def test_a_row_beside_a_window_a_program_id_or_data_drives_stays_with_it(start) -> None:
+    result = _uses(
+        "def kernel(t_ref, x_ref, o_ref):\n    b = pl.program_id(0)\n"
+        f"    o_ref[b, pl.ds({start}, 128)] = x_ref[b, pl.ds({start}, 128)]\n",
+        "pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,))(t, x)",
+    )
+    assert ("x_ref", 0, "scalar") not in _kinds(result)
+    assert ("x_ref", 1, "ds") in _kinds(result)
+
+
 FIXTURES = Path(__file__).parent / "fixtures" / "codemods"
 SCALAR_PAIRS = [
     "lift_loop/scalar_batch_slabs",

@@ -7,7 +7,8 @@ descriptor is rebuilt with only to `.wait()` on it move no data and give none.
 A traced integer scalar index (`x_ref[r, :]`, `h_ref[idx, 0]`) is a "scalar" use only on an
 input or output ref of the kernel itself (not scalar prefetch, not scratch, not placed whole in a
 memory space), in a subscript with no other dynamic element (a window's planner squeezes such dims
-itself) that is a write or keeps a dim, and only when it is driven by a loop index or
+itself; a program-id row beside windows that only loop indices drive is a use of its own, since
+the loop may stay) that is a write or keeps a dim, and only when it is driven by a loop index or
 `pl.program_id` (it could become a squeezed block dim) or by data or a traced value with no loop
 or grid term (`o_ref[page, :] = v` with `page` a table entry: a scatter or gather of whole rows,
 reported with no fix). Every other scalar index (a table entry `idx_ref[b]`,
@@ -91,6 +92,8 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     access = _Access(site, sub, fn, env, ref_expr, via_at, starred)
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
+    if uses and is_ref and not starred and operand_ref(site, env, ref_expr):
+        return sorted(uses + _grid_rows(access, elements, uses), key=lambda u: u.dim)
     if uses or not is_ref or starred or not operand_ref(site, env, ref_expr) or _element_load(env, sub, elements):
         return uses
     return [u for u in (_scalar_use(access, dim, sl) for dim, sl in elements) if u is not None]
@@ -157,6 +160,26 @@ def _contracted(env: Env, sub: cst.Subscript) -> bool:
         return isinstance(parent.operator, cst.MatrixMultiply)
     call = env.ctx.parent(parent) if isinstance(parent, cst.Arg) else None
     return isinstance(call, cst.Call) and env.ctx.imports.is_(call.func, N.CONTRACTIONS)
+
+
+def _grid_rows(access: _Access, elements, uses: list[IndexUse]) -> list[IndexUse]:
+    """Scalar dims indexed by a program id alone, beside windows that no program id drives
+    (`x_ref[row, pl.ds(j * bn, bn)]` in a loop). Each is a block index of its own grid axis
+    whatever the loop's planner does: the row moves to a squeezed block dim even when the loop
+    beside it stays (a Triton reduction), and every grid step still owns its block. Beside a
+    window a program id drives, the window's planner squeezes the row itself: lifting the row
+    alone would leave one output block shared by the steps the window tells apart."""
+    if any(u.provenance.origin is not Origin.LOOP or u.provenance.program_id_axis is not None for u in uses):
+        return []  # a data-chosen window (R6) gathers its block with the row in it
+    taken = {u.dim for u in uses}
+    rows = []
+    for dim, sl in elements:
+        if dim in taken or not _traced_int_scalar(access.env, sl):
+            continue
+        val = access.env.value(sl.value)  # type: ignore[attr-defined]
+        if val.origin is Origin.PROGRAM_ID and not val.loop:
+            rows.append(access.use(dim, sl.value, sl.value, None, "scalar", val, None))  # type: ignore[attr-defined]
+    return rows
 
 
 def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:
