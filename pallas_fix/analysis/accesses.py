@@ -169,7 +169,7 @@ def _grid_rows(access: _Access, elements, uses: list[IndexUse]) -> list[IndexUse
     beside it stays (a Triton reduction), and every grid step still owns its block. Beside a
     window a program id drives, the window's planner squeezes the row itself: lifting the row
     alone would leave one output block shared by the steps the window tells apart."""
-    if any(u.provenance.origin is not Origin.LOOP or u.provenance.program_id_axis is not None for u in uses):
+    if any(u.provenance.origin not in _BESIDE_ROWS or u.provenance.program_id_axis is not None for u in uses):
         return []  # a data-chosen window (R6) gathers its block with the row in it
     taken = {u.dim for u in uses}
     rows = []
@@ -180,6 +180,11 @@ def _grid_rows(access: _Access, elements, uses: list[IndexUse]) -> list[IndexUse
         if val.origin is Origin.PROGRAM_ID and not val.loop:
             rows.append(access.use(dim, sl.value, sl.value, None, "scalar", val, None))  # type: ignore[attr-defined]
     return rows
+
+
+# Windows a program-id row beside them leaves to its own use: a loop index, or a traced value
+# pallas-fix cannot name (a `while_loop` carry); not data (R6 gathers the row with its window).
+_BESIDE_ROWS = (Origin.LOOP, Origin.TRACED)
 
 
 def _scalar_use(access: _Access, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:

@@ -304,7 +304,8 @@ class CallSite(CallTiming):
         if spec.index_exprs is not None:
             zero_index = all(is_zero(e) for e in spec.index_exprs)
         else:
-            zero_index = spec.index_map is None  # an index_map we cannot read may move the block
+            # an index_map we cannot read may move the block; `(0,) * x.ndim` never does, whatever the rank
+            zero_index = spec.index_map is None or spec.index_all_zero
         spec.whole = spec.block is None and zero_index
         return spec
 
