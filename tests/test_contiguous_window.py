@@ -99,3 +99,37 @@ def test_the_window_then_gets_the_lift_refusal_a_written_window_gets() -> None:
     after = analyze_source(normalised, "k.py").findings
     assert [(f.code, f.refusal) for f in after] == [(f.code, f.refusal) for f in by_hand]
     assert after and "Triton runs grid axes as independent programs" in after[0].refusal
+
+
+_OUTER = '''import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def kernel(x_ref, o_ref, *, bm, bn):
+    j = pl.program_id(0)
+    cols = j * bn + jnp.arange(bn)
+
+    def body(i, acc):
+        rows = i * bm + jnp.arange(bm)
+        return acc + pltriton.load(x_ref.at[rows[:, None], {cols}]).sum(axis=0)
+
+    pltriton.store(o_ref.at[cols], lax.fori_loop(0, x_ref.shape[0] // bm, body, jnp.zeros(bn)))
+
+
+def col_sums(x):
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((x.shape[1],), x.dtype), grid=(x.shape[1] // 16,),
+        compiler_params=pltriton.CompilerParams(),
+    )(x)
+'''
+
+
+def test_an_outer_product_of_ranges_is_two_windows_however_the_row_is_broadcast() -> None:
+    """`cols[None]` leaves its last dim implicit, as numpy does: the same `cols[None, :]`, as
+    JAX's own Triton norm backwards write it."""
+    for cols in ("cols[None, :]", "cols[None]"):
+        found = [f for f in analyze_source(_OUTER.replace("{cols}", cols), "k.py").findings if f.code == "PF108"]
+        assert found and all(f.fixable for f in found), (cols, [f.refusal for f in found])

@@ -33,10 +33,7 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     "ring_attention_pallas__bwd_block.py": ({188}, set()),
     "sglang_jax__simple_gla_decode.py": ({73, 75, 126, 133}, set()),
     # part d (added with the files, from the test's own output; the planners were not read):
-    # the norm backwards' arange-index column windows (dx loops, dw/db program-id columns), the
-    # Mosaic GPU ragged dot's windows, the TPU paged attention's page-table and length reads.
-    "jax__gpu_layer_norm_bwd.py": ({36, 39, 42, 65, 68, 71, 80, 99, 102, 105, 108, 123, 124}, set()),
-    "jax__gpu_rms_norm_bwd.py": ({35, 38, 41, 60, 63, 66, 75, 94, 97, 100, 113, 114}, set()),
+    # the Mosaic GPU ragged dot's windows, the TPU paged attention's page-table and length reads.
     "jax__mgpu_ragged_dot.py": ({131, 214}, set()),
     "jax__tpu_paged_attention.py": (set(), {69, 85, 97, 155, 167, 175, 187, 354}),
 }
@@ -47,9 +44,8 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
 ATTRIBUTED: dict[str, dict[int, set[int]]] = {
     "easydel__rms_norm.py": {131: {52, 54, 69}},
 }
-# Files whose kernels have dynamic windows and no finding at all (held-out ones not looked into;
-# the part-d norm backwards recorded when they were added).
-NO_FINDING: set[str] = {"jax__gpu_layer_norm_bwd.py", "jax__gpu_rms_norm_bwd.py"}
+# Files whose kernels have dynamic windows and no finding at all (held-out ones not looked into).
+NO_FINDING: set[str] = set()
 
 
 def _statement_lines(ctx, sub: cst.Subscript) -> set[int]:

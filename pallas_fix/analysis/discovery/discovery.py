@@ -10,6 +10,7 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import passed_kernels
+from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
@@ -226,6 +227,8 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
     seen: set[int] = set()
     while True:
         expr = ctx.resolve_value(expr, at)
+        if isinstance(expr, cst.Name):
+            expr, at = reaching_value(ctx, expr, at) or (expr, at)
         if id(expr) in seen:
             return
         seen.add(id(expr))
@@ -295,8 +298,11 @@ def _find_invocation(ctx: ModuleContext, site: KernelSite) -> None:
         site.form = "stored"
         name = parent.targets[0].target.value
         scope = ctx.scope_of(call)
+        rebound = len(ctx.assignments(name, scope)) > 1  # `f = pl.pallas_call(...); f(x); f = ...; f(y)`
         for node in walk(scope):
             if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
+                if rebound and (reaching_value(ctx, node.func, node) or (None,))[0] is not call:
+                    continue  # a call of another binding of the name
                 site.invocation = node
                 return
     # `return pl.pallas_call(...)` from a builder function: invoked by the caller; leave it open.

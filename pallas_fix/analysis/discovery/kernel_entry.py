@@ -20,6 +20,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import passing_arguments
+from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -225,9 +226,18 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
         binding = _binding_scope(ctx, name)
         if (name.value, id(binding)) not in aliases:
             continue
+        reached = reaching_value(ctx, name, name)  # a name assigned again reads its latest value
+        if reached is not None and not _names_alias(ctx, reached[0], aliases):
+            continue
         if not _feeds(ctx, name, chain):
             return name
     return None
+
+
+def _names_alias(ctx: ModuleContext, value: cst.BaseExpression, aliases: dict) -> bool:
+    """`value` is the kernel or one of its aliases, bare or in a functools.partial."""
+    inner = _partial_target(ctx, value)
+    return isinstance(inner, cst.Name) and (inner.value, id(_binding_scope(ctx, inner))) in aliases
 
 
 def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int], tuple[Optional[cst.BaseExpression], cst.CSTNode]]:

@@ -97,7 +97,8 @@ def _broadcasted(env, args: list[cst.BaseExpression]) -> Optional[Range]:
 
 
 def _broadcast(inner: Range, sub: cst.Subscript) -> Optional[Range]:
-    """`rows[:, None]`, `rows[None, :]`: one whole dim, the rest new axes."""
+    """`rows[:, None]`, `rows[None, :]`: one whole dim, the rest new axes (`rows[None]`: the dims
+    left out after the index are whole, as in numpy)."""
     kinds = []
     for el in sub.slice:
         if isinstance(el.slice, cst.Slice) and el.slice.lower is None and el.slice.upper is None and el.slice.step is None:
@@ -106,6 +107,8 @@ def _broadcast(inner: Range, sub: cst.Subscript) -> Optional[Range]:
             kinds.append("None")
         else:
             return None
+    if inner.rank == 1 and ":" not in kinds:
+        kinds.append(":")
     if kinds.count(":") != 1:
         return None
     return Range(inner.start, inner.size, kinds.index(":"), len(kinds))

@@ -301,11 +301,9 @@ class CallSite(CallTiming):
                 spec.read_lambda(lam)
                 spec.fill_zero_index(len(spec.block) if spec.block is not None else declared_rank(self.ctx, self.site, self.slots, slot))
             spec.index_map, spec.index_arg = lam, index_map
-        if spec.index_exprs is not None:
-            zero_index = all(is_zero(e) for e in spec.index_exprs)
-        else:
-            # an index_map we cannot read may move the block; `(0,) * x.ndim` never does, whatever the rank
-            zero_index = spec.index_map is None or spec.index_all_zero
+        # an index_map we cannot read may move the block; `(0,) * x.ndim` never does, whatever the rank
+        zero_index = (all(is_zero(e) for e in spec.index_exprs) if spec.index_exprs is not None
+                      else spec.index_map is None or spec.index_all_zero)
         spec.whole = spec.block is None and zero_index
         return spec
 
