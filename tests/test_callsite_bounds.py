@@ -119,6 +119,56 @@ def test_a_name_bound_twice_is_no_single_atom():
     assert _poly(ctx, symbols, "n", last) == _poly(ctx, symbols, "n", last)
 
 
+def _reads_of(ctx, name: str) -> list:
+    return [n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == name
+            and not isinstance(ctx.parent(n), (cst.AssignTarget, cst.Param))]
+
+
+def test_a_name_bound_in_both_arms_is_one_value_after_the_if():
+    """`if big: bn = 128 else: bn = 16`, then the grid and the block read `bn`: the same value
+    wherever it is read after the `if`, until something binds it again."""
+    ctx, symbols, _prover, _last = _setup(
+        """
+        def f(x, big):
+            if big:
+                bn = 128
+            else:
+                bn = 16
+            grid = (x.shape[0] // bn,)
+            block = (bn, x.shape[1])
+            bn = bn * 2
+            other = bn
+            return None
+        """
+    )
+    grid_read, block_read, doubled_read, other_read = [symbols.poly(n, n) for n in _reads_of(ctx, "bn")]
+    assert grid_read == block_read
+    assert other_read != grid_read  # bound again in between
+    assert doubled_read != grid_read  # read in the statement that binds it again: nothing said
+
+
+@pytest.mark.parametrize("extra, read", [
+    ("    def bump():\n        nonlocal bn\n        bn += 1\n", -1),  # a called function may rebind it
+    ("    im = lambda i: (i * bn, 0)\n", 1),                           # a closure reads it when it runs
+])
+def test_a_name_bound_in_both_arms_stays_opaque_where_it_may_change_unseen(extra: str, read: int):
+    source = textwrap.dedent(
+        """
+        def f(x, big):
+            if big:
+                bn = 128
+            else:
+                bn = 16
+            grid = (x.shape[0] // bn,)
+        EXTRA    return bn
+        """
+    ).replace("EXTRA", extra)
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), cst.NameItem)]
+    assert reads[0] != reads[read]
+
+
 def _partial_value(src: str):
     ctx = ModuleContext(textwrap.dedent(src))
     partial = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "functools.partial")

@@ -18,7 +18,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
-from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
+from pallas_fix.analysis.context import ModuleContext, Scope, plain_read, walk
 from pallas_fix.core import names as N
 
 Monomial = tuple[str, ...]  # sorted atom keys, with repeats
@@ -244,6 +244,9 @@ class Symbols:
             if isinstance(value, Unpack):
                 return self._unpacked(value, name, at, depth)
             if value is None:
+                settled = self._settled_binding(scope, name, binds, at)
+                if settled is not None:  # `if big: bn = 128 else: bn = 16`, then reads: one value
+                    return self._atom(f"{name.value}@{id(scope)}#after{settled}", name.value)
                 return self._opaque(name, at)
             return self.poly(value, value, depth + 1)
         return self._atom(f"{name.value}@module", name.value)  # an import or a builtin
@@ -305,6 +308,33 @@ class Symbols:
             return None
         before = [n for n in seen if n < holder]
         return max(before) + 1 if before else 0
+
+    def _settled_binding(self, scope: Scope, name: cst.Name, binds: list, at: cst.CSTNode) -> Optional[int]:
+        """The statement of the scope's body that last binds `name` before the statement holding
+        the read (the name itself where it is written; `at` for a name built for the call site),
+        when no binding shares that statement: reads with the same answer see one value, whatever
+        branch or loop inside that statement bound it. None otherwise, and for a name any
+        `nonlocal` or `global` names (a called function could rebind it)."""
+        if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
+               for n in walk(self.ctx.module)):
+            return None
+        read = name if self.ctx.parent(name) is not None else at
+        if self.ctx.scope_of(read) is not scope:
+            return None  # a closure reads the name when it runs, not where it is written
+        stmts = self.ctx.body_statements(scope)
+        position = {id(st): n for n, st in enumerate(stmts)}
+        holder = next((position[id(a)] for a in (read, *self.ctx.ancestors(read)) if id(a) in position), None)
+        tops = []
+        for _how, node in binds:
+            node = node.value if isinstance(node, Unpack) else node
+            top = next((position[id(a)] for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
+            if top is None:
+                return None
+            tops.append(top)
+        if holder is None or holder in tops:
+            return None
+        before = [n for n in tops if n < holder]
+        return max(before) if before else None
 
     def _atom(self, key: str, text: str) -> Poly:
         self.atoms.setdefault(key, Atom(key, text))
