@@ -165,8 +165,8 @@ class SpecWriter:
         if self.grid.adds_axis:
             used.add(ngrid)
         if spec.index_exprs is not None and spec.index_params:
-            names = {n for e in spec.index_exprs for n in names_in(e)}
-            used |= {n for n, p in enumerate(spec.index_params[:ngrid]) if p in names}
+            exprs = spec.index_exprs
+            used |= {n for n, p in enumerate(spec.index_params[:ngrid]) if _moves_along(exprs, p)}
         total = ngrid + (1 if self.grid.adds_axis else 0)
         unused = [a for a in range(total) if a not in used]
         if unused and max(used, default=-1) > min(unused):
@@ -175,6 +175,34 @@ class SpecWriter:
                 "(an accumulator or a block shared by several steps); blocking it would revisit blocks",
                 slot.param, frozenset(unused),
             )
+
+
+def _moves_along(exprs: list[cst.BaseExpression], name: str) -> bool:
+    """Whether a written block index (all its dims) moves on every step of grid parameter
+    `name`: one dim moves with it, or two dims split it as a folded grid does (`i // n`, `i % n`)."""
+    if any(_moves_with(e, name) for e in exprs):
+        return True
+    splits = [e for e in exprs
+              if isinstance(e, cst.BinaryOperation) and _moves_with(e.left, name) and name not in names_in(e.right)]
+    divs = {code(e.right) for e in splits if isinstance(e.operator, cst.FloorDivide)}
+    return any(code(e.right) in divs for e in splits if isinstance(e.operator, cst.Modulo))
+
+
+def _moves_with(expr: cst.BaseExpression, name: str) -> bool:
+    """Whether a written block index moves on every step of grid parameter `name`: the parameter
+    itself, shifted or scaled by terms that do not mention it. A floor division, a modulo or a
+    table read (`i // 2`, `ids_ref[i]`) may hand consecutive steps one block, resident across them."""
+    if isinstance(expr, cst.Name):
+        return expr.value == name
+    if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        return False
+    left, right = name in names_in(expr.left), name in names_in(expr.right)
+    if left == right:
+        return False
+    other = expr.right if left else expr.left
+    if isinstance(expr.operator, cst.Multiply) and is_zero(other):
+        return False
+    return _moves_with(expr.left if left else expr.right, name)
 
 
 class ResidentOutput(CallSiteError):

@@ -306,12 +306,18 @@ def written_before(ctx, anchor: cst.CSTNode) -> set[str]:
 
 
 def _statement_of(ctx, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
+    """The plain statement `node` runs in, where a check written before it reads the names
+    `node` reads; None inside a function, a lambda or a comprehension (`[call(x) for x in xs]`:
+    `x` is bound only in there) or a compound statement."""
     for a in (node, *ctx.ancestors(node)):
         if isinstance(a, cst.SimpleStatementLine):
             return a
-        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement)):
+        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement, *_COMPREHENSIONS)):
             return None
     return None
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 def masked_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
