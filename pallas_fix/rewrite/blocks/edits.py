@@ -139,11 +139,12 @@ class CallEdits:
                 self.edits[own_spec_node(self.cs, self.cs.site.kw(f"{kind}_specs"))] = _replace_with(c)
                 continue
             self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
-            if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None or no_block_spec(self.cs.ctx, container, self.cs.site.call):
+            at = self.cs.anchor(container)
+            if repeated_items(self.cs.ctx, container, at) is not None or no_block_spec(self.cs.ctx, container, at):
                 # `[spec] * k`, or one `pl.no_block_spec` for all: written out, one entry per
                 # operand (rewrite.callsite.spelling.repeated_specs)
                 texts = [new_codes[s.index] or code(exprs[s.index]) for s in slots]
-                target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), self.cs.site.call)
+                target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), at)
                 # The specs mirror out_shape's pytree: one output given as a leaf takes one spec.
                 single = kind == "out" and self.cs.single_output and len(texts) == 1
                 self.edits[target] = _replace_with(texts[0] if single else "[" + ", ".join(texts) + "]")
@@ -164,7 +165,7 @@ class CallEdits:
         if grid_expr is None:
             self.new_keywords.insert(0, ("grid", f"({trip},)"))
             return
-        resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.site.call)
+        resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.anchor(grid_expr))
         scalar = len(self.cs.grid) == 1 and self.cs.grid[0] is resolved  # `grid=n // bs`
         if not isinstance(resolved, (cst.Tuple, cst.List)) and not scalar:  # built by code
             self.edits[grid_expr] = _replace_with(extended_grid(grid_expr, self.cs.grid, trip))

@@ -1,0 +1,92 @@
+"""Kernels passed into a local helper together with their own grid and specs (issue 28): each
+kernel is planned against its own call of the helper, its lift edits that call's arguments, and
+what the calls share (the helper, a spec list both copy) must stay as it is. The golden pairs are
+program_id_blocks/pid_kernels_passed_with_own_specs and pid_kernels_passed_with_copied_specs."""
+
+from __future__ import annotations
+
+from kernel_loading import FIXTURES
+
+from pallas_fix.engine import analyze_source, fix_source
+
+_OWN = FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_with_own_specs_before.py"
+_COPIED = FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_with_copied_specs_before.py"
+
+
+def _by_kernel(src: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in analyze_source(src, "k.py").findings:
+        out.setdefault(f.kernel, []).append(f)
+    return out
+
+
+def test_each_kernel_reads_the_grid_and_specs_its_own_call_passes():
+    analysis = analyze_source(_OWN.read_text(), "k.py").analysis
+    forwarded = {s.kernel_name: s.forwarded for s in analysis.sites}
+    assert forwarded == {"_rows_kernel": ("grid", "in_specs", "out_specs"), "_cols_kernel": ("grid", "in_specs", "out_specs")}
+    found = _by_kernel(_OWN.read_text())
+    assert sorted(found) == ["_cols_kernel", "_rows_kernel"]
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+
+
+def test_a_grid_the_helper_writes_for_both_stays_when_no_lift_changes_it():
+    """`grid=(n // BR,)` in the helper serves both kernels (both window rows by the program id);
+    the lifts keep the grid, so only the specs each call passes change."""
+    src = _OWN.read_text().replace("\n        grid=(n // BR,),", "").replace("\n        grid=(m // BC,),", "")
+    src = src.replace("grid=grid,", "grid=(n // BR,),").replace("kernel, grid, in_specs", "kernel, in_specs")
+    src = src.replace("o_ref[:, pl.ds(j * BC, BC)] = x_ref[:, pl.ds(j * BC, BC)]", "o_ref[pl.ds(j * BR, BR), :] = x_ref[pl.ds(j * BR, BR), :]")
+    found = _by_kernel(src)
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    fixed = fix_source(src, "k.py", unsafe=True)
+    assert not fixed.error and "grid=(n // BR,)," in fixed.source and fixed.source.count("lambda j: (j, 0)") == 2
+
+
+def test_a_check_the_lift_would_write_into_the_helper_is_refused():
+    """A grid the helper writes that the bounds proof cannot tie to the blocks (`(4,)`) needs a
+    check before the pallas_call, in the helper: every call would run it, so the lift is refused."""
+    src = _OWN.read_text().replace("grid=grid,", "grid=(4,),").replace("kernel, grid, in_specs", "kernel, in_specs")
+    src = src.replace("        grid=(n // BR,),\n", "").replace("        grid=(m // BC,),\n", "")
+    found = _by_kernel(src)
+    assert all(not f.fixable and f.refusal.startswith(f"lifting `{k}` would change `call_kernel` (line 30), whose pallas_call runs "
+                                                       "every kernel passed in") for k, fs in found.items() for f in fs)
+
+
+def test_a_shared_spec_list_the_lift_must_change_is_refused_and_the_other_kernel_still_lifts():
+    """`_cols_kernel` windows `w` too, whose spec sits in the list both calls copy: lifting it
+    would hand `_rows_kernel` that block as well. Its other windows, and the other kernel, lift."""
+    src = _COPIED.read_text().replace("+ jnp.sum(w_ref[...])", "+ w_ref[:, pl.ds(j * BC, BC)]")
+    found = _by_kernel(src)
+    assert all(f.fixable for f in found["_rows_kernel"])
+    refused = [f for f in found["_cols_kernel"] if not f.fixable]
+    assert [f.message.split("`")[1] for f in refused] == ["w_ref"]
+    assert refused[0].refusal.startswith(
+        "lifting `_cols_kernel` would change `specs = [pl.BlockSpec((1, m), lambda i: (0, 0))] # w, who...` (line 38), "
+        "which the call of `call_kernel` on line 43 (passing `_rows_kernel`) reads; what the calls of `call_kernel` share "
+        "must stay as it is"), refused[0].refusal
+    fixed = fix_source(src, "k.py", unsafe=True)
+    assert "specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]" in fixed.source
+    assert "row_specs.append(pl.BlockSpec((BR, m), lambda i: (i, 0)))" in fixed.source
+
+
+def test_a_grid_passed_by_a_name_the_helper_also_binds_is_not_read_through_it():
+    """`grid=grid` where the wrapper's `grid` is also the helper's parameter: read inside the
+    helper, the name is the parameter, so that call's grid is not taken (the kernel is refused),
+    while the other call's literal grid is."""
+    src = _OWN.read_text().replace("        grid=(n // BR,),\n", "        grid=grid,\n").replace(
+        "    n, m = x.shape\n", "    n, m = x.shape\n    grid = (n // BR,)\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites}["_rows_kernel"] == ("in_specs", "out_specs")
+    found = _by_kernel(src)
+    assert not any(f.fixable for f in found["_rows_kernel"])
+    assert all("cannot read the grid `grid`" in f.refusal for f in found["_rows_kernel"]), [f.refusal for f in found["_rows_kernel"]]
+    assert all(f.fixable for f in found["_cols_kernel"])
+
+
+def test_one_kernel_passed_by_two_calls_with_two_grids_is_not_read_through_either():
+    """Both calls pass `_rows_kernel`, each with its own grid: one lift cannot edit both calls, so
+    no call's arguments stand for the pallas_call's, and the kernel is refused."""
+    src = _OWN.read_text().replace("kernel=_cols_kernel", "kernel=_rows_kernel")
+    analysis = analyze_source(src, "k.py").analysis
+    assert [s.forwarded for s in analysis.sites] == [()]
+    found = _by_kernel(src)
+    assert found["_rows_kernel"] and not any(f.fixable for f in found["_rows_kernel"])
