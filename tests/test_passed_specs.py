@@ -51,21 +51,36 @@ def test_a_check_the_lift_would_write_into_the_helper_is_refused():
                                                        "every kernel passed in") for k, fs in found.items() for f in fs)
 
 
-def test_a_shared_spec_list_the_lift_must_change_is_refused_and_the_other_kernel_still_lifts():
-    """`_cols_kernel` windows `w` too, whose spec sits in the list both calls copy: lifting it
-    would hand `_rows_kernel` that block as well. Its other windows, and the other kernel, lift."""
+def test_a_spec_list_both_calls_pass_is_not_edited_for_one_and_the_output_windows_still_lift():
+    """Both calls pass the one list `specs` (no copies): a lift of an input window would change
+    its spec for the other kernel too, so those are refused; the output windows, whose specs each
+    call writes itself, lift. (With a copy per call the new spec is set on the copy:
+    program_id_blocks/pid_kernels_passed_set_on_copy.)"""
     src = _COPIED.read_text().replace("+ jnp.sum(w_ref[...])", "+ w_ref[:, pl.ds(j * BC, BC)]")
+    src = src.replace("    specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]  # w, whole in both kernels\n", "    specs = [pl.BlockSpec((1, m), lambda i: (0, 0)), pl.BlockSpec((n, m), lambda i: (0, 0))]\n")
+    src = src.replace("in_specs=row_specs", "in_specs=specs").replace("in_specs=col_specs", "in_specs=specs")
     found = _by_kernel(src)
-    assert all(f.fixable for f in found["_rows_kernel"])
-    refused = [f for f in found["_cols_kernel"] if not f.fixable]
-    assert [f.message.split("`")[1] for f in refused] == ["w_ref"]
-    assert refused[0].refusal.startswith(
-        "lifting `_cols_kernel` would change `specs = [pl.BlockSpec((1, m), lambda i: (0, 0))] # w, who...` (line 38), "
-        "which the call of `call_kernel` on line 43 (passing `_rows_kernel`) reads; what the calls of `call_kernel` share "
-        "must stay as it is"), refused[0].refusal
+    told = {(f.kernel, f.message.split("`")[1]): (f.fixable, f.refusal) for fs in found.values() for f in fs}
+    assert {k for k, (fixable, _) in told.items() if fixable} == {("_rows_kernel", "o_ref"), ("_cols_kernel", "o_ref")}, told
+    assert all(r.startswith("`specs` (in_specs) is also used elsewhere and the rewrite would change it there too")
+               for fixable, r in told.values() if not fixable), told
     fixed = fix_source(src, "k.py", unsafe=True)
-    assert "specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]" in fixed.source
-    assert "row_specs.append(pl.BlockSpec((BR, m), lambda i: (i, 0)))" in fixed.source
+    assert "specs = [pl.BlockSpec((1, m), lambda i: (0, 0)), pl.BlockSpec((n, m), lambda i: (0, 0))]" in fixed.source
+
+
+def test_a_shared_item_that_is_not_a_plain_spec_is_not_set_on_the_copy_and_is_refused():
+    """`None if w is None else pl.BlockSpec(...)` in the list both calls copy: pallas-fix sets a new
+    spec on a copy only for a plain BlockSpec item, and editing the shared list would hand the
+    other kernel the block too: refused, naming the statement and the call that reads it."""
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_set_on_copy_before.py").read_text()
+    src = src.replace("specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]", "specs = [None if w is None else pl.BlockSpec((1, m), lambda i: (0, 0))]")
+    found = _by_kernel(src)
+    told = {(f.kernel, f.message.split("`")[1]): (f.fixable, f.refusal) for fs in found.values() for f in fs}
+    assert [k for k, (fixable, _) in told.items() if not fixable] == [("_cols_kernel", "w_ref")], told
+    assert told[("_cols_kernel", "w_ref")][1].startswith(
+        "lifting `_cols_kernel` would change `specs = [None if w is None else pl.BlockSpec((1, m), lamb...` (line 38), "
+        "which the call of `call_kernel` on line 43 (passing `_rows_kernel`) reads; what the calls of `call_kernel` share "
+        "must stay as it is"), told
 
 
 def test_a_grid_passed_by_a_name_the_helper_also_binds_is_not_read_through_it():

@@ -27,6 +27,7 @@ from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
+from pallas_fix.rewrite.callsite.forwarded import copied_slot, set_before
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
 from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
@@ -154,6 +155,10 @@ class CallEdits:
                 if c is None:
                     continue
                 refuse_shared_tail(self.cs, kind, s.index)  # `[pl.BlockSpec()] * (len(operands) - 1)`: one node, many slots
+                copied = copied_slot(self.cs, kind, s.index)  # an item of a list the helper's calls copy: set on this call's copy
+                if copied is not None:
+                    self.edits[copied[0]] = set_before(self.edits.get(copied[0]), f"{copied[1]}[{s.index}] = {c}")
+                    continue
                 self.edits[own_spec_node(self.cs, exprs[s.index])] = _replace_with(c)
         drop_unused_spec_names(self.cs, self.edits)
 

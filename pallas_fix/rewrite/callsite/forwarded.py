@@ -13,6 +13,10 @@ as it is, or the other kernel would run with the lift of this one:
 - and the lift must write nothing into its own call that names a parameter or local of the helper
   (`y.shape[1]` copied from the helper's out_shape means another array, or nothing, there).
 
+A call that passes a copy of a shared list (`dq_specs = specs.copy()`) gets a new spec for an
+item of the shared part on its copy (`dq_specs[1] = pl.BlockSpec(...)` just before the call:
+`copied_slot`, `set_before`), so the shared list itself stays as it is.
+
 Each plan is applied and compared with the original text; one that changes a shared statement is
 refused, saying what it would change and what the user could do. The engine calls `screen`
 once per analysis.
@@ -30,6 +34,7 @@ from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
+from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
 
 # Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
 _BUILDERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__"})
@@ -54,6 +59,45 @@ def screen(analysis, outcomes: dict[Anchor, list[Outcome]], apply: Callable[[cst
         return outcome if verdict is plan else verdict
 
     return {key: [judged(o) for o in items] for key, items in outcomes.items()}
+
+
+def copied_slot(cs, kind: str, index: int) -> Optional[tuple[cst.SimpleStatementLine, str]]:
+    """(the statement holding the helper's call, the name of the list it passes) when that call
+    passes a copy (`dq_specs = specs.copy()` then appends) as the `kind` specs and slot `index`'s
+    spec is an item of the list copied: the new spec goes on the copy, before that call. None
+    otherwise (the item is the copy's own, appended to it, or the list is not such a copy)."""
+    site, ctx = cs.site, cs.ctx
+    passed = site.kw(f"{kind}_specs")
+    if f"{kind}_specs" not in site.forwarded or site.passed_by is None or cs.conditional or not isinstance(passed, cst.Name):
+        return None
+    copy = ctx.resolve_value(passed, site.passed_by)
+    if copied_list(copy) is None or ctx.scope_of(copy) is not ctx.scope_of(site.passed_by):
+        return None
+    items = cs.spec_items(kind)
+    item = items[index] if items is not None and index < len(items) else None
+    if item is None or isinstance(item, cst.IfExp):  # `None if c else spec`: the arm is the slot's only under a condition
+        return None
+    holder = ctx.statement_of(item)
+    if holder is None or any(isinstance(n, cst.Name) and n.value == passed.value for n in walk(holder)):
+        return None  # appended to the copy itself: this call's own
+    anchor = ctx.statement_of(site.passed_by)
+    if not isinstance(anchor, cst.SimpleStatementLine):
+        return None
+    return anchor, passed.value
+
+
+def set_before(existing, statement: str):
+    """An edit of a statement that puts `statement` before it (after any put there already)."""
+    line = cst.parse_statement(statement)
+
+    def edit(node: cst.CSTNode) -> cst.CSTNode:
+        out = existing(node) if existing is not None else node
+        rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+        # the statement's comments and blank lines stay above what is put before it
+        first = line.with_changes(leading_lines=rest[-1].leading_lines)
+        return cst.FlattenSentinel([*rest[:-1], first, rest[-1].with_changes(leading_lines=())])
+
+    return edit
 
 
 def copy_read(ctx: ModuleContext, read: cst.Name) -> bool:
@@ -99,8 +143,9 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
         if new_lines[text] < old_lines[text]:
             return (f"lifting `{site.kernel_name}` would change {what}; what the calls of `{name}` share must "
                     "stay as it is: the other kernels would run with this kernel's grid or BlockSpecs. Pass the grid and "
-                    f"every spec list into `{name}` from each call, each call with its own (a copy it edits on its own), "
-                    "to get this fix")
+                    f"spec lists into `{name}` from each call, each call its own, or a copy of a shared list "
+                    "(`specs.copy()`) whose shared items are plain BlockSpecs (pallas-fix then sets the new spec on "
+                    "the copy), to get this fix")
     return _helper_names_written(ctx, site, helper, new)
 
 

@@ -60,7 +60,7 @@ def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
             return None
         items, reads, parts = base
         return items + added[0], reads | added[1], [expr, *parts]
-    copied = _copied_list(expr)
+    copied = copied_list(expr)
     if copied is not None:  # `dq_specs = specs.copy()`: a new list with the items `specs` has there
         return built_items(ctx, copied, at)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
@@ -72,7 +72,7 @@ def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
     return (items, set(), []) if items is not None else None
 
 
-def _copied_list(expr: cst.BaseExpression) -> Optional[cst.Name]:
+def copied_list(expr: cst.BaseExpression) -> Optional[cst.Name]:
     """`specs.copy()` or `list(specs)`: `specs`, when it is a plain name."""
     if not isinstance(expr, cst.Call) or any(a.keyword is not None or a.star for a in expr.args):
         return None
@@ -86,7 +86,7 @@ def _copied_list(expr: cst.BaseExpression) -> Optional[cst.Name]:
 
 def _only_copied(stmt: cst.CSTNode, name: str) -> bool:
     """Every read of `name` in `stmt` is a copy (`other = name.copy()`), which leaves it as it is."""
-    copies = {id(c) for n in walk(stmt) if isinstance(n, cst.Call) for c in [_copied_list(n)] if c is not None}
+    copies = {id(c) for n in walk(stmt) if isinstance(n, cst.Call) for c in [copied_list(n)] if c is not None}
     return all(id(n) in copies for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name)
 
 
