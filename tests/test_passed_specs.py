@@ -105,3 +105,34 @@ def test_one_kernel_passed_by_two_calls_with_two_grids_is_not_read_through_eithe
     assert [s.forwarded for s in analysis.sites] == [()]
     found = _by_kernel(src)
     assert found["_rows_kernel"] and not any(f.fixable for f in found["_rows_kernel"])
+
+
+def _sized_by_helper_parameter() -> str:
+    """Each kernel takes its block size `bs` through the helper's `functools.partial(kernel,
+    bs=bs)`, `bs` a parameter of the helper that each call passes."""
+    src = _OWN.read_text()
+    for kernel, size, start in (("_rows_kernel", "BR", "i"), ("_cols_kernel", "BC", "j")):
+        src = src.replace(f"def {kernel}(x_ref, o_ref, *, factor):", f"def {kernel}(x_ref, o_ref, *, factor, bs):")
+        src = src.replace(f"pl.ds({start} * {size}, {size})", f"pl.ds({start} * bs, bs)")
+    src = src.replace("out_specs, factor):", "out_specs, factor, bs):").replace("partial(kernel, factor=factor)", "partial(kernel, factor=factor, bs=bs)")
+    return src.replace("        factor=2.0,\n", "        factor=2.0,\n        bs=BR,\n").replace("        factor=3.0,\n", "        factor=3.0,\n        bs=BC,\n")
+
+
+def test_a_size_the_helper_binds_is_not_written_beside_the_call():
+    """The lift would write the block size as the kernel gets it, `bs`, which outside the helper
+    names nothing (or something else): refused, and the file stays as it is."""
+    import libcst as cst
+
+    from pallas_fix.rewrite.callsite.forwarded import _helper_names_written
+
+    src = _sized_by_helper_parameter()
+    assert not any(f.fixable for fs in _by_kernel(src).values() for f in fs)
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    # The check itself, on the text the lift would write without the bounds check it also needs.
+    result = analyze_source(src, "k.py")
+    site = next(s for s in result.analysis.sites if s.kernel_name == "_rows_kernel")
+    helper = result.analysis.ctx.enclosing_function(site.call)
+    lifted = src.replace("out_specs=pl.BlockSpec((n, m), lambda i: (0, 0)),", "out_specs=pl.BlockSpec((bs, m), lambda i: (i, 0)),")
+    why = _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(lifted))
+    assert why is not None and why.startswith("lifting `_rows_kernel` would write `bs`, read inside `call_kernel`, beside its call on line"), why
+    assert _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(src)) is None

@@ -10,7 +10,7 @@ as it is, or the other kernel would run with the lift of this one:
 - the helper itself (its pallas_call, the operand tuple, a grid or spec built inside it);
 - what another call reads: its own statement, and every statement in its scope that binds or
   builds a name it reads (`dq_specs = specs.copy()`, `dq_specs.append(...)`, `specs = [...]`);
-- and the lift must write nothing into its own call that names a parameter or local of the helper
+- and the lift must write nothing outside the helper that names a parameter or local of it
   (`y.shape[1]` copied from the helper's out_shape means another array, or nothing, there).
 
 A call that passes a copy of a shared list (`dq_specs = specs.copy()`) gets a new spec for an
@@ -150,21 +150,26 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
 
 
 def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, new: cst.Module) -> Optional[str]:
-    """Why the lift writes into its own call a name that means something else there than in the
-    helper it was read from (a parameter or local of the helper), or None."""
+    """Why the lift writes, outside the helper (its call's arguments, a spec set on a copy), a name
+    that is a parameter or local of the helper, which means something else there; or None."""
     name = helper.name.value
-    old_calls, new_calls = _calls_named(ctx.module, name), _calls_named(new, name)
-    if len(old_calls) != len(new_calls):
-        return f"lifting `{site.kernel_name}` would change which calls of `{name}` there are"
-    at = next(n for n, c in enumerate(old_calls) if c is site.passed_by)
+    old_texts, new_texts = _statement_nodes(ctx.module), _statement_nodes(new)
+    added = [n for t, n in new_texts.items() if t not in old_texts]
+    removed = [n for t, n in old_texts.items() if t not in new_texts]
     local = set(param_names(helper)) | set(scope_names(ctx, helper))
-    written = (_free_names(new_calls[at]) - _free_names(old_calls[at])) & local
+    written = set().union(*map(_free_names, added)) - set().union(*map(_free_names, removed))
+    written &= local
     if written:
         names = ", ".join(f"`{n}`" for n in sorted(written))
-        return (f"lifting `{site.kernel_name}` would write {names}, read inside `{name}`, into its call on line "
-                f"{ctx.span(site.passed_by).line}, where {'it names' if len(written) == 1 else 'they name'} something else; "
-                f"give the sizes names the wrapper binds (not parameters or locals of `{name}`) to get this fix")
+        return (f"lifting `{site.kernel_name}` would write {names}, read inside `{name}`, beside its call on line "
+                f"{ctx.span(site.passed_by).line}, where {'it names' if len(written) == 1 else 'they name'} something "
+                f"else; give the sizes names the wrapper binds (not parameters or locals of `{name}`) to get this fix")
     return None
+
+
+def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
+    """Each simple statement of the module by its text."""
+    return {_text(n): n for n in _walk(module) if isinstance(n, cst.SimpleStatementLine)}
 
 
 def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
@@ -221,10 +226,6 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         cur = stack.pop()
         yield cur
         stack.extend(reversed(cur.children))
-
-
-def _calls_named(module: cst.Module, name: str) -> list[cst.Call]:
-    return [n for n in _walk(module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == name]
 
 
 def _statements(module: cst.Module) -> Iterator[str]:
