@@ -173,9 +173,10 @@ def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
 
 
 def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
-    """The statement holding `call` and every simple statement of its scope that binds or builds a
-    name it reads, following those statements' own reads."""
-    scope = ctx.scope_of(call)
+    """The statement holding `call` and every simple statement that binds or builds a name it
+    reads, following those statements' own reads. Anywhere in the module, not only in the call's
+    scope: a module-level list both calls copy is shared as well, and a statement of another scope
+    that binds the same name is one no lift of this kernel changes anyway."""
     first = ctx.statement_of(call)
     found: list[cst.CSTNode] = [first] if first is not None else []
     todo, seen = list(_free_names(call)), set()
@@ -184,18 +185,16 @@ def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
         if name in seen:
             continue
         seen.add(name)
-        for stmt in _builders(ctx, scope, name):
+        for stmt in _builders(ctx, name):
             if all(stmt is not f for f in found):
                 found.append(stmt)
                 todo += list(_free_names(stmt))
     return found
 
 
-def _builders(ctx: ModuleContext, scope, name: str) -> Iterator[cst.SimpleStatementLine]:
-    """The simple statements directly in `scope` that bind `name` or build it in place."""
+def _builders(ctx: ModuleContext, name: str) -> Iterator[cst.SimpleStatementLine]:
+    """The simple statements of the module that bind `name` or build it in place."""
     for stmt in ctx.nodes_of(cst.SimpleStatementLine):
-        if ctx.scope_of(stmt) is not scope:
-            continue
         for node in walk(stmt):
             target = None
             if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
