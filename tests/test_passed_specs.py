@@ -136,3 +136,15 @@ def test_a_size_the_helper_binds_is_not_written_beside_the_call():
     why = _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(lifted))
     assert why is not None and why.startswith("lifting `_rows_kernel` would write `bs`, read inside `call_kernel`, beside its call on line"), why
     assert _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(src)) is None
+
+
+def test_grid_and_specs_passed_by_position_are_read_and_edited_at_the_call():
+    src = _OWN.read_text().replace("def call_kernel(*, kernel, grid, in_specs, out_specs, factor):",
+                                   "def call_kernel(kernel, grid, in_specs, out_specs, *, factor):")
+    for kw in ("kernel", "grid", "in_specs", "out_specs"):
+        src = src.replace(f"\n        {kw}=", "\n        ")
+    assert "        _rows_kernel,\n        (n // BR,),\n" in src
+    found = _by_kernel(src)
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert fixed.count("pl.BlockSpec((BR, m), lambda i: (i, 0))") == 2 and fixed.count("pl.BlockSpec((n, BC), lambda j: (0, j))") == 2
