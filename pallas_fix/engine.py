@@ -28,6 +28,7 @@ from pallas_fix.core.speed import Pipelined
 from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
+from pallas_fix.rewrite.callsite.forwarded import screen as screen_forwarded
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.loops.dependence import accumulates_in_place
 from pallas_fix.rewrite.text.line_width import fit_width
@@ -176,6 +177,9 @@ def _outcomes(analysis: Analysis, present: set[str]) -> dict[Anchor, list[Outcom
         for key, outcome in planner(analysis).items():
             outcomes.setdefault(key, []).append(outcome)
     outcomes = _resolve_waits(outcomes)
+    # A kernel passed into a helper with its own grid and specs: its plan must leave what the
+    # helper's calls share as it is (rewrite.callsite.forwarded).
+    outcomes = screen_forwarded(analysis, outcomes, apply_plan)
     # A plan that would stop a kernel running in GPU interpret mode, where it runs, becomes a refusal.
     return screen_for_gpu_interpret(analysis, outcomes)
 

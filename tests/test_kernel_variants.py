@@ -189,12 +189,23 @@ def test_an_activation_picked_by_a_flag_keeps_the_fix():
 
 
 def test_kernels_passed_to_the_function_holding_the_pallas_call_are_refused():
+    """Each call passes its kernel with its own grid, but the specs a lift adds would go into the
+    helper's one pallas_call: the other kernel would get them too (rewrite.callsite.forwarded)."""
     from kernel_loading import FIXTURES
 
     path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
     findings = analyze_source(path.read_text(), str(path)).findings
     assert {f.kernel for f in findings} == {"_scale_kernel", "_shift_kernel"}
-    assert all(not f.fixable and "as a parameter of `call_kernel`" in (f.refusal or "") for f in findings)
+    assert not any(f.fixable for f in findings)
+    assert all("lifting `_scale_kernel` would change `call_kernel` (line 29), whose pallas_call runs every kernel "
+               "passed in; what the calls of `call_kernel` share must stay as it is" in (f.refusal or "")
+               for f in findings if f.kernel == "_scale_kernel"), [f.refusal for f in findings]
+    # The grid written in the helper: one grid for both kernels, refused as one pallas_call.
+    src = path.read_text().replace("grid=grid,", "grid=(x.shape[0] // BS,),").replace(", grid=(x.shape[0] // BS,))", ")")
+    src = src.replace(", grid=(1,))", ")").replace("def call_kernel(*, kernel, grid):", "def call_kernel(*, kernel):")
+    findings = analyze_source(src, str(path)).findings
+    assert len(findings) == 4 and all(not f.fixable and "as a parameter of `call_kernel`" in (f.refusal or "") for f in findings), \
+        [f.refusal for f in findings]
 
 
 def test_a_plgpu_kernel_entry_is_analysed_and_refused():
@@ -244,9 +255,12 @@ def test_two_kernels_passed_in_are_refused_saying_how_their_windows_compare():
     assert all("pass 2 kernels (`_scale_kernel` (line 33), `_negate_kernel` (line 34))" in f.refusal
                and "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
                in f.refusal for f in findings), [f.refusal for f in findings]
-    # Windowed by a loop in one and by the program id in the other: named per operand.
+    # Windowed by a loop in one and by the program id in the other: named per operand (the grid
+    # written in the helper, so that the calls share it).
     path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
-    findings = analyze_source(path.read_text(), str(path)).findings
+    src = path.read_text().replace("grid=grid,", "grid=(x.shape[0] // BS,),").replace(", grid=(x.shape[0] // BS,))", ")")
+    src = src.replace(", grid=(1,))", ")").replace("def call_kernel(*, kernel, grid):", "def call_kernel(*, kernel):")
+    findings = analyze_source(src, str(path)).findings
     assert all("their windows differ (operand 0: dim 0 by pl.program_id(0) in `_scale_kernel` (`x_ref`), "
                "dim 0 by a loop index in `_shift_kernel` (`x_ref`); operand 1:" in f.refusal for f in findings), [f.refusal for f in findings]
 

@@ -182,6 +182,8 @@ class ModuleContext:
             seen += 1
             for scope in self.scope_chain(at):
                 values = self._index(scope).values.get(expr.value)
+                if not values and isinstance(scope, (cst.FunctionDef, cst.Lambda)) and expr.value in _parameters(scope.params):
+                    return expr  # a parameter never assigned: the caller's argument, not an outer name
                 if values:
                     if len(values) != 1 or self._within(at, values[0]) or self._argument_may_reach(scope, expr.value, values[0], at):
                         return expr

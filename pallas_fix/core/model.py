@@ -141,6 +141,10 @@ class KernelSite:
     # `call_kernel(kernel=_dq_kernel, ...)`: the call of the function holding the pallas_call that
     # passes the kernel in as a parameter (discovery makes one site for each kernel passed)
     passed_by: Optional[cst.Call] = None
+    # `call_kernel(kernel=k, grid=(...), in_specs=specs)` into `pl.pallas_call(..., grid=grid, ...)`:
+    # the pallas_call keywords whose value is a parameter the passing call supplies; `keywords`
+    # then holds that call's argument, so the lift reads and edits it there (discovery.passed_in)
+    forwarded: tuple[str, ...] = ()
     # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
     # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)
     maybe_argument: Optional[cst.BaseExpression] = None

@@ -9,7 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import passed_kernels
+from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels
 from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.core.model import Backend, KernelSite
 
@@ -44,14 +44,21 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
 
 def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
     """The site, or one site per kernel def the calls of the function holding the pallas_call
-    pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten."""
+    pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten;
+    where each call passes its own kernel, the grid and specs it passes with it are that
+    kernel's (passed_in.forward_keywords)."""
     found: list[KernelSite] = []
+    passes = 0
     for call, arg in passed_kernels(ctx, site):
         each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
                                    partial_args=list(site.partial_args), passed_by=call)
         _resolve_kernel(ctx, each, arg, call)
+        passes += 1
         if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
             found.append(each)
+    if len(found) > 1 and len(found) == passes:  # a kernel two calls pass would get one call's grid
+        for each in found:
+            forward_keywords(ctx, each)
     return found or [site]
 
 

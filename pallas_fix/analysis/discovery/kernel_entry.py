@@ -117,6 +117,10 @@ def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
             "this one with other bindings, too. Give the kernel its own pallas_call that names it, or pass it by name "
             "in every call of a helper local to the wrapper (its sizes bound inside the helper), to get this fix"
         )
+    if all(s.forwarded for s in kernels) and not passing_arguments(ctx, site)[1]:
+        # Each call passes its kernel with its own grid and specs: one pallas_call per kernel, in
+        # effect; what the calls still share is screened per plan (rewrite.callsite.forwarded).
+        return None
     passed = ", ".join(f"`{s.kernel.name.value}` (line {ctx.span(s.passed_by).line})" for s in kernels if s.passed_by is not None)
     return (
         f"kernel `{site.kernel.name.value}` reaches its pallas_call as a parameter of `{helper.name.value}`, whose calls "

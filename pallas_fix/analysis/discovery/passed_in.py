@@ -3,7 +3,14 @@
 called as `call_kernel(kernel=_dkdv_kernel, ...)` and `call_kernel(kernel=_dq_kernel, ...)`.
 Discovery makes one site per kernel passed (KernelSite.passed_by); kernel_entry refuses their
 fixes when the calls pass different kernels, since one pallas_call runs every kernel passed in,
-and lets one kernel that every call passes be rewritten with that pallas_call."""
+and lets one kernel that every call passes be rewritten with that pallas_call.
+
+Where each call passes its own kernel together with the grid and specs the pallas_call takes
+from parameters (`call_kernel(kernel=_dq, grid=(...), in_specs=dq_specs)`), those belong to that
+kernel alone: the site's keywords become the call's arguments (`forward_keywords`), so the lift
+reads and edits them in the caller, and the one pallas_call is planned as one call per kernel.
+What the calls still share (the helper itself, a list both copy) is screened by
+rewrite.callsite.forwarded."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
@@ -36,6 +44,46 @@ def passed_kernels(ctx: ModuleContext, site: KernelSite) -> list[tuple[cst.Call,
     return out
 
 
+# The pallas_call keywords a lift rewrites or reads: where the helper takes them from parameters, each
+# call that passes its own kernel supplies them for that kernel.
+FORWARDABLE = ("grid", "in_specs", "out_specs", "out_shape")
+
+
+def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
+    """Point the site's grid and spec keywords that are parameters of the helper at what
+    `site.passed_by` passes for them, when that argument reads the same names at the pallas_call
+    as at the call (no parameter or local of the helper shadows them, and the call stands in the
+    scope that defines the helper): the argument then means there what it means here."""
+    helper = ctx.enclosing_function(site.call)
+    call = site.passed_by
+    if helper is None or call is None or ctx.scope_of(call) is not ctx.scope_of(helper):
+        return
+    shadowing = set(param_names(helper)) | set(scope_names(ctx, helper))
+    keywords, forwarded = dict(site.keywords), []
+    for key in FORWARDABLE:
+        arg = keywords.get(key)
+        if arg is None or not isinstance(arg.value, cst.Name) or arg.value.value not in param_names(helper):
+            continue
+        if _rebinding(ctx, helper, arg.value.value) is not None:
+            continue
+        passed = _arg_for(helper, call, arg.value.value)
+        if passed is None or _free_names(passed.value) & shadowing:
+            continue
+        keywords[key] = passed
+        forwarded.append(key)
+    site.keywords, site.forwarded = keywords, tuple(forwarded)
+
+
+def _free_names(expr: cst.BaseExpression) -> set[str]:
+    """The names `expr` reads, less attribute and keyword names and those its lambdas bind (an
+    index_map's grid indices)."""
+    nodes = list(walk(expr))
+    bound = {p.name.value for n in nodes if isinstance(n, cst.Lambda) for p in n.params.params}
+    skip = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+    skip |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+    return {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in skip and n.value not in bound}
+
+
 def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
     """Calls `fn(...)` by its name in the scope that defines it."""
     scope = ctx.scope_of(fn)
@@ -48,6 +96,12 @@ def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
 
 def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
     """The expression `call` passes for `fn`'s parameter `param` (by keyword or position)."""
+    arg = _arg_for(fn, call, param)
+    return arg.value if arg is not None else None
+
+
+def _arg_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.Arg]:
+    """The argument `call` passes for `fn`'s parameter `param` (by keyword or position)."""
     positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
     pos = 0
     for arg in call.args:
@@ -55,10 +109,10 @@ def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[c
             return None  # `*args` / `**kwargs`: which one is the kernel is not written here
         if arg.keyword is not None:
             if arg.keyword.value == param:
-                return arg.value
+                return arg
         elif pos < len(positional):
             if positional[pos] == param:
-                return arg.value
+                return arg
             pos += 1
     return None
 

@@ -27,6 +27,7 @@ from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
+from pallas_fix.rewrite.callsite.forwarded import copied_slot, set_before
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
 from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
@@ -139,11 +140,12 @@ class CallEdits:
                 self.edits[own_spec_node(self.cs, self.cs.site.kw(f"{kind}_specs"))] = _replace_with(c)
                 continue
             self.cs.refuse_if_shared(self.cs.site.kw(f"{kind}_specs"), f"{kind}_specs", within_call=False)
-            if repeated_items(self.cs.ctx, container, self.cs.site.call) is not None or no_block_spec(self.cs.ctx, container, self.cs.site.call):
+            at = self.cs.anchor(container)
+            if repeated_items(self.cs.ctx, container, at) is not None or no_block_spec(self.cs.ctx, container, at):
                 # `[spec] * k`, or one `pl.no_block_spec` for all: written out, one entry per
                 # operand (rewrite.callsite.spelling.repeated_specs)
                 texts = [new_codes[s.index] or code(exprs[s.index]) for s in slots]
-                target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), self.cs.site.call)
+                target = self.cs.ctx.resolve_value(self.cs.site.kw(f"{kind}_specs"), at)
                 # The specs mirror out_shape's pytree: one output given as a leaf takes one spec.
                 single = kind == "out" and self.cs.single_output and len(texts) == 1
                 self.edits[target] = _replace_with(texts[0] if single else "[" + ", ".join(texts) + "]")
@@ -153,6 +155,10 @@ class CallEdits:
                 if c is None:
                     continue
                 refuse_shared_tail(self.cs, kind, s.index)  # `[pl.BlockSpec()] * (len(operands) - 1)`: one node, many slots
+                copied = copied_slot(self.cs, kind, s.index)  # an item of a list the helper's calls copy: set on this call's copy
+                if copied is not None:
+                    self.edits[copied[0]] = set_before(self.edits.get(copied[0]), f"{copied[1]}[{s.index}] = {c}")
+                    continue
                 self.edits[own_spec_node(self.cs, exprs[s.index])] = _replace_with(c)
         drop_unused_spec_names(self.cs, self.edits)
 
@@ -164,7 +170,7 @@ class CallEdits:
         if grid_expr is None:
             self.new_keywords.insert(0, ("grid", f"({trip},)"))
             return
-        resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.site.call)
+        resolved = self.cs.ctx.resolve_value(grid_expr, self.cs.anchor(grid_expr))
         scalar = len(self.cs.grid) == 1 and self.cs.grid[0] is resolved  # `grid=n // bs`
         if not isinstance(resolved, (cst.Tuple, cst.List)) and not scalar:  # built by code
             self.edits[grid_expr] = _replace_with(extended_grid(grid_expr, self.cs.grid, trip))

@@ -22,7 +22,7 @@ from pallas_fix.rewrite.text.statements import siblings_of
 def own_spec_node(cs: CallSite, target: cst.BaseExpression) -> cst.CSTNode:
     """The node a slot's new spec replaces: the spec call itself when only this slot reads it,
     the slot's own mention of the name when others read the name too."""
-    resolved = cs.ctx.resolve_value(target, cs.site.call)
+    resolved = cs.ctx.resolve_value(target, cs.anchor(target))
     if not isinstance(resolved, cst.Call):
         return target
     if not cs.other_reads(target, within_call=False):

@@ -30,6 +30,18 @@ class CallTiming:
     ctx: ModuleContext
     site: KernelSite
 
+    def anchor(self, expr: Optional[cst.CSTNode] = None) -> cst.CSTNode:
+        """Where `expr` is read as the pallas_call reads it: at the pallas_call, except what a
+        helper's call passes in as the grid or specs (KernelSite.forwarded), read at that call,
+        where it is written and the helper runs (`expr` None: what the forwarded keywords name)."""
+        site = self.site
+        if not site.forwarded or site.passed_by is None:
+            return site.call
+        helper = self.ctx.enclosing_function(site.call)
+        if expr is not None and helper is not None and any(a is helper for a in self.ctx.ancestors(expr)):
+            return site.call
+        return site.passed_by
+
     def args_visible_at_call(self) -> bool:
         """Can the call's arguments be named where pallas_call is written? (Not in the decorator
         form, nor when a builder function returns the pallas_call for someone else to call.)"""
@@ -83,11 +95,14 @@ def operand_change(ctx: ModuleContext, site: KernelSite, arg: cst.BaseExpression
 def copied_change(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, what: str) -> Optional[str]:
     """Why `expr`, a part of `what` (an out_shape or BlockSpec bound before the pallas_call),
     would mean something else copied into the pallas_call."""
-    change = value_change(ctx, expr, site.call)
+    # A grid and specs the helper's calls pass in (KernelSite.forwarded) are written, and the
+    # pallas_call evaluated, where that call stands.
+    at = site.passed_by if site.forwarded and site.passed_by is not None else site.call
+    change = value_change(ctx, expr, at)
     if change is None:
         return None
     return (f"`{_text(ctx, expr)}` in {what} (line {_line(ctx, expr)}) {_rebound(change, _text(ctx, expr))} before the pallas_call "
-            f"(line {_line(ctx, site.call)}): written there, it would not be the size the kernel gets; build "
+            f"(line {_line(ctx, at)}): written there, it would not be the size the kernel gets; build "
             f"{what} next to the pallas_call, or give the new value another name")
 
 

@@ -24,6 +24,7 @@ from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim
 from pallas_fix.rewrite.callsite.spelling.built_lists import built_items, mutates, present_arm
 from pallas_fix.rewrite.callsite.call_params import dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
+from pallas_fix.rewrite.callsite.forwarded import copy_read, shadowed_read
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
@@ -89,17 +90,17 @@ class CallSite(CallTiming):
         out = self.site.kw("out_shape")
         if out is None:
             raise CallSiteError("pallas_call has no out_shape")
-        built = built_items(self.ctx, out, self.site.call)
+        built = built_items(self.ctx, out, self.anchor(out))
         if built is not None and built[1]:  # `out_shape.append(...)`, also under `if` beside its spec
             if any(id(r) not in built[1] for r in self.other_reads(out, within_call=False)):
                 raise CallSiteError(f"`{self.ctx.code(out)}` (out_shape) is also used elsewhere; give this pallas_call its own out_shape")
             self.builder_reads |= built[1]
-            return [self.ctx.resolve_value(i, self.site.call) for i in built[0]], False
-        out = self.ctx.resolve_value(out, self.site.call)
+            return [self.ctx.resolve_value(i, self.anchor(i)) for i in built[0]], False
+        out = self.ctx.resolve_value(out, self.anchor(out))
         items = elements(out)
         if items is None:
             return [out], True
-        return [self.ctx.resolve_value(i, self.site.call) for i in items], False
+        return [self.ctx.resolve_value(i, self.anchor(i)) for i in items], False
 
     def _slots(self) -> dict[str, Slot]:
         fn = self.site.kernel
@@ -144,7 +145,7 @@ class CallSite(CallTiming):
         if grid is None:
             return []
         self._refuse_if_mutated(grid, "grid")
-        return read_grid(self.ctx, grid, self.site.call, self._array_rank)
+        return read_grid(self.ctx, grid, self.anchor(grid), self._array_rank)
 
     def _array_rank(self, array: cst.BaseExpression) -> Optional[int]:
         """The rank of an operand array named in the wrapper (for `x.shape` in a built grid)."""
@@ -161,12 +162,12 @@ class CallSite(CallTiming):
             return conditional_in_specs(self, spec)  # fills self.built and self.builder_reads
         if spec is None:
             return None
-        value = self.ctx.resolve_value(spec, self.site.call)
-        built = built_items(self.ctx, spec, self.site.call)
+        value = self.ctx.resolve_value(spec, self.anchor(spec))
+        built = built_items(self.ctx, spec, self.anchor(spec))
         if built is not None and (built[1] or not isinstance(value, cst.List)):
             items, reads, parts = built
             for part in parts:
-                if any(id(r) not in reads for r in self.other_reads(part, within_call=False)):
+                if any(id(r) not in reads and not (self.site.forwarded and copy_read(self.ctx, r)) for r in self.other_reads(part, within_call=False)):
                     raise CallSiteError(f"`{part.value}` ({key}) is also used elsewhere; give this pallas_call its own {key}")
             self.built[key], self.builder_reads = items, self.builder_reads | reads
             return spec
@@ -179,16 +180,14 @@ class CallSite(CallTiming):
         built = self.built.get(f"{kind}_specs")
         if built is not None:
             return built
-        if no_block_spec(self.ctx, container, self.site.call):
+        if no_block_spec(self.ctx, container, self.anchor(container)):
             return [container] * self._spec_count(kind)  # type: ignore[list-item]
-        return repeated_items(self.ctx, container, self.site.call) or (elements(container) if container is not None else None)
+        return repeated_items(self.ctx, container, self.anchor(container)) or (elements(container) if container is not None else None)
 
     def _refuse_if_mutated(self, expr: cst.BaseExpression, what: str) -> None:
         """`in_specs = [...]; in_specs.insert(3, ...)`: the literal is not what pallas_call gets."""
-        if not isinstance(expr, cst.Name):
-            return
-        name = expr.value
-        if any(mutates(node, name) for node in walk(self.ctx.scope_of(self.site.call))):
+        name = expr.value if isinstance(expr, cst.Name) else None
+        if name is not None and any(mutates(node, name) for node in walk(self.ctx.scope_of(self.anchor(expr)))):
             raise CallSiteError(f"`{name}` ({what}) is modified after it is built; pallas-fix reads literal lists, extended only by plain `.append` / `.extend` / `+=` statements before the call")
 
     def spec_list(self, kind: str) -> Optional[list[Optional[cst.BaseExpression]]]:
@@ -228,7 +227,7 @@ class CallSite(CallTiming):
         if not isinstance(expr, cst.Name):
             return []
         name = expr.value
-        scope = next((sc for sc in self.ctx.scope_chain(self.site.call) if self.ctx.assignments(name, sc)), None)
+        scope = next((sc for sc in self.ctx.scope_chain(self.anchor(expr)) if self.ctx.assignments(name, sc)), None)
         if scope is None:
             return []
         out = []
@@ -238,9 +237,9 @@ class CallSite(CallTiming):
             parent = self.ctx.parent(node)
             if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.Arg) and parent.keyword is node):
                 continue  # a binding, or the `in_specs=` of `in_specs=in_specs`
-            if isinstance(parent, cst.Attribute) and parent.attr is node:
+            if (isinstance(parent, cst.Attribute) and parent.attr is node) or shadowed_read(self.ctx, node, scope):
                 continue
-            if within_call and any(a is self.site.call for a in self.ctx.ancestors(node)):
+            if within_call and any(a is self.site.call or a is self.anchor(expr) for a in self.ctx.ancestors(node)):
                 continue
             if id(node) in self.builder_reads:
                 continue  # `in_specs.append(...)` building the list this call reads
@@ -251,7 +250,7 @@ class CallSite(CallTiming):
         return (len(self.args) - self.num_prefetch) if kind == "in" else len(self.out_shapes)
 
     def _is_block_spec(self, expr: cst.BaseExpression) -> bool:
-        expr = self.ctx.resolve_value(expr, self.site.call)
+        expr = self.ctx.resolve_value(expr, self.anchor(expr))
         return isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.BLOCK_SPEC)
 
     def _is_full_shape(self, block: cst.BaseExpression, slot: Slot) -> bool:
@@ -271,9 +270,9 @@ class CallSite(CallTiming):
         expr = self.spec_list(slot.kind)[slot.index]
         if expr is None:
             return Spec(None, None, None)
-        if no_block_spec(self.ctx, expr, self.site.call):
+        if no_block_spec(self.ctx, expr, self.anchor(expr)):
             return Spec(None, None, None)
-        node = self.ctx.resolve_value(expr, self.site.call)
+        node = self.ctx.resolve_value(expr, self.anchor(expr))
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):
             raise CallSiteError(f"the spec of `{slot.param}` is not a pl.BlockSpec(...) call")
         self.same_at_call(node, f"the BlockSpec of `{slot.param}`")  # its sizes are copied into new specs
@@ -289,13 +288,13 @@ class CallSite(CallTiming):
             if self._is_full_shape(block, slot):
                 block = None  # `pl.BlockSpec(x.shape, ...)`: the whole array
             else:
-                items = elements(self.same_at_call(self.ctx.resolve_value(block, self.site.call), f"the block shape of `{slot.param}`"))
+                items = elements(self.same_at_call(self.ctx.resolve_value(block, self.anchor(block)), f"the block shape of `{slot.param}`"))
                 if items is None:
                     raise CallSiteError(f"cannot read the block shape of `{slot.param}`")
                 spec.block = items
-                spec.dims = [block_dim(self.ctx, b, self.site.call) for b in items]
+                spec.dims = [block_dim(self.ctx, b, self.anchor(b)) for b in items]
         if index_map is not None:
-            lam = self.ctx.resolve_value(index_map, self.site.call)
+            lam = self.ctx.resolve_value(index_map, self.anchor(index_map))
             lam = local_index_def(self.ctx, lam, node) or lam  # `def idx_map(i, j): return i, 0`
             if isinstance(lam, (cst.Lambda, cst.FunctionDef)):
                 spec.read_lambda(lam)
@@ -324,7 +323,7 @@ class CallSite(CallTiming):
             shape = call_arg(sds, 0, "shape")
             if shape is None:
                 return None
-            shape = self.ctx.resolve_value(shape, self.site.call)
+            shape = self.ctx.resolve_value(shape, self.anchor(shape))
             items = elements(shape)
             if items is not None:
                 return self.same_at_call(items[dim], "out_shape") if dim < len(items) else None

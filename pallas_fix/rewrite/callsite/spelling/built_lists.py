@@ -6,6 +6,8 @@
   each a plain statement of the block that binds the list, before the pallas_call: the specs
   are the literal's items followed by the added ones.
 - `in_specs = [a, b] + [c]` (or names bound to such lists): the items of each part in order.
+- `dq_specs = in_specs.copy()` (or `list(in_specs)`), then appends: `in_specs`'s items, then the
+  added ones; `in_specs` is a part the caller sees (one another copy reads is shared).
 
 - `if c: in_specs.append(spec) else: in_specs.append(None)`, or an item `None if c else spec`:
   the slot's spec is `spec` (the `None` arm goes with a `None` operand).
@@ -58,6 +60,9 @@ def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
             return None
         items, reads, parts = base
         return items + added[0], reads | added[1], [expr, *parts]
+    copied = copied_list(expr)
+    if copied is not None:  # `dq_specs = specs.copy()`: a new list with the items `specs` has there
+        return built_items(ctx, copied, at)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
         left, right = built_items(ctx, expr.left, at), built_items(ctx, expr.right, at)
         if left is None or right is None:
@@ -65,6 +70,24 @@ def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
         return left[0] + right[0], left[1] | right[1], left[2] + right[2]
     items = elements(expr) if isinstance(expr, cst.List) else None
     return (items, set(), []) if items is not None else None
+
+
+def copied_list(expr: cst.BaseExpression) -> Optional[cst.Name]:
+    """`specs.copy()` or `list(specs)`: `specs`, when it is a plain name."""
+    if not isinstance(expr, cst.Call) or any(a.keyword is not None or a.star for a in expr.args):
+        return None
+    func = expr.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "copy" and not expr.args and isinstance(func.value, cst.Name):
+        return func.value
+    if isinstance(func, cst.Name) and func.value == "list" and len(expr.args) == 1 and isinstance(expr.args[0].value, cst.Name):
+        return expr.args[0].value  # type: ignore[return-value]
+    return None
+
+
+def _only_copied(stmt: cst.CSTNode, name: str) -> bool:
+    """Every read of `name` in `stmt` is a copy (`other = name.copy()`), which leaves it as it is."""
+    copies = {id(c) for n in walk(stmt) if isinstance(n, cst.Call) for c in [copied_list(n)] if c is not None}
+    return all(id(n) in copies for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name)
 
 
 def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list, set[int]]]:
@@ -89,7 +112,7 @@ def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.
             items += either[0]
             reads |= either[1]
             plain += either[2]
-        elif any(isinstance(n, cst.Name) and n.value == name for n in walk(stmt)):
+        elif any(isinstance(n, cst.Name) and n.value == name for n in walk(stmt)) and not _only_copied(stmt, name):
             return None
     if _changed_elsewhere(ctx, name, plain, ctx.scope_of(value)):
         return None

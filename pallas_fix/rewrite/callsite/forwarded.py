@@ -1,0 +1,242 @@
+"""Plans for a kernel passed into a helper with its own grid and specs, screened for what the
+helper's calls share.
+
+`def call_kernel(*, kernel, grid, in_specs, out_specs): return pl.pallas_call(kernel, grid=grid,
+...)`, called once per kernel with that kernel's grid and specs: discovery points each kernel's
+site at its own call's arguments (analysis.discovery.passed_in.forward_keywords), so a lift edits
+them there. One pallas_call still runs both kernels, and anything else the calls share must stay
+as it is, or the other kernel would run with the lift of this one:
+
+- the helper itself (its pallas_call, the operand tuple, a grid or spec built inside it);
+- what another call reads: its own statement, and every statement in its scope that binds or
+  builds a name it reads (`dq_specs = specs.copy()`, `dq_specs.append(...)`, `specs = [...]`);
+- and the lift must write nothing outside the helper that names a parameter or local of it
+  (`y.shape[1]` copied from the helper's out_shape means another array, or nothing, there).
+
+A call that passes a copy of a shared list (`dq_specs = specs.copy()`) gets a new spec for an
+item of the shared part on its copy (`dq_specs[1] = pl.BlockSpec(...)` just before the call:
+`copied_slot`, `set_before`), so the shared list itself stays as it is.
+
+Each plan is applied and compared with the original text; one that changes a shared statement is
+refused, saying what it would change and what the user could do. The engine calls `screen`
+once per analysis.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Iterator, Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects.evaluator import scope_names
+from pallas_fix.analysis.effects.syntax import param_names
+from pallas_fix.core.model import KernelSite
+from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
+from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
+
+# Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
+_BUILDERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__"})
+
+
+def screen(analysis, outcomes: dict[Anchor, list[Outcome]], apply: Callable[[cst.Module, FixPlan], str]) -> dict[Anchor, list[Outcome]]:
+    """`outcomes` with every plan of a forwarded site that changes what the helper's calls share
+    replaced by a refusal saying why. `apply`: the engine's plan application (the text it writes)."""
+    verdicts: dict[int, Outcome] = {}
+    for items in outcomes.values():
+        for outcome in items:
+            plan = outcome.first if isinstance(outcome, FixAfter) else outcome
+            if isinstance(plan, FixPlan) and plan.site is not None and plan.site.forwarded and id(plan) not in verdicts:
+                reason = _shared_change(analysis, plan.site, lambda: apply(analysis.ctx.module, plan))
+                verdicts[id(plan)] = plan if reason is None else Refusal(plan.codemod, reason)
+    if not verdicts:
+        return outcomes
+
+    def judged(outcome: Outcome) -> Outcome:
+        plan = outcome.first if isinstance(outcome, FixAfter) else outcome
+        verdict = verdicts.get(id(plan), plan)
+        return outcome if verdict is plan else verdict
+
+    return {key: [judged(o) for o in items] for key, items in outcomes.items()}
+
+
+def copied_slot(cs, kind: str, index: int) -> Optional[tuple[cst.SimpleStatementLine, str]]:
+    """(the statement holding the helper's call, the name of the list it passes) when that call
+    passes a copy (`dq_specs = specs.copy()` then appends) as the `kind` specs and slot `index`'s
+    spec is an item of the list copied: the new spec goes on the copy, before that call. None
+    otherwise (the item is the copy's own, appended to it, or the list is not such a copy)."""
+    site, ctx = cs.site, cs.ctx
+    passed = site.kw(f"{kind}_specs")
+    if f"{kind}_specs" not in site.forwarded or site.passed_by is None or cs.conditional or not isinstance(passed, cst.Name):
+        return None
+    copy = ctx.resolve_value(passed, site.passed_by)
+    if copied_list(copy) is None or ctx.scope_of(copy) is not ctx.scope_of(site.passed_by):
+        return None
+    items = cs.spec_items(kind)
+    item = items[index] if items is not None and index < len(items) else None
+    if item is None or isinstance(item, cst.IfExp):  # `None if c else spec`: the arm is the slot's only under a condition
+        return None
+    holder = ctx.statement_of(item)
+    if holder is None or any(isinstance(n, cst.Name) and n.value == passed.value for n in walk(holder)):
+        return None  # appended to the copy itself: this call's own
+    anchor = ctx.statement_of(site.passed_by)
+    if not isinstance(anchor, cst.SimpleStatementLine):
+        return None
+    return anchor, passed.value
+
+
+def set_before(existing, statement: str):
+    """An edit of a statement that puts `statement` before it (after any put there already)."""
+    line = cst.parse_statement(statement)
+
+    def edit(node: cst.CSTNode) -> cst.CSTNode:
+        out = existing(node) if existing is not None else node
+        rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+        # the statement's comments and blank lines stay above what is put before it
+        first = line.with_changes(leading_lines=rest[-1].leading_lines)
+        return cst.FlattenSentinel([*rest[:-1], first, rest[-1].with_changes(leading_lines=())])
+
+    return edit
+
+
+def copy_read(ctx: ModuleContext, read: cst.Name) -> bool:
+    """`other = specs.copy()`: a read of `specs` that leaves it as it is. Where the helper's calls
+    pass their own specs, another call's copy does not make the list shared: what a lift edits
+    in it is screened here."""
+    attr = ctx.parent(read)
+    call = ctx.parent(attr) if isinstance(attr, cst.Attribute) and attr.value is read else None
+    return isinstance(call, cst.Call) and attr.attr.value == "copy" and not call.args
+
+
+def shadowed_read(ctx: ModuleContext, read: cst.Name, scope) -> bool:
+    """`read` sits in a function nested in `scope` that binds its name itself (the helper's
+    `in_specs=in_specs` reads its own parameter, not the wrapper's list)."""
+    inner = ctx.scope_of(read)
+    while inner is not scope and isinstance(inner, (cst.FunctionDef, cst.Lambda)):
+        params = param_names(inner) if isinstance(inner, cst.FunctionDef) else {p.name.value for p in inner.params.params}
+        if read.value in params or (isinstance(inner, cst.FunctionDef) and read.value in scope_names(ctx, inner)):
+            return True
+        inner = ctx.scope_of(inner)
+    return False
+
+
+def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> Optional[str]:
+    """Why the plan's text changes something the helper's other calls share, or None."""
+    ctx: ModuleContext = analysis.ctx
+    helper = ctx.enclosing_function(site.call)
+    if helper is None or site.passed_by is None:
+        return None
+    try:
+        new = cst.parse_module(rewritten())
+    except Exception:  # noqa: BLE001 - a plan that does not apply is the engine's to report
+        return None
+    name = helper.name.value
+    old_lines, new_lines = Counter(_statements(ctx.module)), Counter(_statements(new))
+    others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
+    protected = [(helper, f"`{name}` (line {ctx.span(helper).line}), whose pallas_call runs every kernel passed in")]
+    for other in others:
+        what = f"the call of `{name}` on line {ctx.span(other.passed_by).line} (passing `{other.kernel_name}`) reads"
+        protected += [(stmt, f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, other.passed_by)]
+    for stmt, what in protected:
+        text = _text(stmt)
+        if new_lines[text] < old_lines[text]:
+            return (f"lifting `{site.kernel_name}` would change {what}; what the calls of `{name}` share must "
+                    "stay as it is: the other kernels would run with this kernel's grid or BlockSpecs. Pass the grid and "
+                    f"spec lists into `{name}` from each call, each call its own, or a copy of a shared list "
+                    "(`specs.copy()`) whose shared items are plain BlockSpecs (pallas-fix then sets the new spec on "
+                    "the copy), to get this fix")
+    return _helper_names_written(ctx, site, helper, new)
+
+
+def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, new: cst.Module) -> Optional[str]:
+    """Why the lift writes, outside the helper (its call's arguments, a spec set on a copy), a name
+    that is a parameter or local of the helper, which means something else there; or None."""
+    name = helper.name.value
+    old_texts, new_texts = _statement_nodes(ctx.module), _statement_nodes(new)
+    added = [n for t, n in new_texts.items() if t not in old_texts]
+    removed = [n for t, n in old_texts.items() if t not in new_texts]
+    local = set(param_names(helper)) | set(scope_names(ctx, helper))
+    written = set().union(*map(_free_names, added)) - set().union(*map(_free_names, removed))
+    written &= local
+    if written:
+        names = ", ".join(f"`{n}`" for n in sorted(written))
+        return (f"lifting `{site.kernel_name}` would write {names}, read inside `{name}`, beside its call on line "
+                f"{ctx.span(site.passed_by).line}, where {'it names' if len(written) == 1 else 'they name'} something "
+                f"else; give the sizes names the wrapper binds (not parameters or locals of `{name}`) to get this fix")
+    return None
+
+
+def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
+    """Each simple statement of the module by its text."""
+    return {_text(n): n for n in _walk(module) if isinstance(n, cst.SimpleStatementLine)}
+
+
+def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
+    """The statement holding `call` and every simple statement that binds or builds a name it
+    reads, following those statements' own reads. Anywhere in the module, not only in the call's
+    scope: a module-level list both calls copy is shared as well, and a statement of another scope
+    that binds the same name is one no lift of this kernel changes anyway."""
+    first = ctx.statement_of(call)
+    found: list[cst.CSTNode] = [first] if first is not None else []
+    todo, seen = list(_free_names(call)), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for stmt in _builders(ctx, name):
+            if all(stmt is not f for f in found):
+                found.append(stmt)
+                todo += list(_free_names(stmt))
+    return found
+
+
+def _builders(ctx: ModuleContext, name: str) -> Iterator[cst.SimpleStatementLine]:
+    """The simple statements of the module that bind `name` or build it in place."""
+    for stmt in ctx.nodes_of(cst.SimpleStatementLine):
+        for node in walk(stmt):
+            target = None
+            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+                target = node.target
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _BUILDERS:
+                target = node.func.value
+            while isinstance(target, (cst.Subscript, cst.Attribute)):
+                target = target.value
+            names = [n.value for n in walk(target) if isinstance(n, cst.Name)] if target is not None else []
+            if name in names:
+                yield stmt  # type: ignore[misc]
+                break
+
+
+def _free_names(node: cst.CSTNode) -> set[str]:
+    """The names a node reads, less attribute and keyword names and those its lambdas bind."""
+    nodes = list(_walk(node))
+    bound = {p.name.value for n in nodes if isinstance(n, cst.Lambda) for p in n.params.params}
+    skip = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+    skip |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+    return {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in skip and n.value not in bound}
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every node under `node`, of any tree (the rewritten one has no ModuleContext)."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(reversed(cur.children))
+
+
+def _statements(module: cst.Module) -> Iterator[str]:
+    """The text of every simple statement and function def of the module, as compared above."""
+    for node in _walk(module):
+        if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
+            yield _text(node)
+
+
+def _text(node: cst.CSTNode) -> str:
+    return " ".join(cst.Module(body=[]).code_for_node(node).split())
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."

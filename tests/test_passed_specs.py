@@ -1,0 +1,150 @@
+"""Kernels passed into a local helper together with their own grid and specs (issue 28): each
+kernel is planned against its own call of the helper, its lift edits that call's arguments, and
+what the calls share (the helper, a spec list both copy) must stay as it is. The golden pairs are
+program_id_blocks/pid_kernels_passed_with_own_specs and pid_kernels_passed_with_copied_specs."""
+
+from __future__ import annotations
+
+from kernel_loading import FIXTURES
+
+from pallas_fix.engine import analyze_source, fix_source
+
+_OWN = FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_with_own_specs_before.py"
+_COPIED = FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_with_copied_specs_before.py"
+
+
+def _by_kernel(src: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in analyze_source(src, "k.py").findings:
+        out.setdefault(f.kernel, []).append(f)
+    return out
+
+
+def test_each_kernel_reads_the_grid_and_specs_its_own_call_passes():
+    analysis = analyze_source(_OWN.read_text(), "k.py").analysis
+    forwarded = {s.kernel_name: s.forwarded for s in analysis.sites}
+    assert forwarded == {"_rows_kernel": ("grid", "in_specs", "out_specs"), "_cols_kernel": ("grid", "in_specs", "out_specs")}
+    found = _by_kernel(_OWN.read_text())
+    assert sorted(found) == ["_cols_kernel", "_rows_kernel"]
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+
+
+def test_a_grid_the_helper_writes_for_both_stays_when_no_lift_changes_it():
+    """`grid=(n // BR,)` in the helper serves both kernels (both window rows by the program id);
+    the lifts keep the grid, so only the specs each call passes change."""
+    src = _OWN.read_text().replace("\n        grid=(n // BR,),", "").replace("\n        grid=(m // BC,),", "")
+    src = src.replace("grid=grid,", "grid=(n // BR,),").replace("kernel, grid, in_specs", "kernel, in_specs")
+    src = src.replace("o_ref[:, pl.ds(j * BC, BC)] = x_ref[:, pl.ds(j * BC, BC)]", "o_ref[pl.ds(j * BR, BR), :] = x_ref[pl.ds(j * BR, BR), :]")
+    found = _by_kernel(src)
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    fixed = fix_source(src, "k.py", unsafe=True)
+    assert not fixed.error and "grid=(n // BR,)," in fixed.source and fixed.source.count("lambda j: (j, 0)") == 2
+
+
+def test_a_check_the_lift_would_write_into_the_helper_is_refused():
+    """A grid the helper writes that the bounds proof cannot tie to the blocks (`(4,)`) needs a
+    check before the pallas_call, in the helper: every call would run it, so the lift is refused."""
+    src = _OWN.read_text().replace("grid=grid,", "grid=(4,),").replace("kernel, grid, in_specs", "kernel, in_specs")
+    src = src.replace("        grid=(n // BR,),\n", "").replace("        grid=(m // BC,),\n", "")
+    found = _by_kernel(src)
+    assert all(not f.fixable and f.refusal.startswith(f"lifting `{k}` would change `call_kernel` (line 30), whose pallas_call runs "
+                                                       "every kernel passed in") for k, fs in found.items() for f in fs)
+
+
+def test_a_spec_list_both_calls_pass_is_not_edited_for_one_and_the_output_windows_still_lift():
+    """Both calls pass the one list `specs` (no copies): a lift of an input window would change
+    its spec for the other kernel too, so those are refused; the output windows, whose specs each
+    call writes itself, lift. (With a copy per call the new spec is set on the copy:
+    program_id_blocks/pid_kernels_passed_set_on_copy.)"""
+    src = _COPIED.read_text().replace("+ jnp.sum(w_ref[...])", "+ w_ref[:, pl.ds(j * BC, BC)]")
+    src = src.replace("    specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]  # w, whole in both kernels\n", "    specs = [pl.BlockSpec((1, m), lambda i: (0, 0)), pl.BlockSpec((n, m), lambda i: (0, 0))]\n")
+    src = src.replace("in_specs=row_specs", "in_specs=specs").replace("in_specs=col_specs", "in_specs=specs")
+    found = _by_kernel(src)
+    told = {(f.kernel, f.message.split("`")[1]): (f.fixable, f.refusal) for fs in found.values() for f in fs}
+    assert {k for k, (fixable, _) in told.items() if fixable} == {("_rows_kernel", "o_ref"), ("_cols_kernel", "o_ref")}, told
+    assert all(r.startswith("`specs` (in_specs) is also used elsewhere and the rewrite would change it there too")
+               for fixable, r in told.values() if not fixable), told
+    fixed = fix_source(src, "k.py", unsafe=True)
+    assert "specs = [pl.BlockSpec((1, m), lambda i: (0, 0)), pl.BlockSpec((n, m), lambda i: (0, 0))]" in fixed.source
+
+
+def test_a_shared_item_that_is_not_a_plain_spec_is_not_set_on_the_copy_and_is_refused():
+    """`None if w is None else pl.BlockSpec(...)` in the list both calls copy: pallas-fix sets a new
+    spec on a copy only for a plain BlockSpec item, and editing the shared list would hand the
+    other kernel the block too: refused, naming the statement and the call that reads it."""
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_set_on_copy_before.py").read_text()
+    src = src.replace("specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]", "specs = [None if w is None else pl.BlockSpec((1, m), lambda i: (0, 0))]")
+    found = _by_kernel(src)
+    told = {(f.kernel, f.message.split("`")[1]): (f.fixable, f.refusal) for fs in found.values() for f in fs}
+    assert [k for k, (fixable, _) in told.items() if not fixable] == [("_cols_kernel", "w_ref")], told
+    assert told[("_cols_kernel", "w_ref")][1].startswith(
+        "lifting `_cols_kernel` would change `specs = [None if w is None else pl.BlockSpec((1, m), lamb...` (line 38), "
+        "which the call of `call_kernel` on line 43 (passing `_rows_kernel`) reads; what the calls of `call_kernel` share "
+        "must stay as it is"), told
+
+
+def test_a_grid_passed_by_a_name_the_helper_also_binds_is_not_read_through_it():
+    """`grid=grid` where the wrapper's `grid` is also the helper's parameter: read inside the
+    helper, the name is the parameter, so that call's grid is not taken (the kernel is refused),
+    while the other call's literal grid is."""
+    src = _OWN.read_text().replace("        grid=(n // BR,),\n", "        grid=grid,\n").replace(
+        "    n, m = x.shape\n", "    n, m = x.shape\n    grid = (n // BR,)\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites}["_rows_kernel"] == ("in_specs", "out_specs")
+    found = _by_kernel(src)
+    assert not any(f.fixable for f in found["_rows_kernel"])
+    assert all("cannot read the grid `grid`" in f.refusal for f in found["_rows_kernel"]), [f.refusal for f in found["_rows_kernel"]]
+    assert all(f.fixable for f in found["_cols_kernel"])
+
+
+def test_one_kernel_passed_by_two_calls_with_two_grids_is_not_read_through_either():
+    """Both calls pass `_rows_kernel`, each with its own grid: one lift cannot edit both calls, so
+    no call's arguments stand for the pallas_call's, and the kernel is refused."""
+    src = _OWN.read_text().replace("kernel=_cols_kernel", "kernel=_rows_kernel")
+    analysis = analyze_source(src, "k.py").analysis
+    assert [s.forwarded for s in analysis.sites] == [()]
+    found = _by_kernel(src)
+    assert found["_rows_kernel"] and not any(f.fixable for f in found["_rows_kernel"])
+
+
+def _sized_by_helper_parameter() -> str:
+    """Each kernel takes its block size `bs` through the helper's `functools.partial(kernel,
+    bs=bs)`, `bs` a parameter of the helper that each call passes."""
+    src = _OWN.read_text()
+    for kernel, size, start in (("_rows_kernel", "BR", "i"), ("_cols_kernel", "BC", "j")):
+        src = src.replace(f"def {kernel}(x_ref, o_ref, *, factor):", f"def {kernel}(x_ref, o_ref, *, factor, bs):")
+        src = src.replace(f"pl.ds({start} * {size}, {size})", f"pl.ds({start} * bs, bs)")
+    src = src.replace("out_specs, factor):", "out_specs, factor, bs):").replace("partial(kernel, factor=factor)", "partial(kernel, factor=factor, bs=bs)")
+    return src.replace("        factor=2.0,\n", "        factor=2.0,\n        bs=BR,\n").replace("        factor=3.0,\n", "        factor=3.0,\n        bs=BC,\n")
+
+
+def test_a_size_the_helper_binds_is_not_written_beside_the_call():
+    """The lift would write the block size as the kernel gets it, `bs`, which outside the helper
+    names nothing (or something else): refused, and the file stays as it is."""
+    import libcst as cst
+
+    from pallas_fix.rewrite.callsite.forwarded import _helper_names_written
+
+    src = _sized_by_helper_parameter()
+    assert not any(f.fixable for fs in _by_kernel(src).values() for f in fs)
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    # The check itself, on the text the lift would write without the bounds check it also needs.
+    result = analyze_source(src, "k.py")
+    site = next(s for s in result.analysis.sites if s.kernel_name == "_rows_kernel")
+    helper = result.analysis.ctx.enclosing_function(site.call)
+    lifted = src.replace("out_specs=pl.BlockSpec((n, m), lambda i: (0, 0)),", "out_specs=pl.BlockSpec((bs, m), lambda i: (i, 0)),")
+    why = _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(lifted))
+    assert why is not None and why.startswith("lifting `_rows_kernel` would write `bs`, read inside `call_kernel`, beside its call on line"), why
+    assert _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(src)) is None
+
+
+def test_grid_and_specs_passed_by_position_are_read_and_edited_at_the_call():
+    src = _OWN.read_text().replace("def call_kernel(*, kernel, grid, in_specs, out_specs, factor):",
+                                   "def call_kernel(kernel, grid, in_specs, out_specs, *, factor):")
+    for kw in ("kernel", "grid", "in_specs", "out_specs"):
+        src = src.replace(f"\n        {kw}=", "\n        ")
+    assert "        _rows_kernel,\n        (n // BR,),\n" in src
+    found = _by_kernel(src)
+    assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert fixed.count("pl.BlockSpec((BR, m), lambda i: (i, 0))") == 2 and fixed.count("pl.BlockSpec((n, BC), lambda j: (0, j))") == 2
