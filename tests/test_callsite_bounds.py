@@ -360,3 +360,29 @@ def test_a_helper_that_is_not_plainly_its_return_expression_stays_opaque(helper:
 def test_a_helper_called_with_fewer_arguments_than_it_has_parameters_stays_opaque():
     mine, cdiv = _helper_poly("def cdiv(a, b=128):\n    return (a + b - 1) // b\n", "cdiv(n)")
     assert mine != cdiv and len(mine.terms) == 1 and mine.terms[0][0][0].startswith("?")
+
+
+@pytest.mark.parametrize("rebind", [
+    "    match 64:\n        case bn:\n            pass\n",
+    "    from errno import ENOEXEC as bn\n",
+    "    from errno import bn\n",
+])
+def test_a_name_bound_in_both_arms_stays_opaque_past_a_binding_scope_bindings_misses(rebind: str):
+    """A `match` capture or an import rebinds `bn` between the grid and the block: two values
+    (red team: `grid = (n // bn,)`, then `case bn:`, made a safe-marked lift whose blocks run past
+    the end)."""
+    source = textwrap.dedent(
+        """
+        def f(x, big):
+            if big:
+                bn = 128
+            else:
+                bn = 16
+            grid = (x.shape[0] // bn,)
+        REBIND    return bn
+        """
+    ).replace("REBIND", rebind)
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
+    assert reads[0] != reads[-1]

@@ -82,3 +82,17 @@ def test_reaching_value(body: str, expected) -> None:
     read = next(n for n in walk(module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "use")
     found = reaching_value(ctx, read.args[0].value, read)
     assert (ctx.code(found[0]) if found else None) == expected
+
+
+@pytest.mark.parametrize("binding", [
+    "    from kernels_elsewhere import kernel\n",
+    "    match functools.partial(first_kernel, bs=16):\n        case kernel:\n            pass\n",
+])
+def test_a_binding_no_assignment_spells_leaves_the_kernel_open(binding: str) -> None:
+    """`from m import kernel` or `case kernel:` after `kernel = partial(second_kernel, ...)`: the
+    second pallas_call runs that kernel, not second_kernel (red team: the rewrite of second_kernel
+    was written at its call site, which ran another kernel)."""
+    marker = "    method = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(y.shape, y.dtype)"
+    source = _TWO_CALLS.replace(marker, binding + marker)
+    result = analyze_source(source, "two.py")
+    assert "second_kernel" not in [s.kernel.name.value for s in result.sites if s.kernel is not None]

@@ -17,7 +17,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
+from pallas_fix.analysis.values.bindings import Unpack, binding_count, scope_bindings, single_binding
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read, walk
 from pallas_fix.core import names as N
 
@@ -313,14 +313,17 @@ class Symbols:
         """The statement of the scope's body that last binds `name` before the statement holding
         the read (the name itself where it is written; `at` for a name built for the call site),
         when no binding shares that statement: reads with the same answer see one value, whatever
-        branch or loop inside that statement bound it. None otherwise, and for a name any
-        `nonlocal` or `global` names (a called function could rebind it)."""
+        branch or loop inside that statement bound it. None otherwise, for a name any
+        `nonlocal` or `global` names (a called function could rebind it), and for one the scope
+        binds in a form `scope_bindings` does not list (an import, a `match` capture, `del`)."""
         if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
                for n in walk(self.ctx.module)):
             return None
         read = name if self.ctx.parent(name) is not None else at
         if self.ctx.scope_of(read) is not scope:
             return None  # a closure reads the name when it runs, not where it is written
+        if binding_count(self.ctx, scope, name.value) != len(binds):
+            return None  # `from m import bn`, `case bn:`, `del bn`: a binding the list does not place
         stmts = self.ctx.body_statements(scope)
         position = {id(st): n for n, st in enumerate(stmts)}
         holder = next((position[id(a)] for a in (read, *self.ctx.ancestors(read)) if id(a) in position), None)

@@ -11,7 +11,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext, Scope
+from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
 # name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def".
 Bindings = dict[str, list[tuple[str, object]]]
@@ -92,3 +92,39 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
                 _bind_target(out, inner, binding)
     elif isinstance(target, cst.StarredElement):
         _bind_target(out, target.value, binding)
+
+
+def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
+    """How many nodes of `scope`'s own code bind `name`, every form Python has: what a caller that
+    counts only some forms (plain assignments, `scope_bindings`) compares against to know it saw
+    them all."""
+    return sum(1 for n in walk(scope) if binds_name(n, name) and ctx.scope_of(n) is scope)
+
+
+def binds_name(node: cst.CSTNode, name: str) -> bool:
+    """`node` binds `name` in its scope (each plain assignment counts once, by its target; an
+    import, a `match` capture and `except ... as` too, which `scope_bindings` does not list)."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.Del, cst.NamedExpr)):
+        targets = [node.target]
+    elif isinstance(node, cst.AsName):
+        targets = [node.name]
+    elif isinstance(node, cst.ImportAlias) and node.asname is None:
+        return _dotted_head(node.name) == name  # `import a.b` binds `a`
+    elif isinstance(node, (cst.MatchAs, cst.MatchStar)):
+        return node.name is not None and node.name.value == name
+    elif isinstance(node, cst.MatchMapping):
+        return node.rest is not None and node.rest.value == name
+    elif isinstance(node, (cst.Global, cst.Nonlocal)):
+        return any(n.name.value == name for n in node.names)
+    elif isinstance(node, cst.ImportStar):
+        return True  # `from m import *` may bind any name
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.TypeAlias)):
+        return node.name.value == name
+    return any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t))
+
+
+def _dotted_head(expr: cst.BaseExpression) -> str:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else ""
