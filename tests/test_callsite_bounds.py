@@ -386,3 +386,17 @@ def test_a_name_bound_in_both_arms_stays_opaque_past_a_binding_scope_bindings_mi
     symbols = Symbols(ctx)
     reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
     assert reads[0] != reads[-1]
+
+
+@pytest.mark.parametrize("unpack, wrong", [
+    ("*_, bn = (16, 32, 64)", "32"),        # bn is 64, the last element
+    ("first, *_, bn = x.shape", "x.shape[2]"),  # bn is x.shape[-1], whatever the rank
+])
+def test_a_name_after_a_star_target_is_not_read_by_position(unpack: str, wrong: str):
+    """Red team: `*_, bn = (16, 32, 64)` made `bn` 32 to the prover, so a lift whose blocks of 64
+    run past the end was marked safe."""
+    ctx = ModuleContext(f"def f(x):\n    {unpack}\n    return bn, {wrong}\n")
+    symbols = Symbols(ctx)
+    ret = next(n for n in walk(ctx.module) if isinstance(n, cst.Return)).value
+    bn, other = (symbols.poly(el.value, el.value) for el in ret.elements)
+    assert bn != other

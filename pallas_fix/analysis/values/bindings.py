@@ -82,9 +82,14 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
     if isinstance(target, cst.Name):
         out.setdefault(target.value, []).append(binding)
     elif isinstance(target, (cst.Tuple, cst.List)):
+        star = next((i for i, el in enumerate(target.elements) if isinstance(el, cst.StarredElement)), None)
         for i, el in enumerate(target.elements):
             inner = el.value
-            if how == "assign" and isinstance(node, (cst.Tuple, cst.List)) and i < len(node.elements):
+            if how == "assign" and star is not None and i >= star:
+                # `*_, bn = sizes`: `bn` is the last element, not `sizes[1]`; from the star on,
+                # a name is some element of the value (a `for` target), its position unknown
+                _bind_target(out, inner, ("for", node))
+            elif how == "assign" and isinstance(node, (cst.Tuple, cst.List)) and i < len(node.elements):
                 _bind_target(out, inner, ("assign", node.elements[i].value))
             elif how == "assign":
                 _bind_target(out, inner, ("assign", Unpack(node, i)))  # type: ignore[arg-type]
