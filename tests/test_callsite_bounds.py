@@ -400,3 +400,16 @@ def test_a_name_after_a_star_target_is_not_read_by_position(unpack: str, wrong: 
     ret = next(n for n in walk(ctx.module) if isinstance(n, cst.Return)).value
     bn, other = (symbols.poly(el.value, el.value) for el in ret.elements)
     assert bn != other
+
+
+@pytest.mark.parametrize("source", [
+    # module code: another module, or a function through globals(), may rebind BN between reads
+    "if BIG:\n    BN = 128\nelse:\n    BN = 16\nGRID = (N // BN,)\nreset()\nBLOCK = (BN, 128)\n",
+    # red team: `exec` rebinds a global no statement spells; one assignment is no single value then
+    "BN = 16\nGRID = (N // BN,)\nexec('BN = 64')\nBLOCK = (BN, 128)\n",
+])
+def test_a_module_name_is_no_one_value_across_module_code(source: str):
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    grid_read, block_read = [symbols.poly(n, n) for n in _reads_of(ctx, "BN")]
+    assert grid_read != block_read

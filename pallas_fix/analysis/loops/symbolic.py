@@ -313,9 +313,12 @@ class Symbols:
         """The statement of the scope's body that last binds `name` before the statement holding
         the read (the name itself where it is written; `at` for a name built for the call site),
         when no binding shares that statement: reads with the same answer see one value, whatever
-        branch or loop inside that statement bound it. None otherwise, for a name any
+        branch or loop inside that statement bound it, in a function's own body. None otherwise
+        (module names: `exec`, `globals()` or another module may rebind them), for a name any
         `nonlocal` or `global` names (a called function could rebind it), and for one the scope
         binds in a form `scope_bindings` does not list (an import, a `match` capture, `del`)."""
+        if isinstance(scope, cst.Module):
+            return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
         if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
                for n in walk(self.ctx.module)):
             return None

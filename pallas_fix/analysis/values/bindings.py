@@ -13,7 +13,8 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
-# name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def".
+# name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def" | "dynamic" (a
+# module name the module may rebind through `exec` or `globals()`: the call).
 Bindings = dict[str, list[tuple[str, object]]]
 
 
@@ -67,7 +68,18 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
         elif isinstance(node, cst.Lambda):
             continue
         stack.extend(reversed(ctx.kids(node)))  # the indexed children: `node.children` rebuilds them
+    if isinstance(scope, cst.Module):
+        writer = _namespace_writer(ctx)
+        for binds in out.values() if writer is not None else ():
+            binds.append(("dynamic", writer))  # `exec("BN = 64")` may rebind any global between reads
     return out
+
+
+def _namespace_writer(ctx: ModuleContext) -> Optional[cst.Call]:
+    """A call anywhere in the module that can rebind module names no statement spells
+    (`exec(...)`, `eval("(BN := 64)")`, `globals()[...] = ...`, `vars()`), or None."""
+    return next((n for n in walk(ctx.module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
+                 and n.func.value in ("exec", "eval", "globals", "vars")), None)
 
 
 def single_binding(binds: list[tuple[str, object]]) -> Optional[object]:
