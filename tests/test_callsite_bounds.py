@@ -413,3 +413,15 @@ def test_a_module_name_is_no_one_value_across_module_code(source: str):
     symbols = Symbols(ctx)
     grid_read, block_read = [symbols.poly(n, n) for n in _reads_of(ctx, "BN")]
     assert grid_read != block_read
+
+
+@pytest.mark.parametrize("before", ["    x = a\n    x = x * 2.0\n", ""])
+def test_an_array_rebound_by_a_match_capture_has_another_shape(before: str):
+    """Red team: `x.shape[0]` read for the grid, then `case x:` rebinds `x` to another array that
+    the pallas_call gets: the prover took both shapes for one (a safe-marked lift whose blocks ran
+    past the end of the shorter array)."""
+    source = f"def f(x, a, b):\n{before}    g = x.shape[0]\n    match b:\n        case x:\n            pass\n    h = x.shape[0]\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    first, second = [symbols.poly(n, n) for n in walk(ctx.module) if isinstance(n, cst.Subscript)]
+    assert first != second

@@ -281,6 +281,8 @@ class Symbols:
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
             if binds or is_param:
+                if binding_count(self.ctx, scope, name.value) != len(binds):
+                    return None  # `case x:`, `from m import x`: a binding the list does not place
                 if len(binds) + is_param == 1:
                     return f"{name.value}@{id(scope)}"
                 reaching = self._reaching_binding(scope, binds, at)

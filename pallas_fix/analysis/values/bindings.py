@@ -7,6 +7,8 @@ lambdas are their own scopes and are not entered.
 
 from __future__ import annotations
 
+import weakref
+from collections import Counter
 from typing import Optional
 
 import libcst as cst
@@ -114,31 +116,54 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
 def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
     """How many nodes of `scope`'s own code bind `name`, every form Python has: what a caller that
     counts only some forms (plain assignments, `scope_bindings`) compares against to know it saw
-    them all."""
-    return sum(1 for n in walk(scope) if binds_name(n, name) and ctx.scope_of(n) is scope)
+    them all. `from m import *` counts once for every name."""
+    per_scope = _COUNTS.setdefault(ctx, {})
+    if id(scope) not in per_scope:
+        counts: Counter = Counter()
+        for node in walk(scope):
+            if ctx.scope_of(node) is scope:
+                counts.update(bound_names(node))
+        per_scope[id(scope)] = (scope, counts)  # the scope kept: its id stays unique
+    counts = per_scope[id(scope)][1]
+    return counts[name] + counts["*"]
 
 
-def binds_name(node: cst.CSTNode, name: str) -> bool:
-    """`node` binds `name` in its scope (each plain assignment counts once, by its target; an
-    import, a `match` capture and `except ... as` too, which `scope_bindings` does not list)."""
+_COUNTS: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
+
+
+def bound_names(node: cst.CSTNode) -> set[str]:
+    """The names `node` binds in its scope (a plain assignment counts once, by its target; an
+    import, a `match` capture and `except ... as` too, which `scope_bindings` does not list;
+    "*" for `from m import *`)."""
     targets: list[cst.BaseExpression] = []
     if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.Del, cst.NamedExpr)):
         targets = [node.target]
     elif isinstance(node, cst.AsName):
         targets = [node.name]
     elif isinstance(node, cst.ImportAlias) and node.asname is None:
-        return _dotted_head(node.name) == name  # `import a.b` binds `a`
+        return {_dotted_head(node.name)}  # `import a.b` binds `a`
     elif isinstance(node, (cst.MatchAs, cst.MatchStar)):
-        return node.name is not None and node.name.value == name
+        return {node.name.value} if node.name is not None else set()
     elif isinstance(node, cst.MatchMapping):
-        return node.rest is not None and node.rest.value == name
+        return {node.rest.value} if node.rest is not None else set()
     elif isinstance(node, (cst.Global, cst.Nonlocal)):
-        return any(n.name.value == name for n in node.names)
+        return {n.name.value for n in node.names}
     elif isinstance(node, cst.ImportStar):
-        return True  # `from m import *` may bind any name
+        return {"*"}
     elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.TypeAlias)):
-        return node.name.value == name
-    return any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t))
+        return {node.name.value}
+    return {n for t in targets for n in _target_names(t)}
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    """The names a target binds: `a`, `a, (b, *c)`; none for `x[i]` or `x.attr`."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _target_names(el.value)}
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
 
 
 def _dotted_head(expr: cst.BaseExpression) -> str:
