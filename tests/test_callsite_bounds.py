@@ -425,3 +425,17 @@ def test_an_array_rebound_by_a_match_capture_has_another_shape(before: str):
     symbols = Symbols(ctx)
     first, second = [symbols.poly(n, n) for n in walk(ctx.module) if isinstance(n, cst.Subscript)]
     assert first != second
+
+
+@pytest.mark.parametrize("source", [
+    "def f(x):\n    bn = 16\n    g = x.shape[0] // bn\n    match 64:\n        case bn:\n            pass\n    b = bn\n",
+    "def f(x, bn):\n    g = x.shape[0] // bn\n    from errno import ENOEXEC as bn\n    b = bn\n",
+    "bn = 16\ndef f(x):\n    from errno import bn\n    g = x.shape[0] // bn\n    b = bn\n",
+])
+def test_a_name_a_capture_or_import_binds_is_no_known_value(source: str):
+    """Red team: one `bn = 16` (or a parameter, or a module `bn`) and a `case bn:` / import of
+    `bn` in the function: the prover read `bn` as 16 (or the parameter) everywhere."""
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)

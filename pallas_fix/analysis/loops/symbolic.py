@@ -236,8 +236,11 @@ class Symbols:
         for scope in self.ctx.scope_chain(at):
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
-            if not binds and not is_param:
+            count = binding_count(self.ctx, scope, name.value)  # `from m import bn` alone makes it local
+            if not binds and not is_param and not count:
                 continue
+            if count != len(binds):
+                return self._opaque(name, at)  # `case bn:`, `from m import bn`: a binding the list does not place
             if is_param:
                 return self._atom(f"{name.value}@{id(scope)}", name.value) if not binds else self._opaque(name, at)
             value = single_binding(binds)
@@ -280,7 +283,7 @@ class Symbols:
         for scope in self.ctx.scope_chain(at):
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
-            if binds or is_param:
+            if binds or is_param or binding_count(self.ctx, scope, name.value):
                 if binding_count(self.ctx, scope, name.value) != len(binds):
                     return None  # `case x:`, `from m import x`: a binding the list does not place
                 if len(binds) + is_param == 1:
@@ -317,8 +320,7 @@ class Symbols:
         when no binding shares that statement: reads with the same answer see one value, whatever
         branch or loop inside that statement bound it, in a function's own body. None otherwise
         (module names: `exec`, `globals()` or another module may rebind them), for a name any
-        `nonlocal` or `global` names (a called function could rebind it), and for one the scope
-        binds in a form `scope_bindings` does not list (an import, a `match` capture, `del`)."""
+        `nonlocal` or `global` names (a called function could rebind it)."""
         if isinstance(scope, cst.Module):
             return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
         if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
@@ -327,8 +329,6 @@ class Symbols:
         read = name if self.ctx.parent(name) is not None else at
         if self.ctx.scope_of(read) is not scope:
             return None  # a closure reads the name when it runs, not where it is written
-        if binding_count(self.ctx, scope, name.value) != len(binds):
-            return None  # `from m import bn`, `case bn:`, `del bn`: a binding the list does not place
         stmts = self.ctx.body_statements(scope)
         position = {id(st): n for n, st in enumerate(stmts)}
         holder = next((position[id(a)] for a in (read, *self.ctx.ancestors(read)) if id(a) in position), None)
