@@ -96,3 +96,17 @@ def test_a_binding_no_assignment_spells_leaves_the_kernel_open(binding: str) -> 
     source = _TWO_CALLS.replace(marker, binding + marker)
     result = analyze_source(source, "two.py")
     assert "second_kernel" not in [s.kernel.name.value for s in result.sites if s.kernel is not None]
+
+
+@pytest.mark.parametrize("source", [
+    "def f():\n    kernel = partial(a_kernel)\n    from m import kernel\n    use(kernel)\n",
+    "kernel = partial(a_kernel)\ndef f(k):\n    match k:\n        case kernel:\n            pass\n    use(kernel)\n",
+    "kernel = partial(a_kernel)\ndef f():\n    import kernel\n    use(kernel)\n",
+])
+def test_one_assignment_is_not_the_value_where_an_import_or_capture_binds_the_name(source: str) -> None:
+    """Red team (pre-existing): `kernel = partial(mul_kernel, ...)` then `from kmod import kernel`
+    and a pallas_call of `kernel`: mul_kernel was rewritten at a call that ran kmod's kernel."""
+    ctx = ModuleContext(source)
+    read = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "use")
+    name = read.args[0].value
+    assert ctx.resolve_value(name, read) is name
