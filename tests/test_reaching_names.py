@@ -110,3 +110,33 @@ def test_one_assignment_is_not_the_value_where_an_import_or_capture_binds_the_na
     read = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "use")
     name = read.args[0].value
     assert ctx.resolve_value(name, read) is name
+
+
+_STORED_TWICE = """\
+import functools
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def add_kernel(x_ref, o_ref, *, bn):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * bn, bn), :] = x_ref[pl.ds(i * bn, bn), :] + 1.0
+
+
+def run(x, m):
+    call = pl.pallas_call(functools.partial(add_kernel, bn=64), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          grid=(m // 64,), compiler_params=pltpu.CompilerParams())
+    a = call(x)
+    return USE
+"""
+
+
+@pytest.mark.parametrize("use", ["call(x[: x.shape[0] // 2])", "jax.vmap(call)(x[None])"])
+def test_a_stored_call_used_twice_is_refused_naming_both(use: str) -> None:
+    """Red team: `a = call(x)` then `call(y)` with a shorter `y`: the guard (`x.shape[0] >= (m // 64)
+    * 64`) and the proofs saw `x` only, so the second call ran past the end of `y` unchecked."""
+    result = analyze_source(_STORED_TWICE.replace("USE", use), "twice.py")
+    refusals = {f.refusal for f in result.findings}
+    assert refusals == {"the stored pallas_call `call` is also used at line 16 besides its call at line 15; its operands' "
+                        "shapes are read from one call only: give each call its own pallas_call"}
