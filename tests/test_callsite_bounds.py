@@ -439,3 +439,13 @@ def test_a_name_a_capture_or_import_binds_is_no_known_value(source: str):
     symbols = Symbols(ctx)
     reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
     assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)
+
+
+def test_a_module_name_a_function_rebinds_through_global_is_no_known_value():
+    """Red team (pre-existing): `BN = 16` at module level, `def set_big(): global BN; BN = 64`, and a
+    wrapper that reads BN for the grid, calls set_big() and reads BN for the block: both were 16."""
+    source = "BN = 16\ndef set_big():\n    global BN\n    BN = 64\ndef f(n):\n    g = n // BN\n    set_big()\n    b = BN\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "BN") if not isinstance(ctx.parent(n), cst.NameItem)]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)

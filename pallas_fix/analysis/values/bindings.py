@@ -70,18 +70,23 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
         elif isinstance(node, cst.Lambda):
             continue
         stack.extend(reversed(ctx.kids(node)))  # the indexed children: `node.children` rebuilds them
-    if isinstance(scope, cst.Module):
-        writer = _namespace_writer(ctx)
-        for binds in out.values() if writer is not None else ():
-            binds.append(("dynamic", writer))  # `exec("BN = 64")` may rebind any global between reads
+    if isinstance(scope, cst.Module):  # what rebinds module names with no module-level statement
+        for name, node in _module_rebinders(ctx, out):
+            out.setdefault(name, []).append(("dynamic", node))
     return out
 
 
-def _namespace_writer(ctx: ModuleContext) -> Optional[cst.Call]:
-    """A call anywhere in the module that can rebind module names no statement spells
-    (`exec(...)`, `eval("(BN := 64)")`, `globals()[...] = ...`, `vars()`), or None."""
-    return next((n for n in walk(ctx.module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
-                 and n.func.value in ("exec", "eval", "globals", "vars")), None)
+def _module_rebinders(ctx: ModuleContext, bound) -> list[tuple[str, cst.CSTNode]]:
+    """(name, node) for each module name a function rebinds through `global name`, and for every
+    module name when the module calls `exec(...)`, `eval(...)` (`(BN := 64)`), `globals()` or `vars()`."""
+    found: list[tuple[str, cst.CSTNode]] = []
+    writer = None
+    for n in walk(ctx.module):
+        if isinstance(n, cst.Global):
+            found.extend((a.name.value, n) for a in n.names)
+        elif writer is None and isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("exec", "eval", "globals", "vars"):
+            writer = n
+    return found + ([(name, writer) for name in bound] if writer is not None else [])
 
 
 def single_binding(binds: list[tuple[str, object]]) -> Optional[object]:
