@@ -449,3 +449,14 @@ def test_a_module_name_a_function_rebinds_through_global_is_no_known_value():
     symbols = Symbols(ctx)
     reads = [symbols.poly(n, n) for n in _reads_of(ctx, "BN") if not isinstance(ctx.parent(n), cst.NameItem)]
     assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)
+
+
+def test_a_name_a_nested_function_rebinds_through_nonlocal_is_no_known_value():
+    """Red team (pre-existing): `bn = 16`, `def grow(): nonlocal bn; bn = 64`, the grid reads bn,
+    grow() runs, the block reads bn: both were 16 to the prover."""
+    source = "def f(n):\n    bn = 16\n    def grow():\n        nonlocal bn\n        bn = 64\n    g = n // bn\n    grow()\n    b = bn\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    f = ctx.module.body[0]
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if ctx.scope_of(n) is f and not isinstance(ctx.parent(n), cst.NameItem)]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)

@@ -16,7 +16,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
 # name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def" | "dynamic" (a
-# module name the module may rebind through `exec` or `globals()`: the call).
+# name rebound where no statement of the scope says: the `global` / `nonlocal` or `exec(...)`).
 Bindings = dict[str, list[tuple[str, object]]]
 
 
@@ -70,9 +70,12 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
         elif isinstance(node, cst.Lambda):
             continue
         stack.extend(reversed(ctx.kids(node)))  # the indexed children: `node.children` rebuilds them
-    if isinstance(scope, cst.Module):  # what rebinds module names with no module-level statement
-        for name, node in _module_rebinders(ctx, out):
-            out.setdefault(name, []).append(("dynamic", node))
+    # what rebinds the scope's names with no statement of its own: `global` / `nonlocal` in a
+    # function it may call (`def grow(): nonlocal bn; bn = 64`), `exec`
+    rebinders = _module_rebinders(ctx, out) if isinstance(scope, cst.Module) else [
+        (a.name.value, n) for n in walk(scope) if isinstance(n, cst.Nonlocal) for a in n.names]
+    for name, node in rebinders:
+        out.setdefault(name, []).append(("dynamic", node))
     return out
 
 
