@@ -360,3 +360,103 @@ def test_a_helper_that_is_not_plainly_its_return_expression_stays_opaque(helper:
 def test_a_helper_called_with_fewer_arguments_than_it_has_parameters_stays_opaque():
     mine, cdiv = _helper_poly("def cdiv(a, b=128):\n    return (a + b - 1) // b\n", "cdiv(n)")
     assert mine != cdiv and len(mine.terms) == 1 and mine.terms[0][0][0].startswith("?")
+
+
+@pytest.mark.parametrize("rebind", [
+    "    match 64:\n        case bn:\n            pass\n",
+    "    from errno import ENOEXEC as bn\n",
+    "    from errno import bn\n",
+])
+def test_a_name_bound_in_both_arms_stays_opaque_past_a_binding_scope_bindings_misses(rebind: str):
+    """A `match` capture or an import rebinds `bn` between the grid and the block: two values
+    (red team: `grid = (n // bn,)`, then `case bn:`, made a safe-marked lift whose blocks run past
+    the end)."""
+    source = textwrap.dedent(
+        """
+        def f(x, big):
+            if big:
+                bn = 128
+            else:
+                bn = 16
+            grid = (x.shape[0] // bn,)
+        REBIND    return bn
+        """
+    ).replace("REBIND", rebind)
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
+    assert reads[0] != reads[-1]
+
+
+@pytest.mark.parametrize("unpack, wrong", [
+    ("*_, bn = (16, 32, 64)", "32"),        # bn is 64, the last element
+    ("first, *_, bn = x.shape", "x.shape[2]"),  # bn is x.shape[-1], whatever the rank
+])
+def test_a_name_after_a_star_target_is_not_read_by_position(unpack: str, wrong: str):
+    """Red team: `*_, bn = (16, 32, 64)` made `bn` 32 to the prover, so a lift whose blocks of 64
+    run past the end was marked safe."""
+    ctx = ModuleContext(f"def f(x):\n    {unpack}\n    return bn, {wrong}\n")
+    symbols = Symbols(ctx)
+    ret = next(n for n in walk(ctx.module) if isinstance(n, cst.Return)).value
+    bn, other = (symbols.poly(el.value, el.value) for el in ret.elements)
+    assert bn != other
+
+
+@pytest.mark.parametrize("source", [
+    # module code: another module, or a function through globals(), may rebind BN between reads
+    "if BIG:\n    BN = 128\nelse:\n    BN = 16\nGRID = (N // BN,)\nreset()\nBLOCK = (BN, 128)\n",
+    # red team: `exec` rebinds a global no statement spells; one assignment is no single value then
+    "BN = 16\nGRID = (N // BN,)\nexec('BN = 64')\nBLOCK = (BN, 128)\n",
+])
+def test_a_module_name_is_no_one_value_across_module_code(source: str):
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    grid_read, block_read = [symbols.poly(n, n) for n in _reads_of(ctx, "BN")]
+    assert grid_read != block_read
+
+
+@pytest.mark.parametrize("before", ["    x = a\n    x = x * 2.0\n", ""])
+def test_an_array_rebound_by_a_match_capture_has_another_shape(before: str):
+    """Red team: `x.shape[0]` read for the grid, then `case x:` rebinds `x` to another array that
+    the pallas_call gets: the prover took both shapes for one (a safe-marked lift whose blocks ran
+    past the end of the shorter array)."""
+    source = f"def f(x, a, b):\n{before}    g = x.shape[0]\n    match b:\n        case x:\n            pass\n    h = x.shape[0]\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    first, second = [symbols.poly(n, n) for n in walk(ctx.module) if isinstance(n, cst.Subscript)]
+    assert first != second
+
+
+@pytest.mark.parametrize("source", [
+    "def f(x):\n    bn = 16\n    g = x.shape[0] // bn\n    match 64:\n        case bn:\n            pass\n    b = bn\n",
+    "def f(x, bn):\n    g = x.shape[0] // bn\n    from errno import ENOEXEC as bn\n    b = bn\n",
+    "bn = 16\ndef f(x):\n    from errno import bn\n    g = x.shape[0] // bn\n    b = bn\n",
+])
+def test_a_name_a_capture_or_import_binds_is_no_known_value(source: str):
+    """Red team: one `bn = 16` (or a parameter, or a module `bn`) and a `case bn:` / import of
+    `bn` in the function: the prover read `bn` as 16 (or the parameter) everywhere."""
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if not isinstance(ctx.parent(n), (cst.MatchAs, cst.ImportAlias, cst.AsName))]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)
+
+
+def test_a_module_name_a_function_rebinds_through_global_is_no_known_value():
+    """Red team (pre-existing): `BN = 16` at module level, `def set_big(): global BN; BN = 64`, and a
+    wrapper that reads BN for the grid, calls set_big() and reads BN for the block: both were 16."""
+    source = "BN = 16\ndef set_big():\n    global BN\n    BN = 64\ndef f(n):\n    g = n // BN\n    set_big()\n    b = BN\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "BN") if not isinstance(ctx.parent(n), cst.NameItem)]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)
+
+
+def test_a_name_a_nested_function_rebinds_through_nonlocal_is_no_known_value():
+    """Red team (pre-existing): `bn = 16`, `def grow(): nonlocal bn; bn = 64`, the grid reads bn,
+    grow() runs, the block reads bn: both were 16 to the prover."""
+    source = "def f(n):\n    bn = 16\n    def grow():\n        nonlocal bn\n        bn = 64\n    g = n // bn\n    grow()\n    b = bn\n"
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    f = ctx.module.body[0]
+    reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if ctx.scope_of(n) is f and not isinstance(ctx.parent(n), cst.NameItem)]
+    assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)

@@ -181,6 +181,8 @@ class ModuleContext:
         while isinstance(expr, cst.Name) and seen < 8:
             seen += 1
             for scope in self.scope_chain(at):
+                if expr.value in self._index(scope).unassigned:
+                    return expr  # `from m import kernel`, `case kernel:`: a value no assignment spells
                 values = self._index(scope).values.get(expr.value)
                 if not values and isinstance(scope, (cst.FunctionDef, cst.Lambda)) and expr.value in _parameters(scope.params):
                     return expr  # a parameter never assigned: the caller's argument, not an outer name
@@ -239,10 +241,13 @@ class _ScopeIndex:
         self.defs: dict[str, cst.FunctionDef] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.scope: object = None
+        self.unassigned: set[str] = set()  # names an import, a `match` capture or `except ... as` binds
         for stmt in statements:
             for node in _walk_same_scope(stmt, ctx):
                 kind = type(node)
-                if kind is _FunctionDef:
+                if kind in _UNASSIGNED_BINDERS:
+                    self.unassigned.add(_unassigned_name(node))
+                elif kind is _FunctionDef:
                     self.defs[node.name.value] = node  # type: ignore[attr-defined]
                 elif kind is cst.Assign:
                     for target in node.targets:  # type: ignore[attr-defined]
@@ -251,6 +256,18 @@ class _ScopeIndex:
                 elif kind is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
                     if type(node.target) is cst.Name:  # type: ignore[attr-defined]
                         self.values.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
+
+
+_UNASSIGNED_BINDERS = (cst.ImportAlias, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler)
+
+
+def _unassigned_name(node) -> str:
+    """The name an import (`import a.b` binds `a`), a capture or a handler binds; "" for none."""
+    target = node.rest if type(node) is cst.MatchMapping else node.name
+    target = target.name if type(target) is cst.AsName else (node.asname.name if type(node) is cst.ImportAlias and node.asname else target)
+    while type(target) is cst.Attribute:
+        target = target.value
+    return target.value if type(target) is cst.Name else ""
 
 
 # Every live context, so the free functions below can use the index recorded for a node. A

@@ -132,6 +132,7 @@ class KernelSite:
     backend: Backend = Backend.UNKNOWN
     backend_reason: str = ""
     invocation: Optional[cst.Call] = None  # pallas_call(...)(args): the call that runs it
+    invocation_issue: Optional[str] = None  # why the invocation is not the only one (a stored call run twice)
     enclosing: Optional[cst.FunctionDef] = None  # the wrapper function holding the call
     decorated: Optional[cst.FunctionDef] = None  # decorator form: the decorated kernel def
     factory: Optional[cst.Call] = None  # `make_kernel(tile)`: the call whose returned def is the kernel

@@ -306,12 +306,20 @@ def _find_invocation(ctx: ModuleContext, site: KernelSite) -> None:
         name = parent.targets[0].target.value
         scope = ctx.scope_of(call)
         rebound = len(ctx.assignments(name, scope)) > 1  # `f = pl.pallas_call(...); f(x); f = ...; f(y)`
-        for node in walk(scope):
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name:
-                if rebound and (reaching_value(ctx, node.func, node) or (None,))[0] is not call:
-                    continue  # a call of another binding of the name
-                site.invocation = node
-                return
+        # the reads of the name that may see this call (all of them when it is bound once)
+        reads = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name and not isinstance(ctx.parent(n), cst.AssignTarget)
+                 and (not rebound or (reaching_value(ctx, n, n) or (call,))[0] is call)]
+        calls = [r for r in reads if isinstance(ctx.parent(r), cst.Call) and ctx.parent(r).func is r
+                 and (not rebound or (reaching_value(ctx, r, r) or (None,))[0] is call)]
+        if calls:
+            site.invocation = ctx.parent(calls[0])
+        other = next((r for r in reads if calls and r is not calls[0]), None)
+        if other is not None:  # `f(q)` and `f(k)`, `jax.vmap(f)`: operands the rewrite's proofs did not see
+            site.invocation_issue = (f"the stored pallas_call `{name}` is also used at line {ctx.span(other).line} "
+                                     f"besides its call at line {ctx.span(calls[0]).line}; its operands' shapes are read "
+                                     "from one call only: give each call its own pallas_call")
+        if calls:
+            return
     # `return pl.pallas_call(...)` from a builder function: invoked by the caller; leave it open.
     if not isinstance(parent, cst.Call):
         site.form = "stored"

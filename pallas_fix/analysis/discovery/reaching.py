@@ -4,7 +4,7 @@ Wrappers reuse names in straight-line code (`kernel = partial(dx_kernel, ...)`, 
 `kernel`, then `kernel = partial(dw_kernel, ...)` and another pallas_call; `method = ...` for each
 call): a read sees the last assignment before it. Only that straight-line case is answered;
 an assignment in a branch or a loop, or any other binding of the name, leaves it open.
-Imports analysis.context only."""
+Imports analysis.context and analysis.values.bindings."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.values.bindings import binding_count
 
 
 def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optional[tuple[cst.BaseExpression, cst.CSTNode]]:
@@ -20,7 +21,8 @@ def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optio
     each a plain statement of the one straight-line body that also holds `at`'s statement
     (`kernel = partial(dx_kernel, ...)`, a pallas_call, then `kernel = partial(dw_kernel, ...)`
     and another): what Python reads there. None when any other statement of the scope binds the
-    name (a loop target, `with ... as`, `del`, an augmented or nested assignment, `global`)."""
+    name (a loop target, `with ... as`, `del`, an import, a `match` capture, an augmented or
+    nested assignment, `global`)."""
     scope = ctx.scope_of(at)
     body = ctx.body_statements(scope)
     values = ctx.assignments(name.value, scope)
@@ -30,8 +32,7 @@ def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optio
     position = {id(stmt): k for k, stmt in enumerate(body)}
     if any(o is None or id(o) not in position for o in owners):
         return None  # one assignment sits in a branch or a loop: which one ran is not fixed
-    binds = sum(1 for n in walk(scope) if _binds_name(n, name.value) and ctx.scope_of(n) is scope)
-    if binds != len(values):
+    if binding_count(ctx, scope, name.value) != len(values):  # `from m import kernel`, `case kernel:`, ...
         return None
     anchor = next((k for k, stmt in enumerate(body) if stmt is at or any(a is stmt for a in ctx.ancestors(at))), None)
     before = [(position[id(o)], v) for o, v in zip(owners, values) if anchor is not None and position[id(o)] < anchor]
@@ -40,22 +41,3 @@ def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optio
     value = max(before, key=lambda pair: pair[0])[1]
     return value, value
 
-
-def _binds_name(node: cst.CSTNode, name: str) -> bool:
-    """`node` binds `name` in its scope (each plain assignment counts once, by its target)."""
-    targets: list[cst.BaseExpression] = []
-    if isinstance(node, cst.AssignTarget):
-        targets = [node.target]
-    elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-        targets = [node.target]
-    elif isinstance(node, (cst.For, cst.CompFor)):
-        targets = [node.target]
-    elif isinstance(node, cst.AsName):
-        targets = [node.name]
-    elif isinstance(node, (cst.Del, cst.NamedExpr)):
-        targets = [node.target]
-    elif isinstance(node, (cst.Global, cst.Nonlocal)):
-        return any(n.name.value == name for n in node.names)
-    elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        return node.name.value == name
-    return any(isinstance(n, cst.Name) and n.value == name for t in targets for n in walk(t))

@@ -17,7 +17,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
+from pallas_fix.analysis.values.bindings import Unpack, binding_count, scope_bindings, single_binding
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read, walk
 from pallas_fix.core import names as N
 
@@ -236,8 +236,11 @@ class Symbols:
         for scope in self.ctx.scope_chain(at):
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
-            if not binds and not is_param:
+            count = binding_count(self.ctx, scope, name.value)  # `from m import bn` alone makes it local
+            if not binds and not is_param and not count:
                 continue
+            if count != len(binds):
+                return self._opaque(name, at)  # `case bn:`, `from m import bn`: a binding the list does not place
             if is_param:
                 return self._atom(f"{name.value}@{id(scope)}", name.value) if not binds else self._opaque(name, at)
             value = single_binding(binds)
@@ -280,7 +283,9 @@ class Symbols:
         for scope in self.ctx.scope_chain(at):
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
-            if binds or is_param:
+            if binds or is_param or binding_count(self.ctx, scope, name.value):
+                if binding_count(self.ctx, scope, name.value) != len(binds):
+                    return None  # `case x:`, `from m import x`: a binding the list does not place
                 if len(binds) + is_param == 1:
                     return f"{name.value}@{id(scope)}"
                 reaching = self._reaching_binding(scope, binds, at)
@@ -313,8 +318,11 @@ class Symbols:
         """The statement of the scope's body that last binds `name` before the statement holding
         the read (the name itself where it is written; `at` for a name built for the call site),
         when no binding shares that statement: reads with the same answer see one value, whatever
-        branch or loop inside that statement bound it. None otherwise, and for a name any
+        branch or loop inside that statement bound it, in a function's own body. None otherwise
+        (module names: `exec`, `globals()` or another module may rebind them), for a name any
         `nonlocal` or `global` names (a called function could rebind it)."""
+        if isinstance(scope, cst.Module):
+            return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
         if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
                for n in walk(self.ctx.module)):
             return None

@@ -7,13 +7,16 @@ lambdas are their own scopes and are not entered.
 
 from __future__ import annotations
 
+import weakref
+from collections import Counter
 from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext, Scope
+from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
-# name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def".
+# name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def" | "dynamic" (a
+# name rebound where no statement of the scope says: the `global` / `nonlocal` or `exec(...)`).
 Bindings = dict[str, list[tuple[str, object]]]
 
 
@@ -67,7 +70,26 @@ def scope_bindings(ctx: ModuleContext, scope: Scope) -> Bindings:
         elif isinstance(node, cst.Lambda):
             continue
         stack.extend(reversed(ctx.kids(node)))  # the indexed children: `node.children` rebuilds them
+    # what rebinds the scope's names with no statement of its own: `global` / `nonlocal` in a
+    # function it may call (`def grow(): nonlocal bn; bn = 64`), `exec`
+    rebinders = _module_rebinders(ctx, out) if isinstance(scope, cst.Module) else [
+        (a.name.value, n) for n in walk(scope) if isinstance(n, cst.Nonlocal) for a in n.names]
+    for name, node in rebinders:
+        out.setdefault(name, []).append(("dynamic", node))
     return out
+
+
+def _module_rebinders(ctx: ModuleContext, bound) -> list[tuple[str, cst.CSTNode]]:
+    """(name, node) for each module name a function rebinds through `global name`, and for every
+    module name when the module calls `exec(...)`, `eval(...)` (`(BN := 64)`), `globals()` or `vars()`."""
+    found: list[tuple[str, cst.CSTNode]] = []
+    writer = None
+    for n in walk(ctx.module):
+        if isinstance(n, cst.Global):
+            found.extend((a.name.value, n) for a in n.names)
+        elif writer is None and isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("exec", "eval", "globals", "vars"):
+            writer = n
+    return found + ([(name, writer) for name in bound] if writer is not None else [])
 
 
 def single_binding(binds: list[tuple[str, object]]) -> Optional[object]:
@@ -82,9 +104,14 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
     if isinstance(target, cst.Name):
         out.setdefault(target.value, []).append(binding)
     elif isinstance(target, (cst.Tuple, cst.List)):
+        star = next((i for i, el in enumerate(target.elements) if isinstance(el, cst.StarredElement)), None)
         for i, el in enumerate(target.elements):
             inner = el.value
-            if how == "assign" and isinstance(node, (cst.Tuple, cst.List)) and i < len(node.elements):
+            if how == "assign" and star is not None and i >= star:
+                # `*_, bn = sizes`: `bn` is the last element, not `sizes[1]`; from the star on,
+                # a name is some element of the value (a `for` target), its position unknown
+                _bind_target(out, inner, ("for", node))
+            elif how == "assign" and isinstance(node, (cst.Tuple, cst.List)) and i < len(node.elements):
                 _bind_target(out, inner, ("assign", node.elements[i].value))
             elif how == "assign":
                 _bind_target(out, inner, ("assign", Unpack(node, i)))  # type: ignore[arg-type]
@@ -92,3 +119,62 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
                 _bind_target(out, inner, binding)
     elif isinstance(target, cst.StarredElement):
         _bind_target(out, target.value, binding)
+
+
+def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
+    """How many nodes of `scope`'s own code bind `name`, every form Python has: what a caller that
+    counts only some forms (plain assignments, `scope_bindings`) compares against to know it saw
+    them all. `from m import *` counts once for every name."""
+    per_scope = _COUNTS.setdefault(ctx, {})
+    if id(scope) not in per_scope:
+        counts: Counter = Counter()
+        for node in walk(scope):
+            if ctx.scope_of(node) is scope:
+                counts.update(bound_names(node))
+        per_scope[id(scope)] = (scope, counts)  # the scope kept: its id stays unique
+    counts = per_scope[id(scope)][1]
+    return counts[name] + counts["*"]
+
+
+_COUNTS: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
+
+
+def bound_names(node: cst.CSTNode) -> set[str]:
+    """The names `node` binds in its scope (a plain assignment counts once, by its target; an
+    import, a `match` capture and `except ... as` too, which `scope_bindings` does not list;
+    "*" for `from m import *`)."""
+    targets: list[cst.BaseExpression] = []
+    if isinstance(node, (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.Del, cst.NamedExpr)):
+        targets = [node.target]
+    elif isinstance(node, cst.AsName):
+        targets = [node.name]
+    elif isinstance(node, cst.ImportAlias) and node.asname is None:
+        return {_dotted_head(node.name)}  # `import a.b` binds `a`
+    elif isinstance(node, (cst.MatchAs, cst.MatchStar)):
+        return {node.name.value} if node.name is not None else set()
+    elif isinstance(node, cst.MatchMapping):
+        return {node.rest.value} if node.rest is not None else set()
+    elif isinstance(node, (cst.Global, cst.Nonlocal)):
+        return {n.name.value for n in node.names}
+    elif isinstance(node, cst.ImportStar):
+        return {"*"}
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.TypeAlias)):
+        return {node.name.value}
+    return {n for t in targets for n in _target_names(t)}
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    """The names a target binds: `a`, `a, (b, *c)`; none for `x[i]` or `x.attr`."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for el in target.elements for n in _target_names(el.value)}
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
+
+
+def _dotted_head(expr: cst.BaseExpression) -> str:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else ""

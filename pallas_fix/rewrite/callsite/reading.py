@@ -44,8 +44,8 @@ class CallSite(CallTiming):
         self.env = kernel_env
         if site.kernel is None:
             raise CallSiteError("the kernel function is not defined in this module")
-        if site.invocation is None:
-            raise CallSiteError("the pallas_call's result is not called in this module, so its arguments are unknown")
+        if site.invocation is None or site.invocation_issue:
+            raise CallSiteError(site.invocation_issue or "the pallas_call's result is not called in this module, so its arguments are unknown")
         if any(a.star == "**" and splatted_settings(ctx, a, site.call) is None for a in site.call.args):
             raise CallSiteError("pallas_call gets settings through `**` that pallas-fix cannot read; pass them as keywords, or `**` a `dict(...)` bound once just for this call")
         self.num_prefetch = self._num_prefetch()
