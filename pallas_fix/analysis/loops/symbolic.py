@@ -17,8 +17,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.values.bindings import Unpack, binding_count, scope_bindings, single_binding
-from pallas_fix.analysis.context import ModuleContext, Scope, plain_read, walk
+from pallas_fix.analysis.values.bindings import Unpack, binding_count, declared_elsewhere, scope_bindings, single_binding
+from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
 Monomial = tuple[str, ...]  # sorted atom keys, with repeats
@@ -323,8 +323,7 @@ class Symbols:
         `nonlocal` or `global` names (a called function could rebind it)."""
         if isinstance(scope, cst.Module):
             return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
-        if any(isinstance(n, (cst.Nonlocal, cst.Global)) and any(a.name.value == name.value for a in n.names)
-               for n in walk(self.ctx.module)):
+        if name.value in declared_elsewhere(self.ctx):
             return None
         read = name if self.ctx.parent(name) is not None else at
         if self.ctx.scope_of(read) is not scope:

@@ -139,6 +139,19 @@ def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
 _COUNTS: "weakref.WeakKeyDictionary[ModuleContext, dict]" = weakref.WeakKeyDictionary()
 
 
+def declared_elsewhere(ctx: ModuleContext) -> frozenset[str]:
+    """Names some `global` or `nonlocal` statement of the module names: a function that runs
+    between two reads may rebind them. Walked once per module."""
+    found = _DECLARED.get(ctx)
+    if found is None:
+        found = _DECLARED[ctx] = frozenset(a.name.value for n in walk(ctx.module) if isinstance(n, (cst.Global, cst.Nonlocal))
+                                           for a in n.names)
+    return found
+
+
+_DECLARED: "weakref.WeakKeyDictionary[ModuleContext, frozenset]" = weakref.WeakKeyDictionary()
+
+
 def bound_names(node: cst.CSTNode) -> set[str]:
     """The names `node` binds in its scope (a plain assignment counts once, by its target; an
     import, a `match` capture and `except ... as` too, which `scope_bindings` does not list;
