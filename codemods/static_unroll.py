@@ -45,7 +45,7 @@ from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.names import call_arg as _arg
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
-from pallas_fix.rewrite.proofs.bounds import static_window_fits
+from pallas_fix.rewrite.proofs.static_windows import static_window_fits
 from pallas_fix.rewrite.common import code_of
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rewrite.loops.regions import loop_planner

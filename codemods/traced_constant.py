@@ -45,7 +45,7 @@ from pallas_fix.analysis.values.values import int_binop
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import Outcome, Recipe, Refuse
-from pallas_fix.rewrite.proofs.bounds import static_window_fits
+from pallas_fix.rewrite.proofs.static_windows import static_window_fits
 from pallas_fix.rewrite.text.edits import NodeReplacer
 
 from pallas_fix.rewrite import common as C

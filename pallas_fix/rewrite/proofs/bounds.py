@@ -16,7 +16,6 @@ import libcst as cst
 
 from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
-from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
@@ -108,9 +107,11 @@ class Bounds:
         except CallSiteError:
             pass
         size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
-        if size_expr is None or placement(self.cs.ctx, self.cs.site) is None or block.index.folds:
-            raise err  # folded program ids (`pid // H`): their counts are no fact a plain check states
-        masked = masked_access(self.cs.ctx, self.cs.site.kernel)
+        if size_expr is None or placement(self.cs.ctx, self.cs.site) is None or (block.index.folds and not self._fold_row(block)):
+            raise err  # a window at a folded program id (`pid // H * bs`): its count is no fact a plain check states
+        # A mask covers the dims a window spans, never a squeezed row: past its end the original
+        # reads another array's memory on hardware, masked or not, so the check rejects no call it handles.
+        masked = None if block.squeeze else masked_access(self.cs.ctx, self.cs.site.kernel)
         if masked is not None:
             self.broken_guard = (f"pallas-fix adds no check here: the kernel masks its loads or stores (line {masked}), so "
                                  "on hardware the original handles a last window past the end, and a check would reject "
@@ -218,8 +219,20 @@ class Bounds:
         dims = [self.cs.shape_dim(block.param, e) for e in range(rank)]
         return any(d is not None and self.poly(d) == self.poly(seen) for d in dims)
 
+    def _fold_row(self, block: RefBlock) -> Optional[tuple]:
+        """The one fold of a squeezed row at a folded program id (`k_ref[pid // H]`, `[pid % H]`)."""
+        index = block.index
+        if not block.squeeze or index.offset or index.symbolic or index.axes or len(index.folds) != 1:
+            return None
+        return index.folds[0] if index.folds[0][0] == 1 else None
+
     def _exact_bound(self, block: RefBlock, size_expr: cst.BaseExpression, trip) -> Optional[tuple]:
-        """`full >= count * size` as a candidate guard, for blocks `i * size` over one axis."""
+        """`full >= count * size` as a candidate guard, for blocks `i * size` over one axis, and
+        `full >= count` for a row at a folded program id (count: the values `pid // H` takes)."""
+        fold = self._fold_row(block)
+        if fold is not None:
+            count = self._fold_count(fold[1], fold[2], fold[3], trip)
+            return ("at_least", self.poly(size_expr), count, code(size_expr), self.symbols.text(count))
         index = block.index
         if index.offset or index.symbolic or index.folds or len(index.axes) != 1 or list(index.axes.values()) != [1]:
             return None
@@ -369,26 +382,3 @@ def _translated(translator: Translator, expr: cst.BaseExpression, env) -> Option
         return translator(expr, env)
     except CallSiteError:
         return None
-
-
-def static_window_fits(analysis, site: KernelSite, param: str, dim: int, end: int) -> Optional[bool]:
-    """Does a window ending at `end` lie inside dim `dim` of kernel parameter `param`, as this
-    pallas_call shapes it? True when proved, False when the size is known and too small, None when
-    the code does not tell."""
-    kernel = site.kernel
-    if kernel is None:
-        return None
-    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(kernel))
-    try:
-        size = cs.kernel_shape_dim(param, dim)
-    except CallSiteError:
-        return None
-    if size is None:
-        return None
-    bounds = Bounds(cs)
-    room = bounds.poly(size) - Poly.const(end)
-    if bounds.prover.nonneg(room):
-        return True
-    if bounds.prover.nonneg(Poly.const(-1) - room):
-        return False
-    return None
