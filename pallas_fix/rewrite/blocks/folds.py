@@ -37,8 +37,9 @@ def folds_at_call(ctx, cs: CallSite, ref: str, index: BlockIndexExpr, env, refus
             if not refuse:
                 return None
             raise Refuse(f"the block index of `{ref}` computes `pl.program_id({axis}) {op} {code(divisor)}`, and "
-                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has, or one the "
-                         "wrapper binds to something else), so the index_map cannot compute the same part; pass the "
+                         f"`{code(divisor)}` cannot be written at the pallas_call (a name only the kernel has, a parameter "
+                         "the kernel rebinds, or one the wrapper binds to something else), so the index_map cannot "
+                         "compute the same part; pass the "
                          "divisor to the kernel from the wrapper (a `functools.partial` keyword) or use a module "
                          "constant the wrapper does not rebind to get this fix")
         bounds = bounds or Bounds(cs)

@@ -21,7 +21,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
-                                              traced_names, written_before)
+                                              row_guarded_access, traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.proofs.unproved import unproved_blocks
@@ -109,12 +109,15 @@ class Bounds:
         size_expr = self.cs.kernel_shape_dim(block.param, block.dim)
         if size_expr is None or placement(self.cs.ctx, self.cs.site) is None or (block.index.folds and not self._fold_row(block)):
             raise err  # a window at a folded program id (`pid // H * bs`): its count is no fact a plain check states
-        # A mask covers the dims a window spans, never a squeezed row: past its end the original
-        # reads another array's memory on hardware, masked or not, so the check rejects no call it handles.
-        masked = None if block.squeeze else masked_access(self.cs.ctx, self.cs.site.kernel)
+        # A mask over a window's dims never covers a squeezed row: past its end the original reads
+        # another array's memory on hardware, so a check rejects no call it handles, unless a mask or
+        # `pl.when` tests the program id (`b < nb`) and so may skip the rows past the end.
+        masked = (row_guarded_access if block.squeeze else masked_access)(self.cs.ctx, self.cs.site.kernel)
         if masked is not None:
-            self.broken_guard = (f"pallas-fix adds no check here: the kernel masks its loads or stores (line {masked}), so "
-                                 "on hardware the original handles a last window past the end, and a check would reject "
+            what = ("tests the program id in a mask or `pl.when` (line {}), so the original may skip a row past the "
+                    "end" if block.squeeze else "masks its loads or stores (line {}), so on hardware the original "
+                    "handles a last window past the end").format(masked)
+            self.broken_guard = (f"pallas-fix adds no check here: the kernel {what}, and a check would reject "
                                  "calls it handles; if every caller passes whole blocks, state that check yourself")
             raise CallSiteError(f"{err}; {self.broken_guard}") from None
         side = "read of" if self.cs.slots[block.param].kind == "in" else "write to"

@@ -120,7 +120,9 @@ class Translator:
             return name
         if name.value in owner.params:
             bound = owner.param_exprs.get(name.value)
-            if bound is None:
+            if bound is None or owner.bindings().get(name.value):
+                # A parameter the body rebinds (`H = H + 1`) holds no single value: the call site's
+                # argument is what it held before, not what the kernel reads after.
                 return None
             if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
                 # written at the call site already, unless a name in it was rebound since the partial
