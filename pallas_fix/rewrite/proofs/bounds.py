@@ -20,8 +20,9 @@ from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
+from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
 from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
-                                              row_guarded_access, traced_names, written_before)
+                                              traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.proofs.unproved import unproved_blocks
@@ -112,7 +113,8 @@ class Bounds:
         # A mask over a window's dims never covers a squeezed row: past its end the original reads
         # another array's memory on hardware, so a check rejects no call it handles, unless a mask or
         # `pl.when` tests the program id (`b < nb`) and so may skip the rows past the end.
-        masked = (row_guarded_access if block.squeeze else masked_access)(self.cs.ctx, self.cs.site.kernel)
+        masked = (row_guarded_access(self.cs.ctx, self.cs.site.kernel, _row_axes(block)) if block.squeeze
+                  else masked_access(self.cs.ctx, self.cs.site.kernel))
         if masked is not None:
             what = ("tests the program id in a mask or `pl.when` (line {}), so the original may skip a row past the "
                     "end" if block.squeeze else "masks its loads or stores (line {}), so on hardware the original "
@@ -366,6 +368,11 @@ def _grid_index(symbols: Symbols, lam: cst.Lambda, index: cst.BaseExpression, ng
         if m:
             axes[params[m[0]]] = c
     return BlockIndexExpr(axes, p.as_dict().get((), 0))
+
+
+def _row_axes(block: RefBlock) -> frozenset:
+    """The grid axes a squeezed row moves along (its own, and those its folds divide)."""
+    return frozenset(a for a in (*block.index.axes, *(f[1] for f in block.index.folds)) if isinstance(a, int))
 
 
 def _paren(expr: cst.BaseExpression) -> str:

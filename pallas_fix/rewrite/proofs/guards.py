@@ -332,49 +332,6 @@ def masked_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
     return None
 
 
-def row_guarded_access(ctx, kernel: Optional[cst.FunctionDef]) -> Optional[int]:
-    """The line of the kernel's first mask or `pl.when` / `lax.cond` condition that reads a program
-    id, directly or through names the kernel computes from one (`mask = b < nb`, `pl.when(b < n)`
-    with `b = pid // H`): such a test may skip a row past its array's end, so the original handles
-    a call with fewer rows and a check on the row count would reject it. None when every mask and
-    condition reads no program id (a mask over the sequence covers the window's dims only)."""
-    if kernel is None:
-        return None
-    nodes = list(walk(kernel))
-    tainted = _program_id_names(ctx, nodes)
-
-    def reads_pid(expr: cst.CSTNode) -> bool:
-        return any((isinstance(n, cst.Name) and n.value in tainted)
-                   or (isinstance(n, cst.Call) and (ctx.imports.qualify(n.func) or "") in N.PROGRAM_ID) for n in walk(expr))
-
-    for node in nodes:
-        if not isinstance(node, cst.Call):
-            continue
-        name = ctx.imports.qualify(node.func) or ""
-        tests = [a.value for a in node.args if a.keyword is not None and a.keyword.value == "mask"]
-        if name in N.PL_WHEN or name.endswith("lax.cond"):
-            tests += [node.args[0].value] if node.args else []
-        if any(reads_pid(t) for t in tests):
-            return ctx.span(node).line
-    return None
-
-
-def _program_id_names(ctx, nodes: list) -> set[str]:
-    """Names any assignment in the kernel binds from a program id or from such a name (to a fixed
-    point; a tuple target takes the taint of its whole value)."""
-    assigns = [(n.targets[0].target if isinstance(n, cst.Assign) else n.target, n.value)
-               for n in nodes if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)) and n.value is not None]
-    tainted: set[str] = set()
-    while True:
-        before = len(tainted)
-        for target, value in assigns:
-            if any((isinstance(v, cst.Name) and v.value in tainted)
-                   or (isinstance(v, cst.Call) and (ctx.imports.qualify(v.func) or "") in N.PROGRAM_ID) for v in walk(value)):
-                tainted |= {t.value for t in walk(target) if isinstance(t, cst.Name)}
-        if len(tainted) == before:
-            return tainted
-
-
 def uses_asserts(ctx, fn: cst.FunctionDef) -> bool:
     """The wrapper states its checks with `assert` (and raises nothing itself)."""
     nodes = list(walk(fn))
