@@ -113,11 +113,13 @@ class Bounds:
         # A mask over a window's dims never covers a squeezed row: past its end the original reads
         # another array's memory on hardware, so a check rejects no call it handles, unless a mask or
         # `pl.when` tests the program id (`b < nb`) and so may skip the rows past the end.
-        masked = (row_guarded_access(self.cs.ctx, self.cs.site.kernel, _row_axes(block)) if block.squeeze
+        # A row a loop index picks is judged as a window: any mask may test that index.
+        pid_row = block.squeeze and "new" not in block.index.axes
+        masked = (row_guarded_access(self.cs.ctx, self.cs.site.kernel, _row_axes(block)) if pid_row
                   else masked_access(self.cs.ctx, self.cs.site.kernel))
         if masked is not None:
             what = ("tests the program id in a mask or `pl.when` (line {}), so the original may skip a row past the "
-                    "end" if block.squeeze else "masks its loads or stores (line {}), so on hardware the original "
+                    "end" if pid_row else "masks its loads or stores (line {}), so on hardware the original "
                     "handles a last window past the end").format(masked)
             self.broken_guard = (f"pallas-fix adds no check here: the kernel {what}, and a check would reject "
                                  "calls it handles; if every caller passes whole blocks, state that check yourself")
