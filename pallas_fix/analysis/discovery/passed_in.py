@@ -67,17 +67,17 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         if _rebinding(ctx, helper, arg.value.value) is not None:
             continue
         passed = _arg_for(helper, call, arg.value.value)
-        if passed is None or _free_names(passed.value) & shadowing:
+        if passed is None or free_names(passed.value) & shadowing:
             continue
         keywords[key] = passed
         forwarded.append(key)
     site.keywords, site.forwarded = keywords, tuple(forwarded)
 
 
-def _free_names(expr: cst.BaseExpression) -> set[str]:
-    """The names `expr` reads, less attribute and keyword names and those its lambdas bind (an
-    index_map's grid indices)."""
-    nodes = list(walk(expr))
+def free_names(node: cst.CSTNode) -> set[str]:
+    """The names `node` reads, less attribute and keyword names and those its lambdas bind (an
+    index_map's grid indices). Any tree: a rewrite's result too."""
+    nodes = list(walk(node))
     bound = {p.name.value for n in nodes if isinstance(n, cst.Lambda) for p in n.params.params}
     skip = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
     skip |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}

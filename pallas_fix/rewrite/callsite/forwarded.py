@@ -30,6 +30,7 @@ from typing import Callable, Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.passed_in import free_names
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
@@ -157,7 +158,7 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
     added = [n for t, n in new_texts.items() if t not in old_texts]
     removed = [n for t, n in old_texts.items() if t not in new_texts]
     local = set(param_names(helper)) | set(scope_names(ctx, helper))
-    written = set().union(*map(_free_names, added)) - set().union(*map(_free_names, removed))
+    written = set().union(*map(free_names, added)) - set().union(*map(free_names, removed))
     written &= local
     if written:
         names = ", ".join(f"`{n}`" for n in sorted(written))
@@ -169,7 +170,7 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
 
 def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
     """Each simple statement of the module by its text."""
-    return {_text(n): n for n in _walk(module) if isinstance(n, cst.SimpleStatementLine)}
+    return {_text(n): n for n in walk(module) if isinstance(n, cst.SimpleStatementLine)}
 
 
 def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
@@ -179,7 +180,7 @@ def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
     that binds the same name is one no lift of this kernel changes anyway."""
     first = ctx.statement_of(call)
     found: list[cst.CSTNode] = [first] if first is not None else []
-    todo, seen = list(_free_names(call)), set()
+    todo, seen = list(free_names(call)), set()
     while todo:
         name = todo.pop()
         if name in seen:
@@ -188,7 +189,7 @@ def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
         for stmt in _builders(ctx, name):
             if all(stmt is not f for f in found):
                 found.append(stmt)
-                todo += list(_free_names(stmt))
+                todo += list(free_names(stmt))
     return found
 
 
@@ -209,27 +210,9 @@ def _builders(ctx: ModuleContext, name: str) -> Iterator[cst.SimpleStatementLine
                 break
 
 
-def _free_names(node: cst.CSTNode) -> set[str]:
-    """The names a node reads, less attribute and keyword names and those its lambdas bind."""
-    nodes = list(_walk(node))
-    bound = {p.name.value for n in nodes if isinstance(n, cst.Lambda) for p in n.params.params}
-    skip = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
-    skip |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
-    return {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in skip and n.value not in bound}
-
-
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Every node under `node`, of any tree (the rewritten one has no ModuleContext)."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(reversed(cur.children))
-
-
 def _statements(module: cst.Module) -> Iterator[str]:
     """The text of every simple statement and function def of the module, as compared above."""
-    for node in _walk(module):
+    for node in walk(module):
         if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
             yield _text(node)
 
