@@ -31,16 +31,8 @@ class CallTiming:
     site: KernelSite
 
     def anchor(self, expr: Optional[cst.CSTNode] = None) -> cst.CSTNode:
-        """Where `expr` is read as the pallas_call reads it: at the pallas_call, except what a
-        helper's call passes in as the grid or specs (KernelSite.forwarded), read at that call,
-        where it is written and the helper runs (`expr` None: what the forwarded keywords name)."""
-        site = self.site
-        if not site.forwarded or site.passed_by is None:
-            return site.call
-        helper = self.ctx.enclosing_function(site.call)
-        if expr is not None and helper is not None and any(a is helper for a in self.ctx.ancestors(expr)):
-            return site.call
-        return site.passed_by
+        """Where `expr` is read as the pallas_call reads it (`call_anchor`)."""
+        return call_anchor(self.ctx, self.site, expr)
 
     def args_visible_at_call(self) -> bool:
         """Can the call's arguments be named where pallas_call is written? (Not in the decorator
@@ -92,12 +84,24 @@ def operand_change(ctx: ModuleContext, site: KernelSite, arg: cst.BaseExpression
             "the array has its final shape (after padding), or compute its sizes from that array")
 
 
+def call_anchor(ctx: ModuleContext, site: KernelSite, expr: Optional[cst.CSTNode] = None) -> cst.CSTNode:
+    """Where `expr` is read as the pallas_call reads it: at the pallas_call, except what a
+    helper's call passes in as the grid or specs (KernelSite.forwarded), read at that call,
+    where it is written and the helper runs (`expr` None: what the forwarded keywords name)."""
+    if not site.forwarded or site.passed_by is None:
+        return site.call
+    helper = ctx.enclosing_function(site.call)
+    if expr is not None and helper is not None and any(a is helper for a in ctx.ancestors(expr)):
+        return site.call
+    return site.passed_by
+
+
 def copied_change(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, what: str) -> Optional[str]:
     """Why `expr`, a part of `what` (an out_shape or BlockSpec bound before the pallas_call),
     would mean something else copied into the pallas_call."""
     # A grid and specs the helper's calls pass in (KernelSite.forwarded) are written, and the
     # pallas_call evaluated, where that call stands.
-    at = site.passed_by if site.forwarded and site.passed_by is not None else site.call
+    at = call_anchor(ctx, site)
     change = value_change(ctx, expr, at)
     if change is None:
         return None
