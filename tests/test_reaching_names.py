@@ -81,7 +81,7 @@ def test_reaching_value(body: str, expected) -> None:
     module = ctx.module
     read = next(n for n in walk(module) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "use")
     found = reaching_value(ctx, read.args[0].value, read)
-    assert (ctx.code(found[0]) if found else None) == expected
+    assert (ctx.code(found) if found is not None else None) == expected
 
 
 @pytest.mark.parametrize("binding", [

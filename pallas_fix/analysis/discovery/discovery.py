@@ -234,8 +234,9 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
     seen: set[int] = set()
     while True:
         expr = ctx.resolve_value(expr, at)
-        if isinstance(expr, cst.Name):
-            expr, at = reaching_value(ctx, expr, at) or (expr, at)
+        reached = reaching_value(ctx, expr, at) if isinstance(expr, cst.Name) else None
+        if reached is not None:
+            expr = at = reached
         if id(expr) in seen:
             return
         seen.add(id(expr))
@@ -306,11 +307,12 @@ def _find_invocation(ctx: ModuleContext, site: KernelSite) -> None:
         name = parent.targets[0].target.value
         scope = ctx.scope_of(call)
         rebound = len(ctx.assignments(name, scope)) > 1  # `f = pl.pallas_call(...); f(x); f = ...; f(y)`
-        # the reads of the name that may see this call (all of them when it is bound once)
-        reads = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name and not isinstance(ctx.parent(n), cst.AssignTarget)
-                 and (not rebound or (reaching_value(ctx, n, n) or (call,))[0] is call)]
-        calls = [r for r in reads if isinstance(ctx.parent(r), cst.Call) and ctx.parent(r).func is r
-                 and (not rebound or (reaching_value(ctx, r, r) or (None,))[0] is call)]
+        # the reads of the name that may see this call (all of them when it is bound once), and
+        # those that surely do
+        mentions = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name and not isinstance(ctx.parent(n), cst.AssignTarget)]
+        seen = {id(n): reaching_value(ctx, n, n) if rebound else call for n in mentions}
+        reads = [n for n in mentions if seen[id(n)] is None or seen[id(n)] is call]
+        calls = [r for r in reads if isinstance(ctx.parent(r), cst.Call) and ctx.parent(r).func is r and seen[id(r)] is call]
         if calls:
             site.invocation = ctx.parent(calls[0])
         other = next((r for r in reads if calls and r is not calls[0]), None)

@@ -231,7 +231,7 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
         if (name.value, id(binding)) not in aliases:
             continue
         reached = reaching_value(ctx, name, name)  # a name assigned again reads its latest value
-        if reached is not None and not _names_alias(ctx, reached[0], aliases):
+        if reached is not None and not _names_alias(ctx, reached, aliases):
             continue
         if not _feeds(ctx, name, chain):
             return name

@@ -16,7 +16,7 @@ from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.values.bindings import binding_count
 
 
-def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optional[tuple[cst.BaseExpression, cst.CSTNode]]:
+def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """The value of the last `name = value` before `at` when the name is assigned several times,
     each a plain statement of the one straight-line body that also holds `at`'s statement
     (`kernel = partial(dx_kernel, ...)`, a pallas_call, then `kernel = partial(dw_kernel, ...)`
@@ -38,6 +38,4 @@ def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optio
     before = [(position[id(o)], v) for o, v in zip(owners, values) if anchor is not None and position[id(o)] < anchor]
     if not before:
         return None
-    value = max(before, key=lambda pair: pair[0])[1]
-    return value, value
-
+    return max(before, key=lambda pair: pair[0])[1]
