@@ -297,22 +297,8 @@ class Symbols:
         binding is a plain statement of the scope's own body, so the last one before the statement
         holding `at` wins (0: none before it, the parameter). None when a branch or loop binds it,
         or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
-        stmts = self.ctx.body_statements(scope)
-        position = {id(st): n for n, st in enumerate(stmts)}
-        holder = next((position[id(a)] for a in (at, *self.ctx.ancestors(at)) if id(a) in position), None)
-        if holder is None:
-            return None
-        seen = []
-        for _how, node in binds:
-            node = node.value if isinstance(node, Unpack) else node  # `a, b = ...`: the assigned value
-            top = next((a for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
-            if top is None or not isinstance(top, cst.SimpleStatementLine):
-                return None
-            seen.append(position[id(top)])
-        if any(n == holder for n in seen):
-            return None
-        before = [n for n in seen if n < holder]
-        return max(before) + 1 if before else 0
+        last = self._last_binding(scope, binds, at, simple=True)
+        return None if last is None else last + 1
 
     def _settled_binding(self, scope: Scope, name: cst.Name, binds: list, at: cst.CSTNode) -> Optional[int]:
         """The statement of the scope's body that last binds `name` before the statement holding
@@ -328,20 +314,27 @@ class Symbols:
         read = name if self.ctx.parent(name) is not None else at
         if self.ctx.scope_of(read) is not scope:
             return None  # a closure reads the name when it runs, not where it is written
+        last = self._last_binding(scope, binds, read, simple=False)
+        return None if last is None or last < 0 else last
+
+    def _last_binding(self, scope: Scope, binds: list, read: cst.CSTNode, simple: bool) -> Optional[int]:
+        """The index in the scope's body of the last statement binding a name before the statement
+        holding `read` (-1: none before it). None when the text does not fix it: `read` or a
+        binding outside the body's statements, a binding in the statement holding `read`, or (with
+        `simple`) a binding inside a compound statement, a branch or a loop."""
         stmts = self.ctx.body_statements(scope)
         position = {id(st): n for n, st in enumerate(stmts)}
         holder = next((position[id(a)] for a in (read, *self.ctx.ancestors(read)) if id(a) in position), None)
         tops = []
         for _how, node in binds:
-            node = node.value if isinstance(node, Unpack) else node
-            top = next((position[id(a)] for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
-            if top is None:
+            node = node.value if isinstance(node, Unpack) else node  # `a, b = ...`: the assigned value
+            top = next((a for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
+            if top is None or (simple and not isinstance(top, cst.SimpleStatementLine)):
                 return None
-            tops.append(top)
+            tops.append(position[id(top)])
         if holder is None or holder in tops:
             return None
-        before = [n for n in tops if n < holder]
-        return max(before) if before else None
+        return max((n for n in tops if n < holder), default=-1)
 
     def _atom(self, key: str, text: str) -> Poly:
         self.atoms.setdefault(key, Atom(key, text))
