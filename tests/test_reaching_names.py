@@ -74,6 +74,8 @@ def test_the_other_pallas_call_is_no_outside_use_of_the_kernel() -> None:
         ("k = 1\n    k = 2\n    k += 1\n    use(k)\n", None),
         ("k = 1\n    use(k)\n", None),  # one assignment: resolve_value answers that
         ("use(k)\n    k = 1\n    k = 2\n", None),
+        ("k = 1; k = 2\n    use(k)\n", "2"),  # the last in source order, not the first of its line
+        ("k = 1\n    k = 2; use(k)\n", None),  # the line's small statements: not placed here
     ],
 )
 def test_reaching_value(body: str, expected) -> None:

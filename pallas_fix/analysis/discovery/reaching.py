@@ -35,7 +35,8 @@ def reaching_value(ctx: ModuleContext, name: cst.Name, at: cst.CSTNode) -> Optio
     if binding_count(ctx, scope, name.value) != len(values):  # `from m import kernel`, `case kernel:`, ...
         return None
     anchor = next((k for k, stmt in enumerate(body) if stmt is at or any(a is stmt for a in ctx.ancestors(at))), None)
-    before = [(position[id(o)], v) for o, v in zip(owners, values) if anchor is not None and position[id(o)] < anchor]
-    if not before:
-        return None
-    return max(before, key=lambda pair: pair[0])[1]
+    if anchor is None or (any(position[id(o)] == anchor for o in owners) and len(body[anchor].body) > 1):
+        return None  # `kernel = b; f(kernel)`: which small statement of the line runs first is not placed here
+    # the last in source order (`kernel = a; kernel = b` on one line: b)
+    before = [v for o, v in zip(owners, values) if position[id(o)] < anchor]
+    return before[-1] if before else None
