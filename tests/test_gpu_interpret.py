@@ -51,7 +51,9 @@ OBSERVED = {
     "PF203": "KeyError: VMEM",
     "PF204": "Only scalar arrays can be converted to Python scalars",
     "PF205": "Scalar arguments not (yet) supported on GPU",
-    "PF206": "_pallas_call_batching_rule() got an unexpected keyword argument",
+    # jax 0.10.2 and 0.12.0.1 fail in the batching rule; 0.12.1 batches into a grid axis with
+    # blocks, which the interpreter rejects as it does PF202's.
+    "PF206": ("_pallas_call_batching_rule() got an unexpected keyword argument", "AssertionError"),
 }
 REWRITE_FAMILIES = [H.FAMILIES["static_unroll"], H.FAMILIES["grid_to_loop"]]
 PAIRS = [p for f in REWRITE_FAMILIES for p in f.pairs()]
@@ -125,7 +127,8 @@ def test_hazard_shows_in_gpu_interpret_mode_and_is_reported(code, mode_runs):
         assert np.allclose(got[:16], ref[:16]), "block 0 should still be right"
         assert not np.allclose(got[16:], ref[16:], equal_nan=False), "blocks 1.. should be wrong (never written)"
     else:
-        assert OBSERVED[code] in run["gpu"].get("error", ""), run["gpu"]
+        seen = (OBSERVED[code],) if isinstance(OBSERVED[code], str) else OBSERVED[code]
+        assert any(text in run["gpu"].get("error", "") for text in seen), run["gpu"]
 
 
 @pytest.mark.interp
@@ -207,7 +210,7 @@ def test_messages_warn_when_the_installed_jax_was_not_checked(monkeypatch):
     source = path.read_text(encoding="utf-8")
     monkeypatch.setattr(gpu_interpret, "installed_jax_version", lambda: "0.9.0")
     (f,) = [f for f in analyze_source(source, str(path)).findings if f.code == "PF205"]
-    assert "observed on jax 0.10.2 and 0.12.0.1; not checked on the installed jax 0.9.0" in f.message
+    assert "observed on jax 0.10.2, 0.12.0.1 and 0.12.1; not checked on the installed jax 0.9.0" in f.message
     monkeypatch.setattr(gpu_interpret, "installed_jax_version", lambda: "0.12.0.1")
     (f,) = [f for f in analyze_source(source, str(path)).findings if f.code == "PF205"]
     assert "not checked" not in f.message

@@ -22,7 +22,7 @@ from pallas_fix.analysis.result import Analysis
 from pallas_fix.core import names as N
 
 TARGET = "gpu-interpret"
-CONFIRMED_ON = ("0.10.2", "0.12.0.1")
+CONFIRMED_ON = ("0.10.2", "0.12.0.1", "0.12.1")
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ HAZARDS: dict[str, Hazard] = {
         Hazard(
             "PF206",
             "jax.vmap over a pallas_call",
-            "TypeError: _pallas_call_batching_rule() got an unexpected keyword argument",
+            "TypeError: _pallas_call_batching_rule() got an unexpected keyword argument (jax 0.10.2, "
+            "0.12.0.1); bare AssertionError, the batch made a grid axis with blocks (jax 0.12.1)",
         ),
     )
 }
@@ -97,7 +98,7 @@ def version_note(code: Optional[str] = None, version: Optional[str] = None) -> O
     version = version if version is not None else installed_jax_version()
     if version in versions:
         return None
-    seen = " and ".join(versions)
+    seen = " and ".join(filter(None, (", ".join(versions[:-1]), versions[-1])))
     if version is None:
         return f"jax is not installed here; observed on jax {seen}"
     return f"observed on jax {seen}; not checked on the installed jax {version}"

@@ -7,7 +7,7 @@ in a module that runs in GPU interpret mode (`interpret=plgpu.InterpretGPUParams
 
 Why it matters: GPU interpret mode runs every grid step with `pl.program_id` equal to 0. A
 kernel that picks its block with `pl.program_id` computes block 0 over and over; the rest of
-the output is never written (NaN) and nothing raises. Observed on jax 0.10.2 and 0.12.0.1
+the output is never written (NaN) and nothing raises. Observed on jax 0.10.2, 0.12.0.1 and 0.12.1
 (CPU); `pl.num_programs` is correct there.
 
 Example:

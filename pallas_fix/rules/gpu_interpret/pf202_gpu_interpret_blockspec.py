@@ -7,7 +7,7 @@ the whole array, in a module that runs in GPU interpret mode or under `--target 
 Why it matters: GPU interpret mode only accepts whole-array blocks (`has_trivial_window()`:
 block shape equal to the array shape, index_map returning the literal 0s). Anything else
 fails with a bare `AssertionError` from `mosaic_gpu/interpret/interpret_pallas_call.py`, even
-with grid=(1,). Observed on jax 0.10.2 and 0.12.0.1 (CPU).
+with grid=(1,). Observed on jax 0.10.2, 0.12.0.1 and 0.12.1 (CPU).
 
 Example:
     in_specs=[pl.BlockSpec((16,), lambda i: (i,))]   # PF202

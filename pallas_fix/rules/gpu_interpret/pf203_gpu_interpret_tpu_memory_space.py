@@ -5,7 +5,7 @@ What it detects: `pltpu.VMEM(...)` / `pltpu.SMEM(...)` in `scratch_shapes` or in
 BlockSpec, in a module that runs in GPU interpret mode or under `--target gpu-interpret`.
 
 Why it matters: GPU interpret mode knows the Mosaic GPU memory spaces only. Observed on jax
-0.10.2 and 0.12.0.1 (CPU): `KeyError: VMEM` / `KeyError: SMEM` for scratch shapes,
+0.10.2, 0.12.0.1 and 0.12.1 (CPU): `KeyError: VMEM` / `KeyError: SMEM` for scratch shapes,
 `NotImplementedError: Unsupported memory space: vmem` for run_scoped, `KeyError:
 <MemorySpace.ANY>` for `memory_space=pl.ANY`.
 

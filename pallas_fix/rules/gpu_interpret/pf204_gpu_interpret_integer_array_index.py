@@ -6,7 +6,7 @@ a loaded index vector), in a module that runs in GPU interpret mode or under
 
 Why it matters: GPU interpret mode converts each index to a Python scalar and fails with
 "TypeError: Only scalar arrays can be converted to Python scalars" inside an io_callback,
-even for a constant `jnp.arange`. Observed on jax 0.10.2 and 0.12.0.1 (CPU). The HLO
+even for a constant `jnp.arange`. Observed on jax 0.10.2, 0.12.0.1 and 0.12.1 (CPU). The HLO
 interpreter (`interpret=True`) runs these gathers.
 
 Example:

@@ -5,8 +5,8 @@ count pallas-fix cannot read), in a module that runs in GPU interpret mode or un
 `--target gpu-interpret`.
 
 Why it matters: GPU interpret mode rejects scalar arguments: "NotImplementedError: Scalar
-arguments not (yet) supported on GPU", with or without BlockSpecs. Observed on jax 0.10.2
-and 0.12.0.1 (CPU).
+arguments not (yet) supported on GPU", with or without BlockSpecs. Observed on jax 0.10.2,
+0.12.0.1 and 0.12.1 (CPU).
 
 Example:
     grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=(n,), ...)   # PF205

@@ -4,9 +4,11 @@ What it detects: `jax.vmap(f)` (call or decorator) where `f` is a pallas_call, o
 of this module that makes one (directly or through the functions it calls), in a module that
 runs in GPU interpret mode or under `--target gpu-interpret`.
 
-Why it matters: the pallas_call batching rule fails under GPU interpret mode with
-"TypeError: _pallas_call_batching_rule() got an unexpected keyword argument
-'kernel_arg_transforms'". Observed on jax 0.10.2 and 0.12.0.1 (CPU).
+Why it matters: GPU interpret mode cannot run a batched pallas_call. On jax 0.10.2 and
+0.12.0.1 the batching rule fails with "TypeError: _pallas_call_batching_rule() got an unexpected
+keyword argument 'kernel_arg_transforms'"; on jax 0.12.1 the batch becomes a grid axis with
+per-element blocks, which the interpreter rejects with a bare AssertionError (as PF202). Observed
+on CPU.
 
 Example:
     jax.vmap(pl.pallas_call(kernel, out_shape=..., interpret=plgpu.InterpretGPUParams()))(xs)
@@ -38,8 +40,9 @@ def module_issues(scope: KernelScope) -> Iterator[Issue]:
         site = _pallas_call_under(scope, target, node, 0, set()) if target is not None else None
         if site is not None:
             message = (
-                "`jax.vmap` over a pallas_call: GPU interpret mode's batching rule fails (TypeError: "
-                "_pallas_call_batching_rule() got an unexpected keyword argument)"
+                "`jax.vmap` over a pallas_call: GPU interpret mode cannot run it (jax 0.10.2 to 0.12.0.1: "
+                "TypeError in the batching rule; 0.12.1: AssertionError, the batch becomes a grid axis "
+                "with blocks)"
             )
             yield Issue("PF206", node, message, site)
 
