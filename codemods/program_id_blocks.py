@@ -140,7 +140,18 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     witnesses = _lockstep_witnesses(analysis, cs, ref)
     doubt, guards, divided_only = None, (), False
     try:
-        edits = CallEdits(cs, [block], None, witnesses).build()
+        calls = CallEdits(cs, [block], None, witnesses)
+        edits = calls.build()
+        # Its rows taken to be a lockstep witness's, whose last block may be partial (Bounds.check_blocks).
+        lockstep = calls.bounds.ragged_lockstep.get(ref)
+        if lockstep is not None:
+            try:
+                ragged = ragged_doubt(cs, block) or ragged_doubt(cs, block, lockstep=lockstep)
+            except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
+                edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
+            else:
+                assert ragged is not None  # the witness passed Bounds.cdiv_axis
+                divided_only, doubt = ragged.divided_only, ragged.text
     except CallSiteError as unproved:
         try:
             doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)

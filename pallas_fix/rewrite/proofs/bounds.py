@@ -43,6 +43,11 @@ class Bounds:
         self.guards: list[tuple[Guard, str]] = []  # (guard, what the original did without it)
         self.broken_guard: Optional[str] = None  # why the guard a proof needed was refused
         self.too_strong = False  # the last choice of guards found one that would reject a good call
+        # Blocks taken to share the extent of a lockstep witness whose own last block may be partial
+        # along a `pl.cdiv` axis (check_blocks): param -> (the witness, the array extent the grid
+        # counts); their lift carries that witness's ragged doubt (rewrite.proofs.ragged_blocks), so
+        # it is no proof where checks are sought (`guarding`: that doubt was refused).
+        self.ragged_lockstep: dict[str, tuple[RefBlock, cst.BaseExpression]] = {}
         self.checked = False  # check_blocks ran: a plan that failed before it failed for another reason
         self.symbols = Symbols(cs.ctx)
         self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
@@ -84,7 +89,9 @@ class Bounds:
         HLO interpreter clamps). Operands the plan leaves alone vouch too: `witnesses` (windows
         the kernel reads in lockstep) and existing BlockSpecs whose blocks are proved inside."""
         self.checked = True
-        proven: set[tuple] = self._spec_lockstep({b.param for b in blocks})
+        # Witnesses proved but for a partial last block along a `pl.cdiv` axis: key -> (block, extent).
+        ragged: dict[tuple, tuple[RefBlock, cst.BaseExpression]] = {}
+        proven: set[tuple] = self._spec_lockstep({b.param for b in blocks}, ragged)
         failed: list[tuple[RefBlock, CallSiteError]] = []
         for block in [*blocks, *witnesses]:
             try:
@@ -92,8 +99,14 @@ class Bounds:
                 proven.add(_lockstep(block))
             except CallSiteError as err:
                 failed.append((block, err))
+                extent = self.cs.kernel_shape_dim(block.param, block.dim)
+                if any(block is w for w in witnesses) and self.cdiv_axis(block, extent, trip) is not None:
+                    ragged.setdefault(_lockstep(block), (block, extent))
         for block, err in failed:
             if any(block is b for b in blocks) and not (_lockstep(block) in proven and self._whole_input_dim(block)):
+                if not self.guarding and _lockstep(block) in ragged and self._whole_input_dim(block):
+                    self.ragged_lockstep[block.param] = ragged[_lockstep(block)]
+                    continue
                 if not self.guarding:
                     raise err
                 self._guard_block(block, trip, err)
@@ -196,9 +209,10 @@ class Bounds:
             raise CallSiteError(f"{err}; {self.broken_guard}") from None
         raise err
 
-    def _spec_lockstep(self, skip: set[str]) -> set[tuple]:
+    def _spec_lockstep(self, skip: set[str], ragged: dict) -> set[tuple]:
         """Lockstep keys of the existing BlockSpec dims (of operands not in `skip`) whose blocks
-        provably lie inside their arrays."""
+        provably lie inside their arrays; those inside but for a partial last block along a
+        `pl.cdiv` axis go into `ragged` (key -> (block, the array's extent))."""
         keys = set()
         for slot in self.cs.slots.values():
             if slot.kind not in ("in", "out") or slot.param in skip:
@@ -212,8 +226,12 @@ class Bounds:
             for e, dim in enumerate(spec.dims):
                 index = _grid_index(self.symbols, spec.index_map, spec.index_exprs[e], len(self.cs.grid))
                 full = self.cs.shape_dim(slot.param, e)
-                if dim.kind == "size" and index is not None and full is not None and self._fits(index, dim.size, full, None):
+                if dim.kind != "size" or index is None or full is None:
+                    continue
+                if self._fits(index, dim.size, full, None):
                     keys.add((code(dim.size), index.key(), ()))
+                elif self.cdiv_axis(block := RefBlock(slot.param, e, dim.size, index), full) is not None:
+                    ragged.setdefault(_lockstep(block), (block, full))
         return keys
 
     def _whole_input_dim(self, block: RefBlock) -> bool:
@@ -222,8 +240,8 @@ class Bounds:
         seen = self.cs.kernel_shape_dim(block.param, block.dim)
         if slot is None or slot.kind != "in" or seen is None:
             return False
-        rank = self.cs.rank(block.param) or 0
-        dims = [self.cs.shape_dim(block.param, e) for e in range(rank)]
+        rank = self.cs.rank(block.param)  # unknown: the kernel's dim is the array's own, if any
+        dims = [self.cs.shape_dim(block.param, e) for e in (range(rank) if rank is not None else [block.dim])]
         return any(d is not None and self.poly(d) == self.poly(seen) for d in dims)
 
     def _fold_row(self, block: RefBlock) -> Optional[tuple]:

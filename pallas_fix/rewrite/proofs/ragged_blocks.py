@@ -55,17 +55,36 @@ class RaggedDoubt:
 
 
 def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression] = None,
-                 position_line: Optional[int] = None) -> Optional[RaggedDoubt]:
+                 position_line: Optional[int] = None,
+                 lockstep: Optional[tuple[RefBlock, cst.BaseExpression]] = None) -> Optional[RaggedDoubt]:
     """The condition under which lifting `block` is exact, when its only doubt is a partial last
     block along a `pl.cdiv` grid axis (an existing one, or a new one of `trip` steps: a loop
     `pl.loop(0, n, step=BLOCK)` or `fori_loop(0, pl.cdiv(n, BLOCK), ...)`); None when that is not
     the doubt. When the kernel reads its position (a program id, or for a new axis the loop index
     outside its windows: `position_line`, the caller's to find) the lift is exact only on a
-    backend known not to clamp a window past the end (Triton, TPU); elsewhere this raises Refuse."""
-    extent = cs.kernel_shape_dim(block.param, block.dim)
-    axis = Bounds(cs).cdiv_axis(block, extent, trip)
+    backend known not to clamp a window past the end (Triton, TPU); elsewhere this raises Refuse.
+    `lockstep`: a block of another operand read at the same window in every step and the array
+    extent the grid counts (`gO_ref` beside `x_ref` under `pl.cdiv(x.shape[0], bs)`): the kernel
+    treats their rows as one length (were `block`'s array shorter, the original would read past its
+    end whatever the grid; were it longer, the blocks read the same rows), so `block` takes its doubt."""
+    counted, extent = lockstep or (block, cs.kernel_shape_dim(block.param, block.dim))
+    axis = Bounds(cs).cdiv_axis(counted, extent, trip)
     if axis is None or extent is None:
         return None
+    if lockstep is None:
+        return _ragged_doubt(cs, block, trip, position_line, axis, extent)
+    shared = (f"`{block.param}` is read at the same window as `{counted.param}` in every step, so its rows are taken to be "
+              f"as many as `{counted.param}`'s, which the grid counts (were they fewer, the original would read past "
+              "their end whatever the grid; were they more, its blocks read the same rows as the original); ")
+    try:
+        doubt = _ragged_doubt(cs, block, trip, position_line, axis, extent)
+    except Refuse as refused:
+        raise Refuse(shared + str(refused)) from None
+    return RaggedDoubt(shared + doubt.text, doubt.divided_only)
+
+
+def _ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression], position_line: Optional[int],
+                  axis: int | str, extent: cst.BaseExpression) -> RaggedDoubt:
     kernel = cs.site.kernel
     assert kernel is not None
     grid = trip if axis == "new" else cs.grid[axis]
