@@ -21,6 +21,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
+from pallas_fix.rewrite.proofs.spec_blocks import index_map_entry, lockstep_key, spec_lockstep
 from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
                                               traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -91,21 +92,21 @@ class Bounds:
         self.checked = True
         # Witnesses proved but for a partial last block along a `pl.cdiv` axis: key -> (block, extent).
         ragged: dict[tuple, tuple[RefBlock, cst.BaseExpression]] = {}
-        proven: set[tuple] = self._spec_lockstep({b.param for b in blocks}, ragged)
+        proven: set[tuple] = spec_lockstep(self.cs, self.symbols, {b.param for b in blocks}, ragged, self._fits, self.cdiv_axis)
         failed: list[tuple[RefBlock, CallSiteError]] = []
         for block in [*blocks, *witnesses]:
             try:
                 self.check_block(block, trip)
-                proven.add(_lockstep(block))
+                proven.add(lockstep_key(block))
             except CallSiteError as err:
                 failed.append((block, err))
                 extent = self.cs.kernel_shape_dim(block.param, block.dim)
                 if any(block is w for w in witnesses) and self.cdiv_axis(block, extent, trip) is not None:
-                    ragged.setdefault(_lockstep(block), (block, extent))
+                    ragged.setdefault(lockstep_key(block), (block, extent))
         for block, err in failed:
-            if any(block is b for b in blocks) and not (_lockstep(block) in proven and self._whole_input_dim(block)):
-                if not self.guarding and _lockstep(block) in ragged and self._whole_input_dim(block):
-                    self.ragged_lockstep[block.param] = ragged[_lockstep(block)]
+            if any(block is b for b in blocks) and not (lockstep_key(block) in proven and self._whole_input_dim(block)):
+                if not self.guarding and lockstep_key(block) in ragged and self._whole_input_dim(block):
+                    self.ragged_lockstep[block.param] = ragged[lockstep_key(block)]
                     continue
                 if not self.guarding:
                     raise err
@@ -208,31 +209,6 @@ class Bounds:
                                  "(a check must not reject a call the original handles)")
             raise CallSiteError(f"{err}; {self.broken_guard}") from None
         raise err
-
-    def _spec_lockstep(self, skip: set[str], ragged: dict) -> set[tuple]:
-        """Lockstep keys of the existing BlockSpec dims (of operands not in `skip`) whose blocks
-        provably lie inside their arrays; those inside but for a partial last block along a
-        `pl.cdiv` axis go into `ragged` (key -> (block, the array's extent))."""
-        keys = set()
-        for slot in self.cs.slots.values():
-            if slot.kind not in ("in", "out") or slot.param in skip:
-                continue
-            try:
-                spec = self.cs.spec_of(slot)
-            except CallSiteError:
-                continue
-            if spec.dims is None or spec.index_exprs is None or not isinstance(spec.index_map, cst.Lambda):
-                continue
-            for e, dim in enumerate(spec.dims):
-                index = _grid_index(self.symbols, spec.index_map, spec.index_exprs[e], len(self.cs.grid))
-                full = self.cs.shape_dim(slot.param, e)
-                if dim.kind != "size" or index is None or full is None:
-                    continue
-                if self._fits(index, dim.size, full, None):
-                    keys.add((code(dim.size), index.key(), ()))
-                elif self.cdiv_axis(block := RefBlock(slot.param, e, dim.size, index), full) is not None:
-                    ragged.setdefault(_lockstep(block), (block, full))
-        return keys
 
     def _whole_input_dim(self, block: RefBlock) -> bool:
         """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""
@@ -366,7 +342,7 @@ class Bounds:
                               full: Optional[cst.BaseExpression], param: str, dim: int) -> None:
         """The existing blocks of `param` along `dim` (`index` of the lambda `lam`'s parameters,
         of size `block`) lie inside the array, so no partial block is split into sub-blocks."""
-        grid_index = _grid_index(self.symbols, lam, index, len(self.cs.grid))
+        grid_index = index_map_entry(self.symbols, lam, index, len(self.cs.grid))
         if grid_index is None:
             raise CallSiteError(f"the index_map of `{param}` along dim {dim} is not a sum of grid indices")
         if full is None or not self._fits(grid_index, block, full, None):
@@ -374,20 +350,6 @@ class Bounds:
                 f"cannot prove the existing blocks `{code(block)}` of `{param}` along dim {dim} stay inside "
                 f"the array{f' (`{code(full)}`)' if full is not None else ''}: a partial last block cannot be split"
             )
-
-
-def _grid_index(symbols: Symbols, lam: cst.Lambda, index: cst.BaseExpression, ngrid: int) -> Optional[BlockIndexExpr]:
-    """An index_map entry as integer multiples of the grid indices (the lambda's first `ngrid`
-    parameters) plus a constant; None for anything else."""
-    p = symbols.poly(index, index)
-    params = {f"{q.name.value}@{id(lam)}": n for n, q in enumerate(lam.params.params[:ngrid])}
-    axes: dict[object, int] = {}
-    for m, c in p.terms:
-        if m and (len(m) != 1 or m[0] not in params):
-            return None
-        if m:
-            axes[params[m[0]]] = c
-    return BlockIndexExpr(axes, p.as_dict().get((), 0))
 
 
 def _row_axes(block: RefBlock) -> frozenset:
@@ -398,11 +360,6 @@ def _row_axes(block: RefBlock) -> frozenset:
 def _paren(expr: cst.BaseExpression) -> str:
     text = code(expr)
     return text if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)) else f"({text})"
-
-
-def _lockstep(block: RefBlock) -> tuple:
-    """Blocks read at the same window in every step (along whichever dim of their refs)."""
-    return code(block.size), block.index.key(), tuple(sorted(block.squeezed.items()))
 
 
 def _translated(translator: Translator, expr: cst.BaseExpression, env) -> Optional[cst.BaseExpression]:
