@@ -144,7 +144,7 @@ def test_a_name_bound_in_both_arms_is_one_value_after_the_if():
     grid_read, block_read, doubled_read, other_read = [symbols.poly(n, n) for n in _reads_of(ctx, "bn")]
     assert grid_read == block_read
     assert other_read != grid_read  # bound again in between
-    assert doubled_read != grid_read  # read in the statement that binds it again: nothing said
+    assert doubled_read == grid_read  # `bn = bn * 2` reads the value before it binds `bn` again
 
 
 @pytest.mark.parametrize("extra, read", [
@@ -460,3 +460,24 @@ def test_a_name_a_nested_function_rebinds_through_nonlocal_is_no_known_value():
     f = ctx.module.body[0]
     reads = [symbols.poly(n, n) for n in _reads_of(ctx, "bn") if ctx.scope_of(n) is f and not isinstance(ctx.parent(n), cst.NameItem)]
     assert reads[0] != reads[-1] and reads[-1] != Poly.const(16)
+
+
+@pytest.mark.parametrize("value, same", [
+    ("pl.pallas_call(k, grid=(c.shape[0] // 8,))(x, c)", True),  # the value runs before `c` is bound again
+    ("pl.pallas_call(k, grid=(c.shape[0] // 8,), in_specs=[spec(lambda: c.shape[0])])(x, c)", True),
+    ("g(lambda: c.shape[0])", False),  # a lambda's body runs when called: perhaps after the binding
+    ("g((c := h(x)).shape[0], c.shape[0])", False),  # a walrus binds `c` while the value runs
+])
+def test_a_read_in_the_value_that_binds_its_name_again_sees_the_earlier_binding(value: str, same: bool):
+    """`y, c = pl.pallas_call(...)(x, c)`: a block shape `c.shape[1]` written in the call is the
+    parameter's, as the operand `c` is (lstm_cell's c_prev in the real corpus read as two values, so
+    its lift took a check where the lockstep rule needed none)."""
+    ctx = ModuleContext(f"def f(x, c):\n    n = c.shape[0]\n    y, c = {value}\n    return y, c\n")
+    symbols = Symbols(ctx)
+    first, *later = [n for n in walk(ctx.module) if isinstance(n, cst.Subscript) and ctx.code(n) == "c.shape[0]"]
+    reads = [symbols.poly(n, n) for n in later if not any(isinstance(a, cst.Lambda) for a in ctx.ancestors(n))]
+    lambda_reads = [symbols.poly(n, n) for n in later if any(isinstance(a, cst.Lambda) for a in ctx.ancestors(n))]
+    if same:
+        assert reads and all(r == symbols.poly(first, first) for r in reads)
+    else:
+        assert all(r != symbols.poly(first, first) for r in reads + lambda_reads)

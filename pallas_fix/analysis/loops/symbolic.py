@@ -17,7 +17,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.values.bindings import Unpack, binding_count, declared_elsewhere, scope_bindings, single_binding
+from pallas_fix.analysis.values.bindings import (Unpack, binding_count, declared_elsewhere, read_before_targets, scope_bindings,
+                                                single_binding)
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
@@ -332,7 +333,7 @@ class Symbols:
             if top is None or (simple and not isinstance(top, cst.SimpleStatementLine)):
                 return None
             tops.append(position[id(top)])
-        if holder is None or holder in tops:
+        if holder is None or (holder in tops and not read_before_targets(self.ctx, stmts[holder], read, binds)):
             return None
         return max((n for n in tops if n < holder), default=-1)
 

@@ -121,6 +121,24 @@ def _bind_target(out: Bindings, target: cst.BaseExpression, binding: tuple[str, 
         _bind_target(out, target.value, binding)
 
 
+def read_before_targets(ctx: ModuleContext, stmt: cst.CSTNode, read: cst.CSTNode, binds: list) -> bool:
+    """`read` runs before `stmt` binds its name again: `stmt` is one assignment whose targets
+    alone bind it among `binds` (`y, c = pl.pallas_call(...)(x, c)`), and `read` is in its value,
+    not in a lambda there (its body runs when called, perhaps after the binding): Python evaluates
+    the value before it binds the targets."""
+    body = getattr(stmt, "body", None)
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(body) != 1 or not isinstance(body[0], (cst.Assign, cst.AnnAssign)):
+        return False
+    value = body[0].value
+    path = [read, *ctx.ancestors(read)]
+    if value is None or not any(a is value for a in path):
+        return False
+    if any(isinstance(a, (cst.Lambda, cst.FunctionDef)) for a in path[:next(n for n, a in enumerate(path) if a is value)]):
+        return False
+    # A walrus in the value binds the name while it is evaluated.
+    return not any(any(a is value for a in ctx.ancestors(n.value if isinstance(n, Unpack) else n)) for _how, n in binds)
+
+
 def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
     """How many nodes of `scope`'s own code bind `name`, every form Python has: what a caller that
     counts only some forms (plain assignments, `scope_bindings`) compares against to know it saw
