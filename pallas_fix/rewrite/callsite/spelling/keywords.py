@@ -36,12 +36,16 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], 
         (a.keyword is not None and a.keyword.value in _KEYWORD_ORDER) for a in args
     ):
         pos = min(2, len(args))
-    # Separator: reuse the comma that follows the first argument (keeps multi-line layouts).
+    # Separator: reuse the comma where the new argument goes (between the arguments around it, or
+    # the last two), else the one after the first argument: it keeps the call's layout there, one
+    # argument per line, or several on a line as `pl.pallas_call(kernel, grid=grid,` begins.
     sep = None
+    near = args[pos - 1] if 0 < pos < len(args) else (args[-2] if len(args) >= 2 and pos == len(args) else None)
+    if near is not None and isinstance(near.comma, cst.Comma):
+        sep = near.comma
     for a in args[:-1]:
-        if isinstance(a.comma, cst.Comma):
+        if sep is None and isinstance(a.comma, cst.Comma):
             sep = a.comma
-            break
     if sep is None:
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     new_args = [
