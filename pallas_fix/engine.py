@@ -31,7 +31,7 @@ from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
 from pallas_fix.rewrite.callsite.forwarded import screen as screen_forwarded
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.loops.dependence import accumulates_in_place
-from pallas_fix.rewrite.text.line_width import fit_width
+from pallas_fix.rewrite.text.line_width import fit_width, rejoin
 from pallas_fix.rules.dynamic_index.pf102_reduction_loop_slice import message as reduction_message
 from pallas_fix.rules.registry import RULES, classify
 
@@ -309,7 +309,8 @@ def fix_source(
         current = new_source
     else:
         result.remaining = analyze_source(current, path, config, reach=True).findings
-    result.source = current
+    # A line an early round broke to fit the width and a later round shortened goes back on one line.
+    result.source = rejoin(source, current) if result.rounds > 1 else current
     return result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from pallas_fix.rewrite.text import visual_indent
-from pallas_fix.rewrite.text.line_width import fit_width
+from pallas_fix.rewrite.text.line_width import code_width, fit_width, rejoin
 
 BEFORE = '''def call(x):
     return pl.pallas_call(
@@ -188,3 +188,23 @@ def test_a_visual_subscript_is_not_switched_to_hanging_style():
     before = "y = x[pl.ds(0, 8),\n      0]\n"
     after = before.replace("      0]", "      pl.ds(program_id_of_the_outer_axis * block_rows_of_this_kernel, block_rows_of_this_kernel)]")
     assert fit_width(before, after) == after
+
+
+def test_a_docstring_line_past_120_columns_does_not_set_the_width():
+    """A real kernel's one-line summary runs on; a docstring kept to a wider limit sets it."""
+    summary = '"""' + "A summary of what the kernel computes, " * 4 + '"""\n'
+    fitted = fit_width(summary + BEFORE, summary + _after(LONG))
+    assert "        in_specs=[\n" in fitted
+    assert code_width(summary + BEFORE) == 79
+    kept = '"""' + "x" * 94 + '"""\n'  # 100 columns: a file kept to 100
+    assert code_width(kept + BEFORE) == 100
+
+
+def test_a_bracket_broken_early_and_shortened_later_is_joined_back():
+    original = "def k(x_ref, o_ref):\n    x = pltriton.load(x_ref.at[idx[:, None], cols[None, :]])\n    o_ref[...] = x\n"
+    final = "def k(x_ref, o_ref):\n    x = pltriton.load(\n        x_ref,\n    )\n    o_ref[...] = x\n"
+    assert rejoin(original, final) == "def k(x_ref, o_ref):\n    x = pltriton.load(x_ref)\n    o_ref[...] = x\n"
+    kept = "def k(x_ref, o_ref):\n    x = pltriton.load(\n        x_ref,\n    )\n"
+    assert rejoin(kept, kept) == kept  # the user's own layout
+    wide = final.replace("x_ref,\n", "x_ref" + "_" * 80 + ",\n").replace("(x_ref", "(x_ref")
+    assert rejoin(original, wide) == wide  # would not fit the width on one line

@@ -16,8 +16,8 @@ switched to hanging style when an argument cannot fit at the bracket (visual_ind
 guard message is split by implicit string concatenation; a lengthened `def` line hangs its
 parameters.
 
-The width is the longest code line (comment-only lines aside) of the text before the rewrite, at
-least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
+The width is the longest code line (comment-only lines and docstring lines past 120 columns aside)
+of the text before the rewrite, at least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
 changes what runs.
 """
 
@@ -32,6 +32,7 @@ import libcst as cst
 from pallas_fix.rewrite.text import visual_indent
 
 MIN_WIDTH = 79
+MAX_PROSE = 120
 # `<indent>[name=]<head><open>...<close><tail>`: a keyword argument or a simple statement.
 _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<head>(?:[A-Za-z_][\w.]*\s*=\s*)?[^\s\[(]*)(?P<body>[\[(].*[\])])(?P<tail>,?\)*[,:]?)$")
 
@@ -39,8 +40,7 @@ _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<head>(?:[A-Za-z_][\w.]*\s*=\s*)?[^\s
 def fit_width(before: str, after: str) -> str:
     """`after` with each line longer than `before`'s width, and not in `before`, broken up."""
     lines = after.splitlines(keepends=True)
-    # Comment-only lines (license headers, long notes) do not set the width the code keeps.
-    width = max([MIN_WIDTH, *(len(line) for line in before.splitlines() if not line.lstrip().startswith("#"))])
+    width = code_width(before)
     old = set(before.splitlines())
     plain = [_strip_eol(line) for line in lines]
     out: list[Optional[str]] = list(lines)
@@ -65,6 +65,56 @@ def fit_width(before: str, after: str) -> str:
     except SyntaxError:
         return after
     return candidate
+
+
+_OPENS = re.compile(r".*[(\[{]$")
+_CLOSES = re.compile(r"^\s*[)\]}][)\]},:]*$")
+
+
+def rejoin(original: str, final: str) -> str:
+    """`final` with each bracket a rewrite broke over three lines around one element (a long line
+    an early round wrote, `pltriton.load(\n    x_ref.at[pl.ds(...), ...],\n)`, that a later round
+    shortened to `pltriton.load(x_ref)`) joined back onto one line where that fits the file's
+    width; only where its first two lines are not the original's, and only where the module's
+    AST stays the same."""
+    width, old = code_width(original), set(original.splitlines())
+    lines = final.splitlines(keepends=True)
+    plain = [_strip_eol(line) for line in lines]
+    out: list[str] = []
+    n = 0
+    while n < len(lines):
+        group = plain[n:n + 3]
+        if (len(group) == 3 and _OPENS.match(group[0]) and group[1].rstrip().endswith(",") and _CLOSES.match(group[2])
+                and group[0] not in old and group[1] not in old and not group[0].lstrip().startswith("#")):
+            joined = group[0] + group[1].strip()[:-1] + group[2].strip()
+            if len(joined) <= width:
+                out.append(joined + lines[n + 2][len(plain[n + 2]):])
+                n += 3
+                continue
+        out.append(lines[n])
+        n += 1
+    candidate = "".join(out)
+    try:
+        return candidate if ast.dump(ast.parse(candidate)) == ast.dump(ast.parse(final)) else final
+    except SyntaxError:
+        return final
+
+
+def code_width(source: str) -> int:
+    """The width the file's code keeps: its longest line, at least MIN_WIDTH. Comment-only lines
+    (license headers, long notes) do not set it, nor a docstring line past the widest limit style
+    guides use (MAX_PROSE: a one-line summary that runs on is no line length the file keeps)."""
+    prose: set[int] = set()
+    try:
+        for node in ast.walk(ast.parse(source)):
+            body = getattr(node, "body", None)
+            first = body[0] if isinstance(body, list) and body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                prose.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    except SyntaxError:
+        pass
+    return max([MIN_WIDTH, *(len(line) for n, line in enumerate(source.splitlines(), 1)
+                             if (n not in prose or len(line) <= MAX_PROSE) and not line.lstrip().startswith("#"))])
 
 
 def _layout(lines: list[str], n: int, width: int, eol: str,
