@@ -45,6 +45,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse
 from pallas_fix.rewrite import common as C
+from pallas_fix.rewrite.text.libcst_scopes import scope_at
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.text.statements import siblings_of
@@ -113,11 +114,12 @@ def _group(analysis, windows: dict, pl: str) -> list[cst.SimpleStatementLine]:
     while todo:
         sub = todo.pop()
         for name in _range_names(sub):
-            assignment, stmt, _ = C.single_binding(ctx, name)
-            if stmt is None or id(stmt) in bindings:
+            chain = _bindings_of(ctx, name)
+            if not chain or id(chain[0][0]) in bindings:
                 continue
-            bindings[id(stmt)] = (stmt, assignment)
-            for read in C.reads(assignment):
+            for stmt, _assignment in chain:
+                bindings[id(stmt)] = (stmt, chain)
+            for read in _plain_reads(ctx, chain):
                 other = _subscript_read_in(ctx, read)
                 use = int_array_uses.get(id(other)) if other is not None else None
                 if use is None or other in windows:
@@ -128,13 +130,57 @@ def _group(analysis, windows: dict, pl: str) -> list[cst.SimpleStatementLine]:
                     continue
                 todo.append(other)
     dead = []
-    for stmt, assignment in bindings.values():
+    for stmt, chain in bindings.values():
         line = ctx.parent(stmt)
         if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
             continue
-        if all(_subscript_read_in(ctx, read) in windows for read in C.reads(assignment)):
+        if all(_subscript_read_in(ctx, read) in windows for read in _plain_reads(ctx, chain)):
             dead.append(line)
     return dead
+
+
+def _bindings_of(ctx, name: cst.Name) -> list[tuple[cst.Assign, object]]:
+    """The plain assignments that make the range `name` reads: its one binding, or the range then
+    alignment hints that rebind it (`rows = pm * bm + jnp.arange(bm)`, then `rows =
+    pltriton.max_contiguous(pl.multiple_of(rows, bm), bm)`, statements of one body in that order,
+    each hint reading the name only as what it wraps); empty for anything else."""
+    assignment, stmt, _ = C.single_binding(ctx, name)
+    if stmt is not None:
+        return [(stmt, assignment)]
+    scope = scope_at(ctx, name)
+    found = [a for a in scope[name.value]] if scope is not None else []
+    chain = []
+    for a in found:
+        holder = ctx.parent(a.node)
+        stmt = ctx.parent(holder) if isinstance(holder, cst.AssignTarget) else None
+        if not (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.targets[0].target is a.node):
+            return []
+        chain.append((stmt, a))
+    lines = [ctx.parent(stmt) for stmt, _a in chain]
+    body = ctx.parent(lines[0]) if lines else None
+    if len(chain) < 2 or any(ctx.parent(line) is not body for line in lines):
+        return []
+    chain.sort(key=lambda link: ctx.span(link[0]).line)
+    for stmt, _a in chain[1:]:
+        wrapped = _hinted(ctx, stmt.value)
+        inner = [n for n in C.reads(chain[0][1]) if any(a is stmt.value for a in ctx.ancestors(n))]
+        if wrapped is None or inner != [wrapped]:
+            return []
+    return chain
+
+
+def _hinted(ctx, value: cst.BaseExpression):
+    """The name a chain of value hints wraps (`pltriton.max_contiguous(pl.multiple_of(rows, bm), bm)`: `rows`)."""
+    while isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.VALUE_HINTS) and value.args:
+        value = value.args[0].value
+    return value if isinstance(value, cst.Name) else None
+
+
+def _plain_reads(ctx, chain: list) -> list[cst.Name]:
+    """The reads of the chain's name other than those its own hints wrap. (LibCST links a read to
+    every binding of its name in the scope, so the first binding's references are all of them.)"""
+    hints = [stmt.value for stmt, _a in chain[1:]]
+    return [n for n in C.reads(chain[0][1]) if not any(a is v for a in ctx.ancestors(n) for v in hints)]
 
 
 def _range_names(sub: cst.Subscript) -> list[cst.Name]:

@@ -133,3 +133,15 @@ def test_an_outer_product_of_ranges_is_two_windows_however_the_row_is_broadcast(
     for cols in ("cols[None, :]", "cols[None]"):
         found = [f for f in analyze_source(_OUTER.replace("{cols}", cols), "k.py").findings if f.code == "PF108"]
         assert found and all(f.fixable for f in found), (cols, [f.refusal for f in found])
+
+
+def test_a_range_through_compiler_hints_is_its_window() -> None:
+    """`pl.multiple_of` and `pltriton.max_contiguous` are hints whose value is their argument
+    (jax-triton's LSTM cell: `idx_m = pltriton.max_contiguous(pl.multiple_of(idx_m, bm), bm)`)."""
+    for cols in ("pltriton.max_contiguous(pl.multiple_of(i * bs + jnp.arange(bs), bs), bs)",
+                 "i * bs + jnp.arange(bs)\n        cols = pltriton.max_contiguous(pl.multiple_of(cols, bs), bs)"):
+        (finding,) = _pf108(cols)
+        assert finding.fixable and finding.fix_id == "contiguous-window", (cols, finding.refusal)
+        assert "pltriton.load(x_ref.at[pl.ds(i * bs, bs)], mask=cols < n, other=0.0)" in _fixed(cols)
+    (finding,) = _pf108("pltriton.max_contiguous(2 * jnp.arange(bs), bs)")  # a hint does not make a step a range
+    assert not finding.fixable

@@ -34,6 +34,8 @@ PL_WHEN = _alts(PALLAS + ".when")
 PROGRAM_ID = _alts(PALLAS + ".program_id")
 NUM_PROGRAMS = _alts(PALLAS + ".num_programs")
 MULTIPLE_OF = _alts(PALLAS + ".multiple_of")
+# Compiler hints whose value is their first argument (`pltriton.max_contiguous(x, n)`, `pl.multiple_of(x, n)`).
+VALUE_HINTS = MULTIPLE_OF | _alts(TRITON + ".max_contiguous", PALLAS + ".max_contiguous")
 BLOCK_SPEC = _alts(PALLAS + ".BlockSpec")
 # `BlockSpec()` with nothing set: the whole array, as an absent spec is.
 NO_BLOCK_SPEC = _alts(PALLAS + ".no_block_spec", "jax._src.pallas.core.no_block_spec")

@@ -1,7 +1,7 @@
 """Integer arrays that are contiguous ranges: the Triton idiom for a block's positions.
 
 `rows = start + jnp.arange(bm)` (either order, `lax.iota(dtype, n)` for the arange, or
-`jnp.arange(n)` alone, start 0), broadcast for an outer-product index as `rows[:, None]` /
+`jnp.arange(n)` alone, start 0; through `pl.multiple_of` / `pltriton.max_contiguous` hints), broadcast for an outer-product index as `rows[:, None]` /
 `rows[None, :]` or built broadcast as `lax.broadcasted_iota(dtype, (bm, 1), 0)`: indexing a dim
 with it reads the window `pl.ds(start, bm)` of that dim. `start` must be a scalar (a traced
 integer, or Python arithmetic); a step (`2 * jnp.arange(n)`), a reversal (`n - jnp.arange(n)`) or a
@@ -42,6 +42,8 @@ def contiguous_range(env, expr: cst.BaseExpression, depth: int = 0) -> Optional[
     if isinstance(expr, cst.Name):
         value = env.reaching_assignment(expr)
         return None if value is None or not isinstance(ctx.parent(value), cst.Assign) else contiguous_range(env, value, depth + 1)
+    if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.VALUE_HINTS) and expr.args and not expr.args[0].star:
+        return contiguous_range(env, expr.args[0].value, depth + 1)  # a hint: its value is its argument's
     if isinstance(expr, cst.Call):
         return _arange(env, expr)
     if isinstance(expr, cst.Subscript):
