@@ -148,3 +148,27 @@ def test_grid_and_specs_passed_by_position_are_read_and_edited_at_the_call():
     assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
     fixed = fix_source(src, "k.py", unsafe=True).source
     assert fixed.count("pl.BlockSpec((BR, m), lambda i: (i, 0))") == 2 and fixed.count("pl.BlockSpec((n, BC), lambda j: (0, j))") == 2
+
+
+def test_specs_the_helper_reorders_in_place_are_not_read_through_the_call():
+    """`in_specs.reverse()` in the helper before its pallas_call: the caller's item k is not operand
+    k's spec there, so a new spec written into the call's list would go to the other operand. The
+    helper's `in_specs` is read as it stands in the helper (modified there: refused), and no
+    call's list is edited. Before, both kernels lifted and the rewrites failed to trace."""
+    src = _OWN.read_text().replace("        return pl.pallas_call(\n", "        in_specs.reverse()\n        return pl.pallas_call(\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites} == {
+        "_rows_kernel": ("grid", "out_specs"), "_cols_kernel": ("grid", "out_specs")}
+    found = _by_kernel(src)
+    assert all(not f.fixable and f.refusal.startswith("`in_specs` (in_specs) is modified after it is built")
+               for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    assert fix_source(src, "k.py", unsafe=True).source == src
+
+
+def test_a_grid_the_helper_hands_to_another_function_is_not_read_through_the_call():
+    """`print(grid)` in the helper: a function the helper hands a parameter may change it in place
+    (a list), so only a parameter the helper reads at its pallas_call alone is taken from the call."""
+    src = _OWN.read_text().replace("        return pl.pallas_call(\n", "        print(grid)\n        return pl.pallas_call(\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites} == {
+        "_rows_kernel": ("in_specs", "out_specs"), "_cols_kernel": ("in_specs", "out_specs")}

@@ -64,7 +64,7 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         arg = keywords.get(key)
         if arg is None or not isinstance(arg.value, cst.Name) or arg.value.value not in param_names(helper):
             continue
-        if _rebinding(ctx, helper, arg.value.value) is not None:
+        if _rebinding(ctx, helper, arg.value.value) is not None or _read_besides(ctx, helper, arg.value):
             continue
         passed = _arg_for(helper, call, arg.value.value)
         if passed is None or free_names(passed.value) & shadowing:
@@ -72,6 +72,19 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         keywords[key] = passed
         forwarded.append(key)
     site.keywords, site.forwarded = keywords, tuple(forwarded)
+
+
+def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name) -> bool:
+    """Does `fn` read the parameter `value` names other than there, at its pallas_call? A read
+    may change the list in place first (`in_specs.reverse()`, `fix(in_specs)`): the pallas_call
+    would not get the list as the call wrote it, item by item."""
+    for node in walk(fn.body):
+        if not isinstance(node, cst.Name) or node.value != value.value or node is value:
+            continue
+        parent = ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (isinstance(parent, cst.Arg) and parent.keyword is node):
+            return True
+    return False
 
 
 def free_names(node: cst.CSTNode) -> set[str]:
