@@ -241,7 +241,7 @@ class _ScopeIndex:
         self.defs: dict[str, cst.FunctionDef] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.scope: object = None
-        self.unassigned: set[str] = set()  # names an import, a `match` capture or `except ... as` binds
+        self.unassigned: set[str] = set()  # names an import, a `match` capture, `except ... as`, a loop, walrus, `with ... as` or unpacking binds
         for stmt in statements:
             for node in _walk_same_scope(stmt, ctx):
                 kind = type(node)
@@ -253,9 +253,24 @@ class _ScopeIndex:
                     for target in node.targets:  # type: ignore[attr-defined]
                         if type(target.target) is cst.Name:
                             self.values.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
+                        else:  # `g, h = ...`: no value of its own to follow
+                            self.unassigned |= _bound_names(target.target)
+                elif kind is cst.For or kind is cst.NamedExpr:  # beside `g = (...)`: a read may see either
+                    self.unassigned |= _bound_names(node.target)  # type: ignore[attr-defined]
+                elif kind is cst.WithItem and node.asname is not None:  # type: ignore[attr-defined]
+                    self.unassigned |= _bound_names(node.asname.name)  # type: ignore[attr-defined]
                 elif kind is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
                     if type(node.target) is cst.Name:  # type: ignore[attr-defined]
                         self.values.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str]:
+    """The names a binding target binds (`g`, `g, *h`); none for `x[0]` or `x.a`."""
+    if type(target) is cst.Name:
+        return {target.value}  # type: ignore[attr-defined]
+    if type(target) in (cst.Tuple, cst.List):
+        return set().union(*(_bound_names(e.value) for e in target.elements))  # type: ignore[attr-defined]
+    return _bound_names(target.value) if type(target) is cst.StarredElement else set()  # type: ignore[attr-defined]
 
 
 _UNASSIGNED_BINDERS = (cst.ImportAlias, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler)
