@@ -68,3 +68,14 @@ def test_resolve_value_stops_at_the_scope_that_binds_the_name_by_a_loop():
     reads = [node.body.body[-1].body[0].value for node in module.body if isinstance(node, cst.FunctionDef)]
     for read in reads:
         assert ctx.resolve_value(read, read) is read
+
+
+def test_a_class_body_in_the_wrapper_does_not_bind_the_grid_it_reads():
+    """`class Cfg: GRID = (4,)` inside the wrapper binds `Cfg.GRID`; the pallas_call's `GRID` is
+    the module's `(5,)`. Before, the class body's value was read as the wrapper's: the bounds were
+    checked for 4 steps (an unsafe guard `n < 4 * BR`) while the call runs 5, the fifth block past
+    the end. Now the guard checks the 5 steps the call runs."""
+    src = _PLAIN.replace("g = (n // BR,)\nREBIND\n", "class Cfg:\n        GRID = (4,)\n").replace("grid=g,", "grid=GRID,")
+    src = src.replace("BR = 16\n", "BR = 16\nGRID = (5,)\n")
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert "if n < 5 * BR:" in fixed and "4 * BR" not in fixed, fixed
