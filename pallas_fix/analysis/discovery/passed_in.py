@@ -53,7 +53,8 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
     """Point the site's grid and spec keywords that are parameters of the helper at what
     `site.passed_by` passes for them, when that argument reads the same names at the pallas_call
     as at the call (no parameter or local of the helper shadows them, and the call stands in the
-    scope that defines the helper): the argument then means there what it means here."""
+    scope that defines the helper): the argument then means there what it means here. A parameter
+    the helper rebinds or reads anywhere else (`in_specs.reverse()`) is not forwarded."""
     helper = ctx.enclosing_function(site.call)
     call = site.passed_by
     if helper is None or call is None or ctx.scope_of(call) is not ctx.scope_of(helper):
