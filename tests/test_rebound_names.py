@@ -1,6 +1,7 @@
-"""A name bound by a plain assignment and also by a loop target, a walrus, `with ... as` or
-unpacking (`g = (n // BR,)`, then `for g in ...:`): a read after both may see either value, so
-ModuleContext.resolve_value does not follow it to the assignment. Before, a grid read so was
+"""A name bound by a plain assignment and also by a loop target, a walrus, `with ... as`,
+unpacking or a nested function's `nonlocal g` (`g = (n // BR,)`, then `for g in ...:`): a read
+after both may see either value, so ModuleContext.resolve_value does not follow it to the
+assignment. Before, a grid read so was
 `(n // BR,)` while the pallas_call ran `(n // BR + 1,)`: the lift's proof that every block lies
 inside the array held for the wrong grid, and the rewrite (a safe fix, written unverified) read
 a block past the end (tpu-interpret: IndexError), where the original's slice was clamped."""
@@ -43,6 +44,8 @@ _REBINDS = {
     "walrus": "    (g := (n // BR + 1,))",
     "with": "    with open('/dev/null') as g:\n        pass",
     "unpacking": "    g, h = (n // BR + 1,), 0",
+    # a nested function that rebinds the wrapper's name when it runs
+    "nonlocal": "\n    def grow():\n        nonlocal g\n        g = (n // BR + 1,)\n\n    grow()",
 }
 
 
@@ -79,3 +82,10 @@ def test_a_class_body_in_the_wrapper_does_not_bind_the_grid_it_reads():
     src = src.replace("BR = 16\n", "BR = 16\nGRID = (5,)\n")
     fixed = fix_source(src, "k.py", unsafe=True).source
     assert "if n < 5 * BR:" in fixed and "4 * BR" not in fixed, fixed
+
+
+def test_a_module_name_a_function_rebinds_through_global_is_not_read_as_its_assignment():
+    src = "N = 4\n\ndef grow():\n    global N\n    N = 8\n\ndef f():\n    return N\n"
+    ctx = ModuleContext(src)
+    read = ctx.module.body[-1].body.body[-1].body[0].value
+    assert ctx.resolve_value(read, read) is read

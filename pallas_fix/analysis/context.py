@@ -154,7 +154,16 @@ class ModuleContext:
         if index is None:
             index = self._scope_index[id(scope)] = _ScopeIndex(self, self.body_statements(scope))
             index.scope = scope  # keeps the id unique while the entry lives
+            index.unassigned |= self._rebound_inside(scope)
         return index
+
+    def _rebound_inside(self, scope: Scope) -> set[str]:
+        """Names a function inside `scope` may rebind when it runs: `nonlocal g` (`def grow():
+        nonlocal g; g = ...`, called between `g = ...` and a read), or for the module `global g`
+        anywhere. A read after such a call sees that value, not the assignment's."""
+        kind = cst.Global if isinstance(scope, cst.Module) else cst.Nonlocal
+        found = [n for n in self.nodes_of(kind) if kind is cst.Global or any(a is scope for a in self.ancestors(n))]
+        return {a.name.value for n in found for a in n.names}  # type: ignore[attr-defined]
 
     def local_defs(self, scope: Scope) -> dict[str, cst.FunctionDef]:
         """Function definitions anywhere in `scope`'s own body (not inside nested functions)."""
