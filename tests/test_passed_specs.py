@@ -148,3 +148,70 @@ def test_grid_and_specs_passed_by_position_are_read_and_edited_at_the_call():
     assert all(f.fixable for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
     fixed = fix_source(src, "k.py", unsafe=True).source
     assert fixed.count("pl.BlockSpec((BR, m), lambda i: (i, 0))") == 2 and fixed.count("pl.BlockSpec((n, BC), lambda j: (0, j))") == 2
+
+
+def test_specs_the_helper_reorders_in_place_are_not_read_through_the_call():
+    """`in_specs.reverse()` in the helper before its pallas_call: the caller's item k is not operand
+    k's spec there, so a new spec written into the call's list would go to the other operand. The
+    helper's `in_specs` is read as it stands in the helper (modified there: refused), and no
+    call's list is edited. Before, both kernels lifted and the rewrites failed to trace."""
+    src = _OWN.read_text().replace("        return pl.pallas_call(\n", "        in_specs.reverse()\n        return pl.pallas_call(\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites} == {
+        "_rows_kernel": ("grid", "out_specs"), "_cols_kernel": ("grid", "out_specs")}
+    found = _by_kernel(src)
+    assert all(not f.fixable and f.refusal.startswith("`in_specs` (in_specs) is modified after it is built")
+               for fs in found.values() for f in fs), [f.refusal for fs in found.values() for f in fs]
+    assert fix_source(src, "k.py", unsafe=True).source == src
+
+
+def test_a_grid_the_helper_hands_to_another_function_is_not_read_through_the_call():
+    """`print(grid)` in the helper: a function the helper hands a parameter may change it in place
+    (a list), so only a parameter the helper reads at its pallas_call alone is taken from the call."""
+    src = _OWN.read_text().replace("        return pl.pallas_call(\n", "        print(grid)\n        return pl.pallas_call(\n")
+    analysis = analyze_source(src, "k.py").analysis
+    assert {s.kernel_name: s.forwarded for s in analysis.sites} == {
+        "_rows_kernel": ("in_specs", "out_specs"), "_cols_kernel": ("in_specs", "out_specs")}
+
+
+def test_a_shared_list_another_pallas_call_copies_is_not_edited_for_one_kernel():
+    """`specs` is copied by `_cols_kernel`'s call of the helper and by a plain pallas_call of
+    another kernel (`plain_specs = specs.copy()`). `_cols_kernel`'s call stands in a `for` header,
+    where no statement before it can set the new spec of `w` on its copy, so the lift would edit
+    `specs` itself (no other call of the helper reads it), and the plain pallas_call would get
+    `w`'s new block. Before, it did (the plain
+    kernel's `w_ref[...]` became a (1, 32) block); now that lift is refused, naming the pallas_call
+    that reads `specs`, and the others still apply."""
+    src = _COPIED.read_text().replace("+ jnp.sum(w_ref[...])", "+ w_ref[:, pl.ds(j * BC, BC)]")
+    src = src.replace("row_specs = specs.copy()", "row_specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]")
+    src = src.replace("""    z = call_kernel(
+        kernel=_cols_kernel,
+        grid=(m // BC,),
+        in_specs=col_specs,
+        out_specs=pl.BlockSpec((n, m), lambda j: (0, 0)),
+    )
+    return y - z""", """    for z in [call_kernel(
+        kernel=_cols_kernel,
+        grid=(m // BC,),
+        in_specs=col_specs,
+        out_specs=pl.BlockSpec((n, m), lambda j: (0, 0)),
+    )]:
+        pass
+    plain_specs = specs.copy()
+    plain_specs.append(pl.BlockSpec((n, m), lambda i: (0, 0)))
+    p = pl.pallas_call(
+        _plain_kernel,
+        out_shape=jax.ShapeDtypeStruct((1, m), x.dtype),
+        in_specs=plain_specs,
+        out_specs=pl.BlockSpec((1, m), lambda i: (0, 0)),
+    )(w, x)
+    return y - z + p""")
+    src = src.replace("def scale_rows_shift_cols(", "def _plain_kernel(w_ref, x_ref, o_ref):\n    o_ref[...] = jnp.sum(x_ref[...], axis=0, keepdims=True) + w_ref[...]\n\n\ndef scale_rows_shift_cols(")
+    found = _by_kernel(src)
+    told = {(f.kernel, f.message.split("`")[1]): (f.fixable, f.refusal) for fs in found.values() for f in fs}
+    assert [k for k, (fixable, _) in told.items() if not fixable] == [("_cols_kernel", "w_ref")], told
+    assert told[("_cols_kernel", "w_ref")][1].startswith(
+        "lifting `_cols_kernel` would change `specs = [pl.BlockSpec((1, m), lambda i: (0, 0))] # w, who...` (line 42), "
+        "which the pallas_call on line 62 reads"), told
+    fixed = fix_source(src, "k.py", unsafe=True)
+    assert not fixed.error and "    specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]  # w, whole in both kernels\n" in fixed.source

@@ -12,6 +12,7 @@ from pallas_fix.core.traced_facts import TracedFacts
 from pallas_fix.core.names import ImportTable
 from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, Reuse, child_nodes, index_tree, positions
 from pallas_fix.analysis.tree_index import is_statement as _is_statement
+from pallas_fix.analysis.binders import UNASSIGNED_BINDERS as _UNASSIGNED_BINDERS, bound_names as _bound_names, unassigned_name as _unassigned_name
 
 __all__ = ["CONDITIONAL_FIELDS", "ModuleContext", "Scope", "child_nodes", "own_nodes", "positions", "walk"]
 
@@ -153,7 +154,16 @@ class ModuleContext:
         if index is None:
             index = self._scope_index[id(scope)] = _ScopeIndex(self, self.body_statements(scope))
             index.scope = scope  # keeps the id unique while the entry lives
+            index.unassigned |= self._rebound_inside(scope)
         return index
+
+    def _rebound_inside(self, scope: Scope) -> set[str]:
+        """Names a function inside `scope` may rebind when it runs: `nonlocal g` (`def grow():
+        nonlocal g; g = ...`, called between `g = ...` and a read), or for the module `global g`
+        anywhere. A read after such a call sees that value, not the assignment's."""
+        kind = cst.Global if isinstance(scope, cst.Module) else cst.Nonlocal
+        found = [n for n in self.nodes_of(kind) if kind is cst.Global or any(a is scope for a in self.ancestors(n))]
+        return {a.name.value for n in found for a in n.names}  # type: ignore[attr-defined]
 
     def local_defs(self, scope: Scope) -> dict[str, cst.FunctionDef]:
         """Function definitions anywhere in `scope`'s own body (not inside nested functions)."""
@@ -241,10 +251,14 @@ class _ScopeIndex:
         self.defs: dict[str, cst.FunctionDef] = {}
         self.values: dict[str, list[cst.BaseExpression]] = {}
         self.scope: object = None
-        self.unassigned: set[str] = set()  # names an import, a `match` capture or `except ... as` binds
+        self.unassigned: set[str] = set()  # names an import, a `match` capture, `except ... as`, a loop, walrus, `with ... as` or unpacking binds
         for stmt in statements:
+            inside = -1  # the end of a class body: its assignments bind the class's names, not this scope's
             for node in _walk_same_scope(stmt, ctx):
-                kind = type(node)
+                kind, at = type(node), ctx._pos.get(id(node), -1)
+                if at < inside and kind is not _FunctionDef:
+                    continue
+                inside = ctx._end[at] if kind is cst.ClassDef and at >= 0 else inside
                 if kind in _UNASSIGNED_BINDERS:
                     self.unassigned.add(_unassigned_name(node))
                 elif kind is _FunctionDef:
@@ -253,21 +267,14 @@ class _ScopeIndex:
                     for target in node.targets:  # type: ignore[attr-defined]
                         if type(target.target) is cst.Name:
                             self.values.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
+                        else:  # `g, h = ...`: no value of its own to follow
+                            self.unassigned |= _bound_names(target.target)
+                elif kind is cst.For or kind is cst.NamedExpr or (kind is cst.WithItem and node.asname is not None):  # type: ignore[attr-defined]
+                    # beside `g = (...)`, a read may see either value
+                    self.unassigned |= _bound_names(node.asname.name if kind is cst.WithItem else node.target)  # type: ignore[attr-defined]
                 elif kind is cst.AnnAssign and node.value is not None:  # type: ignore[attr-defined]
                     if type(node.target) is cst.Name:  # type: ignore[attr-defined]
                         self.values.setdefault(node.target.value, []).append(node.value)  # type: ignore[attr-defined]
-
-
-_UNASSIGNED_BINDERS = (cst.ImportAlias, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler)
-
-
-def _unassigned_name(node) -> str:
-    """The name an import (`import a.b` binds `a`), a capture or a handler binds; "" for none."""
-    target = node.rest if type(node) is cst.MatchMapping else node.name
-    target = target.name if type(target) is cst.AsName else (node.asname.name if type(node) is cst.ImportAlias and node.asname else target)
-    while type(target) is cst.Attribute:
-        target = target.value
-    return target.value if type(target) is cst.Name else ""
 
 
 # Every live context, so the free functions below can use the index recorded for a node. A

@@ -53,7 +53,8 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
     """Point the site's grid and spec keywords that are parameters of the helper at what
     `site.passed_by` passes for them, when that argument reads the same names at the pallas_call
     as at the call (no parameter or local of the helper shadows them, and the call stands in the
-    scope that defines the helper): the argument then means there what it means here."""
+    scope that defines the helper): the argument then means there what it means here. A parameter
+    the helper rebinds or reads anywhere else (`in_specs.reverse()`) is not forwarded."""
     helper = ctx.enclosing_function(site.call)
     call = site.passed_by
     if helper is None or call is None or ctx.scope_of(call) is not ctx.scope_of(helper):
@@ -64,7 +65,7 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         arg = keywords.get(key)
         if arg is None or not isinstance(arg.value, cst.Name) or arg.value.value not in param_names(helper):
             continue
-        if _rebinding(ctx, helper, arg.value.value) is not None:
+        if _rebinding(ctx, helper, arg.value.value) is not None or _read_besides(ctx, helper, arg.value):
             continue
         passed = _arg_for(helper, call, arg.value.value)
         if passed is None or free_names(passed.value) & shadowing:
@@ -72,6 +73,19 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         keywords[key] = passed
         forwarded.append(key)
     site.keywords, site.forwarded = keywords, tuple(forwarded)
+
+
+def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name) -> bool:
+    """Does `fn` read the parameter `value` names other than there, at its pallas_call? A read
+    may change the list in place first (`in_specs.reverse()`, `fix(in_specs)`): the pallas_call
+    would not get the list as the call wrote it, item by item."""
+    for node in walk(fn.body):
+        if not isinstance(node, cst.Name) or node.value != value.value or node is value:
+            continue
+        parent = ctx.parent(node)
+        if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (isinstance(parent, cst.Arg) and parent.keyword is node):
+            return True
+    return False
 
 
 def free_names(node: cst.CSTNode) -> set[str]:

@@ -9,7 +9,8 @@ as it is, or the other kernel would run with the lift of this one:
 
 - the helper itself (its pallas_call, the operand tuple, a grid or spec built inside it);
 - what another call reads: its own statement, and every statement in its scope that binds or
-  builds a name it reads (`dq_specs = specs.copy()`, `dq_specs.append(...)`, `specs = [...]`);
+  builds a name it reads (`dq_specs = specs.copy()`, `dq_specs.append(...)`, `specs = [...]`),
+  for the helper's other calls and every other pallas_call of the module alike;
 - and the lift must write nothing outside the helper that names a parameter or local of it
   (`y.shape[1]` copied from the helper's out_shape means another array, or nothing, there).
 
@@ -139,6 +140,11 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
     for other in others:
         what = f"the call of `{name}` on line {ctx.span(other.passed_by).line} (passing `{other.kernel_name}`) reads"
         protected += [(stmt, f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, other.passed_by)]
+    # Any other pallas_call of the module too: a list both copy (`plain = specs.copy()`) is shared
+    # with it as with the helper's calls, and reading.py lets a forwarded site's lift edit it.
+    for call in {id(s.call): s.call for s in analysis.sites if s.call is not site.call}.values():
+        what = f"the pallas_call on line {ctx.span(call).line} reads"
+        protected += [(stmt, f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, call)]
     for stmt, what in protected:
         text = _text(stmt)
         if new_lines[text] < old_lines[text]:

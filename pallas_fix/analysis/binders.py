@@ -1,0 +1,28 @@
+"""The names a binding binds, as syntax: what ModuleContext's scope index records of bindings
+that are not a plain `name = value` (an import, a `match` capture, `except ... as`, a loop
+target, a walrus, `with ... as`, unpacking), for which it follows no value. Imports only libcst."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+
+def bound_names(target: cst.BaseExpression) -> set[str]:
+    """The names a binding target binds (`g`, `g, *h`); none for `x[0]` or `x.a`."""
+    if type(target) is cst.Name:
+        return {target.value}  # type: ignore[attr-defined]
+    if type(target) in (cst.Tuple, cst.List):
+        return set().union(*(bound_names(e.value) for e in target.elements))  # type: ignore[attr-defined]
+    return bound_names(target.value) if type(target) is cst.StarredElement else set()  # type: ignore[attr-defined]
+
+
+UNASSIGNED_BINDERS = (cst.ImportAlias, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler)
+
+
+def unassigned_name(node) -> str:
+    """The name an import (`import a.b` binds `a`), a capture or a handler binds; "" for none."""
+    target = node.rest if type(node) is cst.MatchMapping else node.name
+    target = target.name if type(target) is cst.AsName else (node.asname.name if type(node) is cst.ImportAlias and node.asname else target)
+    while type(target) is cst.Attribute:
+        target = target.value
+    return target.value if type(target) is cst.Name else ""
