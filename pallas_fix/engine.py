@@ -310,7 +310,7 @@ def fix_source(
     else:
         result.remaining = analyze_source(current, path, config, reach=True).findings
     # A line an early round broke to fit the width and a later round shortened goes back on one line.
-    result.source = rejoin(source, current) if result.rounds > 1 else current
+    result.source = rejoin(source, current) if result.rounds else current
     return result
 
 

@@ -67,12 +67,12 @@ def fit_width(before: str, after: str) -> str:
     return candidate
 
 
-_OPENS = re.compile(r".*[(\[{]$")
+_OPENS = re.compile(r".*\($")  # a call: a list kept one element per line is a layout writers choose
 _CLOSES = re.compile(r"^\s*[)\]}][)\]},:]*$")
 
 
 def rejoin(original: str, final: str) -> str:
-    """`final` with each bracket a rewrite broke over three lines around one element (a long line
+    """`final` with each call a rewrite broke over three lines around one argument (a long line
     an early round wrote, `pltriton.load(\n    x_ref.at[pl.ds(...), ...],\n)`, that a later round
     shortened to `pltriton.load(x_ref)`) joined back onto one line where that fits the file's
     width; only where its first two lines are not the original's, and only where the module's
