@@ -481,3 +481,46 @@ def test_a_read_in_the_value_that_binds_its_name_again_sees_the_earlier_binding(
         assert reads and all(r == symbols.poly(first, first) for r in reads)
     else:
         assert all(r != symbols.poly(first, first) for r in reads + lambda_reads)
+
+
+def test_a_rebound_parameter_is_one_value_after_its_binding():
+    """`block_q = min(block_q, seq_len)` (jax-triton's attention): the grid's `pl.cdiv(seq_len,
+    block_q)` and the partial's `block_q` read after it are one value; the read in its own value
+    is the parameter."""
+    ctx = ModuleContext("def f(x, bq):\n    n = bq\n    bq = min(bq, x.shape[0])\n    g = (x.shape[0] // bq,)\n"
+                        "    b = bq\n    return g, b\n")
+    symbols = Symbols(ctx)
+    before, inner, grid_read, block_read = [symbols.poly(n, n) for n in _reads_of(ctx, "bq")]
+    assert grid_read == block_read and before == inner and grid_read != before
+
+
+@pytest.mark.parametrize("between, same", [
+    ("", True),
+    ("    grid_.append(1)\n", False),  # a list changed in place
+    ("    grid_[0] = 7\n", False),
+    ("    use(grid_)\n", False),  # a call may change it
+])
+def test_an_entry_of_a_sequence_nothing_changes_is_one_value(between: str, same: bool):
+    ctx = ModuleContext("def f(x, grid=None):\n    grid_ = grid\n    if grid_ is None:\n        grid_ = [x.shape[0] // 8, 2]\n"
+                        f"    a = grid_[0]\n{between}    b = grid_[0]\n    return a, b\n")
+    symbols = Symbols(ctx)
+    a, b = [symbols.poly(n, n) for n in walk(ctx.module) if isinstance(n, cst.Subscript) and ctx.code(n) == "grid_[0]"
+            and not isinstance(ctx.parent(n), cst.AssignTarget)]
+    assert (a == b) is same
+
+
+@pytest.mark.parametrize("maps, rank", [
+    ("lambda _, j: (j, 0, 0)", 2),
+    ("lambda *_: (0, 0, 0)", None),  # takes any grid: a caller's grid of another length runs in the original
+    ("lambda i: (0, 0, 0)", None),  # one index, a two-entry default: no length
+])
+def test_a_defaulted_grid_reads_as_its_entries_when_the_index_maps_fix_its_length(maps: str, rank):
+    from pallas_fix.rewrite.callsite.grid_shape import defaulted_grid
+    ctx = ModuleContext(
+        "from jax.experimental import pallas as pl\n"
+        "def f(x, grid=None):\n    grid_ = grid\n    if grid_ is None:\n        grid_ = (x.shape[1] // 8, x.shape[0])\n"
+        f"    return pl.pallas_call(k, grid=grid_, in_specs=[pl.BlockSpec((None, 8, 4), {maps})])(x)\n")
+    call = next(n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "pl.pallas_call")
+    grid = next(a.value for a in call.args if a.keyword is not None and a.keyword.value == "grid")
+    entries = defaulted_grid(ctx, grid, call, lambda _a: None)
+    assert (None if entries is None else [ctx.code(e) for e in entries]) == (None if rank is None else [f"grid_[{k}]" for k in range(rank)])

@@ -17,8 +17,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.values.bindings import (Unpack, binding_count, declared_elsewhere, read_before_targets, scope_bindings,
-                                                single_binding)
+from pallas_fix.analysis.loops.read_bindings import reaching_binding, settled_binding
+from pallas_fix.analysis.values.bindings import Unpack, binding_count, indexed_only, scope_bindings, single_binding
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
@@ -242,13 +242,16 @@ class Symbols:
                 continue
             if count != len(binds):
                 return self._opaque(name, at)  # `case bn:`, `from m import bn`: a binding the list does not place
-            if is_param:
-                return self._atom(f"{name.value}@{id(scope)}", name.value) if not binds else self._opaque(name, at)
+            if is_param:  # rebound (`block_q = min(block_q, seq_len)`): the binding that reaches the read
+                settled = settled_binding(self.ctx, scope, name, binds, at, param=True) if binds else -1
+                if settled is None:
+                    return self._opaque(name, at)
+                return self._atom(f"{name.value}@{id(scope)}" + (f"#after{settled}" if settled >= 0 else ""), name.value)
             value = single_binding(binds)
             if isinstance(value, Unpack):
                 return self._unpacked(value, name, at, depth)
             if value is None:
-                settled = self._settled_binding(scope, name, binds, at)
+                settled = settled_binding(self.ctx, scope, name, binds, at)
                 if settled is not None:  # `if big: bn = 128 else: bn = 16`, then reads: one value
                     return self._atom(f"{name.value}@{id(scope)}#after{settled}", name.value)
                 return self._opaque(name, at)
@@ -277,10 +280,17 @@ class Symbols:
             head = self._head_key(base.value, at)
             if dim is not None and dim >= 0 and head is not None:
                 return self._atom(f"{head}.shape[{dim}]", self.ctx.code(sub))
+        elif isinstance(base, cst.Name) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+            # An entry of a sequence nothing can change (`grid_[0]`, rebinding aside): one value.
+            item = self.poly(sub.slice[0].slice.value, at, depth + 1).constant()
+            head = self._head_key(base, at, settled=True)
+            if item is not None and item >= 0 and head is not None and indexed_only(self.ctx, self.ctx.scope_of(at), base.value):
+                return self._atom(f"{head}[{item}]", self.ctx.code(sub))
         return self._opaque(sub, at)
 
-    def _head_key(self, name: cst.Name, at: cst.CSTNode) -> Optional[str]:
-        """A key for the array `name` stands for where `at` is: its scope when it is bound once."""
+    def _head_key(self, name: cst.Name, at: cst.CSTNode, settled: bool = False) -> Optional[str]:
+        """A key for the array `name` stands for where `at` is: its scope when it is bound once
+        (with `settled`, also the binding that settles it before `at`, see read_bindings.settled_binding)."""
         for scope in self.ctx.scope_chain(at):
             binds = self._scope_bindings(scope).get(name.value, [])
             is_param = name.value in _param_names(scope)
@@ -289,53 +299,12 @@ class Symbols:
                     return None  # `case x:`, `from m import x`: a binding the list does not place
                 if len(binds) + is_param == 1:
                     return f"{name.value}@{id(scope)}"
-                reaching = self._reaching_binding(scope, binds, at)
+                reaching = reaching_binding(self.ctx, scope, binds, at)
+                if reaching is None and settled:
+                    after = settled_binding(self.ctx, scope, name, binds, at, param=is_param)
+                    return None if after is None else f"{name.value}@{id(scope)}#after{after}"
                 return None if reaching is None else f"{name.value}@{id(scope)}#{reaching}"
         return f"{name.value}@module"
-
-    def _reaching_binding(self, scope: Scope, binds: list, at: cst.CSTNode) -> Optional[int]:
-        """Which of a name's several bindings `at` sees, when straight-line code decides it: every
-        binding is a plain statement of the scope's own body, so the last one before the statement
-        holding `at` wins (0: none before it, the parameter). None when a branch or loop binds it,
-        or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
-        last = self._last_binding(scope, binds, at, simple=True)
-        return None if last is None else last + 1
-
-    def _settled_binding(self, scope: Scope, name: cst.Name, binds: list, at: cst.CSTNode) -> Optional[int]:
-        """The statement of the scope's body that last binds `name` before the statement holding
-        the read (the name itself where it is written; `at` for a name built for the call site),
-        when no binding shares that statement: reads with the same answer see one value, whatever
-        branch or loop inside that statement bound it, in a function's own body. None otherwise
-        (module names: `exec`, `globals()` or another module may rebind them), for a name any
-        `nonlocal` or `global` names (a called function could rebind it)."""
-        if isinstance(scope, cst.Module):
-            return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
-        if name.value in declared_elsewhere(self.ctx):
-            return None
-        read = name if self.ctx.parent(name) is not None else at
-        if self.ctx.scope_of(read) is not scope:
-            return None  # a closure reads the name when it runs, not where it is written
-        last = self._last_binding(scope, binds, read, simple=False)
-        return None if last is None or last < 0 else last
-
-    def _last_binding(self, scope: Scope, binds: list, read: cst.CSTNode, simple: bool) -> Optional[int]:
-        """The index in the scope's body of the last statement binding a name before the statement
-        holding `read` (-1: none before it). None when the text does not fix it: `read` or a
-        binding outside the body's statements, a binding in the statement holding `read`, or (with
-        `simple`) a binding inside a compound statement, a branch or a loop."""
-        stmts = self.ctx.body_statements(scope)
-        position = {id(st): n for n, st in enumerate(stmts)}
-        holder = next((position[id(a)] for a in (read, *self.ctx.ancestors(read)) if id(a) in position), None)
-        tops = []
-        for _how, node in binds:
-            node = node.value if isinstance(node, Unpack) else node  # `a, b = ...`: the assigned value
-            top = next((a for a in (node, *self.ctx.ancestors(node)) if id(a) in position), None)
-            if top is None or (simple and not isinstance(top, cst.SimpleStatementLine)):
-                return None
-            tops.append(position[id(top)])
-        if holder is None or (holder in tops and not read_before_targets(self.ctx, stmts[holder], read, binds)):
-            return None
-        return max((n for n in tops if n < holder), default=-1)
 
     def _atom(self, key: str, text: str) -> Poly:
         self.atoms.setdefault(key, Atom(key, text))

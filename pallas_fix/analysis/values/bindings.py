@@ -139,6 +139,31 @@ def read_before_targets(ctx: ModuleContext, stmt: cst.CSTNode, read: cst.CSTNode
     return not any(any(a is value for a in ctx.ancestors(n.value if isinstance(n, Unpack) else n)) for _how, n in binds)
 
 
+def indexed_only(ctx: ModuleContext, scope: Scope, name: str) -> bool:
+    """Nothing in `scope` can change the sequence `name` holds in place: every read of it is an
+    item (`grid_[0]`), a starred entry, an `is None` test or a `grid=` keyword, so no method,
+    item store or call it is passed to (which might append to a list) touches it."""
+    for node in walk(scope):
+        if not (isinstance(node, cst.Name) and node.value == name):
+            continue
+        parent = ctx.parent(node)
+        if isinstance(parent, (cst.AssignTarget, cst.Param)) or (isinstance(parent, cst.Attribute) and parent.attr is node):
+            continue  # a binding, or another object's attribute
+        if isinstance(parent, cst.Subscript) and parent.value is node:
+            if isinstance(ctx.parent(parent), (cst.AssignTarget, cst.Del)) or isinstance(ctx.parent(ctx.parent(parent)), cst.Del):
+                return False
+            continue
+        if isinstance(parent, (cst.StarredElement, cst.Comparison)) or (isinstance(parent, cst.Arg) and parent.keyword is not None
+                                                                       and parent.keyword.value == "grid"):
+            continue
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            return False  # an alias could be changed in its place
+        if isinstance(parent, cst.ComparisonTarget):
+            continue
+        return False
+    return True
+
+
 def binding_count(ctx: ModuleContext, scope: Scope, name: str) -> int:
     """How many nodes of `scope`'s own code bind `name`, every form Python has: what a caller that
     counts only some forms (plain assignments, `scope_bindings`) compares against to know it saw

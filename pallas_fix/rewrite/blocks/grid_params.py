@@ -50,7 +50,9 @@ class GridParams:
                 "among its parameters; give it one parameter per grid axis"
             )
         if spec.index_params or spec.index_star is not None:
-            grid = list(spec.index_params[: self.ngrid])
+            # A parameter named `_` said the old index_map ignored that axis; the new one may read it.
+            taken = set(spec.index_params) | (names_in(spec.index_map) if spec.index_map is not None else set())
+            grid = [self._named(n, p, taken) for n, p in enumerate(spec.index_params[: self.ngrid])]
             rest = list(spec.index_params[self.ngrid :]) + ([f"*{spec.index_star}"] if spec.index_star else [])
         else:
             grid = [self.names[n] for n in range(self.ngrid)]
@@ -62,6 +64,17 @@ class GridParams:
                 name += "_"
             grid.append(name)
         return grid, rest
+
+    def _named(self, axis: int, param: str, taken: set[str]) -> str:
+        """`param`, or for a throwaway `_` the axis's name (another index_map's, else i, j, ...)."""
+        if param.strip("_"):
+            return param
+        name = self.names.get(axis, "i")
+        for cand in (name, *_DEFAULT_NAMES):
+            if cand.strip("_") and cand not in taken:
+                taken.add(cand)
+                return cand
+        return param
 
     def fresh(self, existing: list[str]) -> str:
         """The new axis's name, made distinct from `existing`."""
@@ -94,7 +107,8 @@ def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[o
                         lam = a.value
                 if lam is not None and len(lam.params.params) >= ngrid:
                     for n in range(ngrid):
-                        names.setdefault(n, lam.params.params[n].name.value)
+                        if lam.params.params[n].name.value.strip("_"):  # `_`: no name for the axis
+                            names.setdefault(n, lam.params.params[n].name.value)
     taken = set(names.values())
     preferred = new_axis.name if new_axis else None
     if preferred and preferred in taken:

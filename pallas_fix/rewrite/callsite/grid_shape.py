@@ -17,7 +17,9 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.values.bindings import binding_count
 from pallas_fix.analysis.values.same_value import same_value_at
+from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.spelling.built_lists import mutates
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code, elements
@@ -34,11 +36,62 @@ def read_grid(ctx: ModuleContext, grid: cst.BaseExpression, at: cst.CSTNode, ran
         items = GridShape(ctx, at, rank_of).entries(grid)  # built by code
     if items is not None:
         return items
+    items = defaulted_grid(ctx, grid, at, rank_of)
+    if items is not None:
+        return items
     if _builds_sequence(value):
         raise CallSiteError(f"cannot read the grid `{ctx.code(grid)}` as a tuple of a static length")
     if isinstance(value, cst.Integer) or isinstance(value, cst.BinaryOperation) or _is_cdiv(ctx, value):
         return [value]  # `grid=n // bs` or `grid=pl.cdiv(n, bs)`: integers, not tuples
     raise CallSiteError(f"cannot read the grid `{ctx.code(grid)}` as a tuple")
+
+
+def defaulted_grid(ctx: ModuleContext, grid: cst.BaseExpression, at: cst.CSTNode, rank_of: RankOf) -> Optional[list[cst.BaseExpression]]:
+    """A grid the caller may choose, with a default: `grid_ = grid`, then `if grid_ is None:
+    grid_ = (pl.cdiv(seq_len, block_q), batch_size, num_heads)` (jax-triton's attention). Its
+    entries are `grid_[0]`, `grid_[1]`, ... : what each axis counts whichever binding reached the
+    call, so a proof over them holds for a caller's grid too. Only where every binding of the name
+    is a plain assignment of a parameter or of a sequence of one static length R, and the call's
+    index_maps all take exactly R grid indices (`lambda _, j, k:`): a grid of another length fails
+    in the original as in the rewrite."""
+    if not isinstance(grid, cst.Name):
+        return None
+    scope = ctx.scope_of(at)
+    if not isinstance(scope, cst.FunctionDef):
+        return None
+    values = ctx.assignments(grid.value, scope)
+    params = {p.name.value for p in (*scope.params.params, *scope.params.kwonly_params, *scope.params.posonly_params)}
+    if len(values) < 2 or binding_count(ctx, scope, grid.value) != len(values) or grid.value in params:
+        return None
+    lengths = set()
+    for value in values:
+        if isinstance(value, cst.Name) and value.value in params:
+            continue  # the caller's grid
+        entries = GridShape(ctx, value, rank_of).entries(value)
+        if entries is None:
+            return None
+        lengths.add(len(entries))
+    if len(lengths) != 1 or index_map_arity(ctx, scope, at) != lengths:
+        return None
+    (rank,) = lengths
+    return [cst.Subscript(cst.Name(grid.value), [cst.SubscriptElement(cst.Index(cst.Integer(str(k))))]) for k in range(rank)]
+
+
+def index_map_arity(ctx: ModuleContext, scope: cst.FunctionDef, at: cst.CSTNode) -> set[int]:
+    """How many grid indices the index_map lambdas of the pallas_call at `at` take (in its own
+    keywords and in the wrapper's statements): positional parameters only, no `*args`."""
+    call = next((a for a in (at, *ctx.ancestors(at)) if isinstance(a, cst.Call) and ctx.imports.is_(a.func, N.PALLAS_CALL)), None)
+    lambdas = [n for n in walk(call if call is not None else scope) if isinstance(n, cst.Lambda)]
+    if call is not None:
+        lambdas += [n for n in walk(scope) if isinstance(n, cst.Lambda) and n not in lambdas
+                    and any(isinstance(a, cst.Call) and ctx.imports.is_(a.func, N.BLOCK_SPEC) for a in ctx.ancestors(n))]
+    out = set()
+    for lam in lambdas:
+        params = lam.params
+        if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params or params.star_kwarg or params.posonly_params:
+            return set()  # `lambda *_:` takes any grid
+        out.add(len(params.params))
+    return out
 
 
 def _is_cdiv(ctx: ModuleContext, expr: cst.BaseExpression) -> bool:

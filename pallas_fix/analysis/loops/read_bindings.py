@@ -1,0 +1,60 @@
+"""Which binding of a name a read sees, where the text decides it (analysis.loops.symbolic reads
+names through these): the last plain statement binding it before the read in straight-line code
+(`reaching_binding`), or the statement that settles it whatever branch inside bound it
+(`settled_binding`); a read in the value of the assignment that binds it again sees the binding
+before (bindings.read_before_targets)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, Scope
+from pallas_fix.analysis.values.bindings import Unpack, declared_elsewhere, read_before_targets
+
+
+def reaching_binding(ctx: ModuleContext, scope: Scope, binds: list, at: cst.CSTNode) -> Optional[int]:
+    """Which of a name's several bindings `at` sees, when straight-line code decides it: every
+    binding is a plain statement of the scope's own body, so the last one before the statement
+    holding `at` wins (0: none before it, the parameter). None when a branch or loop binds it,
+    or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
+    last = last_binding(ctx, scope, binds, at, simple=True)
+    return None if last is None else last + 1
+
+def settled_binding(ctx: ModuleContext, scope: Scope, name: cst.Name, binds: list, at: cst.CSTNode, param: bool = False) -> Optional[int]:
+    """The statement of the scope's body that last binds `name` before the statement holding
+    the read (the name itself where it is written; `at` for a name built for the call site),
+    when no binding shares that statement: reads with the same answer see one value, whatever
+    branch or loop inside that statement bound it, in a function's own body. None otherwise
+    (module names: `exec`, `globals()` or another module may rebind them), for a name any
+    `nonlocal` or `global` names (a called function could rebind it). For a parameter, -1: no
+    statement binds it before the read."""
+    if isinstance(scope, cst.Module):
+        return None  # `exec("bn = 64")`, `globals()[...]`, any module's code may rebind a global between reads
+    if name.value in declared_elsewhere(ctx):
+        return None
+    read = name if ctx.parent(name) is not None else at
+    if ctx.scope_of(read) is not scope:
+        return None  # a closure reads the name when it runs, not where it is written
+    last = last_binding(ctx, scope, binds, read, simple=False)
+    return None if last is None or (last < 0 and not param) else last
+
+def last_binding(ctx: ModuleContext, scope: Scope, binds: list, read: cst.CSTNode, simple: bool) -> Optional[int]:
+    """The index in the scope's body of the last statement binding a name before the statement
+    holding `read` (-1: none before it). None when the text does not fix it: `read` or a
+    binding outside the body's statements, a binding in the statement holding `read`, or (with
+    `simple`) a binding inside a compound statement, a branch or a loop."""
+    stmts = ctx.body_statements(scope)
+    position = {id(st): n for n, st in enumerate(stmts)}
+    holder = next((position[id(a)] for a in (read, *ctx.ancestors(read)) if id(a) in position), None)
+    tops = []
+    for _how, node in binds:
+        node = node.value if isinstance(node, Unpack) else node  # `a, b = ...`: the assigned value
+        top = next((a for a in (node, *ctx.ancestors(node)) if id(a) in position), None)
+        if top is None or (simple and not isinstance(top, cst.SimpleStatementLine)):
+            return None
+        tops.append(position[id(top)])
+    if holder is None or (holder in tops and not read_before_targets(ctx, stmts[holder], read, binds)):
+        return None
+    return max((n for n in tops if n < holder), default=-1)
