@@ -524,3 +524,19 @@ def test_a_defaulted_grid_reads_as_its_entries_when_the_index_maps_fix_its_lengt
     grid = next(a.value for a in call.args if a.keyword is not None and a.keyword.value == "grid")
     entries = defaulted_grid(ctx, grid, call, lambda _a: None)
     assert (None if entries is None else [ctx.code(e) for e in entries]) == (None if rank is None else [f"grid_[{k}]" for k in range(rank)])
+
+
+@pytest.mark.parametrize("calls, same", [
+    ("    r = call()\n", True),  # called after the binding: the closure reads that value
+    ("    r = call()\n    s = call()\n", True),
+    ("    r = call()\n    bn = 64\n    s = call()\n", False),  # its calls see two values
+    ("    r = run(call)\n", False),  # passed on: it may run anywhere
+])
+def test_a_closure_reads_the_value_its_calls_see(calls: str, same: bool):
+    """axlearn's `def call_kernel(*, kernel, grid, ...)` reads `block_k` from its wrapper, which
+    bound it (`block_k = min(block_k, kv_seq_len)`) before every call of `call_kernel`."""
+    ctx = ModuleContext("def f(x, bn):\n    bn = min(bn, x.shape[0])\n    g = (x.shape[0] // bn,)\n\n"
+                        f"    def call():\n        return bn\n\n{calls}    return g\n")
+    symbols = Symbols(ctx)
+    outer, inner = [symbols.poly(n, n) for n in _reads_of(ctx, "bn")][1:3]
+    assert (outer == inner) is same

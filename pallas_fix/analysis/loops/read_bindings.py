@@ -10,8 +10,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext, Scope
-from pallas_fix.analysis.values.bindings import Unpack, declared_elsewhere, read_before_targets
+from pallas_fix.analysis.context import ModuleContext, Scope, walk
+from pallas_fix.analysis.values.bindings import Unpack, binding_count, declared_elsewhere, read_before_targets
 
 
 def reaching_binding(ctx: ModuleContext, scope: Scope, binds: list, at: cst.CSTNode) -> Optional[int]:
@@ -21,6 +21,7 @@ def reaching_binding(ctx: ModuleContext, scope: Scope, binds: list, at: cst.CSTN
     or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
     last = last_binding(ctx, scope, binds, at, simple=True)
     return None if last is None else last + 1
+
 
 def settled_binding(ctx: ModuleContext, scope: Scope, name: cst.Name, binds: list, at: cst.CSTNode, param: bool = False) -> Optional[int]:
     """The statement of the scope's body that last binds `name` before the statement holding
@@ -35,10 +36,34 @@ def settled_binding(ctx: ModuleContext, scope: Scope, name: cst.Name, binds: lis
     if name.value in declared_elsewhere(ctx):
         return None
     read = name if ctx.parent(name) is not None else at
-    if ctx.scope_of(read) is not scope:
-        return None  # a closure reads the name when it runs, not where it is written
-    last = last_binding(ctx, scope, binds, read, simple=False)
+    inner = ctx.scope_of(read)
+    if inner is scope:
+        last = last_binding(ctx, scope, binds, read, simple=False)
+    else:  # a closure reads the name when it runs: where the scope calls it, if all its calls agree
+        calls = _closure_calls(ctx, scope, inner)
+        found = {last_binding(ctx, scope, binds, call, simple=False) for call in calls or ()}
+        last = found.pop() if len(found) == 1 else None
     return None if last is None or (last < 0 and not param) else last
+
+
+def _closure_calls(ctx: ModuleContext, scope: Scope, inner: Scope) -> Optional[list[cst.Call]]:
+    """The calls of `inner`, a def nested in `scope` (axlearn's `def call_kernel(*, kernel, grid,
+    ...)` in its wrapper), when calling it in `scope`'s own code is all the scope does with it
+    (not passed, returned or decorated, not rebound); None otherwise."""
+    if not isinstance(inner, cst.FunctionDef) or inner.decorators or ctx.scope_of(inner) is not scope:
+        return None
+    calls = []
+    for node in walk(scope):
+        if not isinstance(node, cst.Name) or node.value != inner.name.value or node is inner.name:
+            continue
+        call = ctx.parent(node)
+        if not (isinstance(call, cst.Call) and call.func is node and ctx.scope_of(call) is scope):
+            return None
+        calls.append(call)
+    if binding_count(ctx, scope, inner.name.value) != 1:
+        return None
+    return calls
+
 
 def last_binding(ctx: ModuleContext, scope: Scope, binds: list, read: cst.CSTNode, simple: bool) -> Optional[int]:
     """The index in the scope's body of the last statement binding a name before the statement

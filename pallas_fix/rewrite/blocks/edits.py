@@ -65,8 +65,15 @@ class CallEdits:
 
     def spec_code(self, slot: Slot) -> Optional[str]:
         """New spec source for `slot`, or None when the existing spec can stay as it is."""
-        spec = self.cs.spec_of(slot)
         block = self.blocks.get(slot.param)
+        if block is None and self.new_axis is None:
+            return None  # a spec the plan neither blocks nor extends stays as written, whatever it is
+        spec = self.cs.spec_of(slot)
+        if spec.absent and block is not None:
+            raise CallSiteError(f"`{slot.param}` is None at this pallas_call (its operand and its spec are `None`), "
+                                "so the kernel's accesses of it never run")
+        if spec.absent:
+            return None  # stays `None`, as its operand
         if block is not None:
             return self.specs.lifted(slot, spec, block)
         if self.new_axis is None:

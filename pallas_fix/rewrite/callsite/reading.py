@@ -29,7 +29,7 @@ from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import PALLAS, spelling
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
-from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, local_index_def
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, absent_spec, local_index_def
 from pallas_fix.rewrite.callsite.out_leaves import leaf_dim, one_named_output
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.spelling.repeated_specs import no_block_spec, repeated_items
@@ -273,6 +273,8 @@ class CallSite(CallTiming):
         if no_block_spec(self.ctx, expr, self.anchor(expr)):
             return Spec(None, None, None)
         node = self.ctx.resolve_value(expr, self.anchor(expr))
+        if is_none(node):  # `None,  # bias` beside a `None` operand: the kernel's ref is None
+            return absent_spec(self.ctx, slot, self.anchor(slot.arg) if slot.arg is not None else node)
         if not (isinstance(node, cst.Call) and self.ctx.imports.is_(node.func, N.BLOCK_SPEC)):
             raise CallSiteError(f"the spec of `{slot.param}` is not a pl.BlockSpec(...) call")
         self.same_at_call(node, f"the BlockSpec of `{slot.param}`")  # its sizes are copied into new specs

@@ -13,7 +13,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.callsite.spelling.block_dims import BlockDim
-from pallas_fix.rewrite.text.syntax import elements
+from pallas_fix.rewrite.text.syntax import elements, is_none
 
 
 class CallSiteError(Exception):
@@ -45,6 +45,8 @@ class Spec:
     index_extra: bool = False  # the lambda has defaults, keyword-only or `**` parameters
     placement: Optional[str] = None  # `memory_space=...` / `pipeline_mode=...` as written, if any
     index_arg: Optional[cst.BaseExpression] = None  # the index_map argument as written (a def's name)
+    # `None` for a `None` operand (Pallas pairs specs with operands as pytrees): the kernel gets None.
+    absent: bool = False
 
     def carried_placement(self, param: str) -> str:
         """`, memory_space=pltpu.VMEM` (as written) to repeat on the spec that replaces this one,
@@ -86,6 +88,15 @@ class Spec:
         if self.dims is None:
             return []
         return [e for e, d in enumerate(self.dims) if d.kind != "squeezed"]
+
+
+def absent_spec(ctx, slot: "Slot", at: cst.CSTNode) -> Spec:
+    """The spec of an operand passed as `None` with a `None` spec (`None,  # bias` beside `bias =
+    None`): Pallas pairs specs with operands as pytrees, so the kernel's parameter is None."""
+    arg = ctx.resolve_value(slot.arg, at) if slot.kind == "in" and slot.arg is not None else None
+    if arg is None or not is_none(arg):
+        raise CallSiteError(f"the spec of `{slot.param}` is `None` while its operand may be an array")
+    return Spec(None, None, None, whole=False, absent=True)
 
 
 def local_index_def(ctx, name: cst.BaseExpression, spec: cst.CSTNode) -> Optional[cst.FunctionDef]:
