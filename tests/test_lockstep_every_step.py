@@ -9,6 +9,7 @@ import libcst as cst
 import pytest
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.rewrite.proofs.every_step import read_every_step
 
@@ -41,9 +42,22 @@ def add_prefix(x, r):
 '''
 
 
+# The same read in a loop whose trip count the step computes: 0 where `r` has no rows.
+IN_LOOP = RAGGED.replace("""    @pl.when(i * BM < r_ref.shape[0])
+    def _():
+        o_ref[pl.ds(i * BM, BM), :] += r_ref[pl.ds(i * BM, BM), :]
+""", """    def body(k, carry):
+        o_ref[pl.ds(i * BM, BM), :] += r_ref[pl.ds(i * BM, BM), :]
+        return carry
+
+    jax.lax.fori_loop(0, jnp.where(i * BM < r_ref.shape[0], 1, 0), body, 0)
+""").replace("import jax\n", "import jax\nimport jax.numpy as jnp\n")
+
+
 @pytest.mark.parametrize("grid", ["pl.cdiv(m, BM)", "m // BM"])
-def test_a_window_read_under_pl_when_does_not_take_its_lockstep_witness_rows(grid):
-    source = RAGGED.replace("GRID", grid)
+@pytest.mark.parametrize("kernel", ["when", "loop"])
+def test_a_window_read_in_some_steps_only_does_not_take_its_lockstep_witness_rows(grid, kernel):
+    source = (RAGGED if kernel == "when" else IN_LOOP).replace("GRID", grid)
     out = fix_source(source, "add_prefix.py", unsafe=True).source
     assert "x_ref[...]" in out  # the witness lifts
     # Not `r`: its BlockSpec would fetch blocks past its end, and a check `r.shape[0] >= 40` would
@@ -70,17 +84,25 @@ KERNEL = '''def kernel(x_ref, o_ref):
     def tail():
         o_ref[...] = x_ref[7]
     pl.when(a > 0)(tail)
+    def some(k, acc):
+        return acc + x_ref[8]
+    lax.fori_loop(0, jnp.where(pl.program_id(0) > 0, 1, 0), some, 0)
+    @pl.loop(0, x_ref.shape[0])
+    def _(k):
+        o_ref[...] += x_ref[9]
 '''
 
 
 def test_read_every_step_knows_the_traced_conditions():
     # A Python `if` (or conditional expression) is decided when the kernel is traced: the same in
-    # every step. `pl.when` bodies and `lax.cond` branches run in some steps only.
+    # every step. `pl.when` bodies, `lax.cond` branches and a loop whose trip count a step computes
+    # run in some steps only.
     ctx = ModuleContext("from jax import lax\nfrom jax.experimental import pallas as pl\n" + KERNEL)
     kernel = next(n for n in ctx.module.body if isinstance(n, cst.FunctionDef))
     subs = {}
     for node in walk(kernel):
         if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value == "x_ref":
             subs[int(node.slice[0].slice.value.value)] = node
-    assert {k: read_every_step(ctx, kernel, s) for k, s in sorted(subs.items())} == {
-        0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False}
+    env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
+    assert {k: read_every_step(ctx, kernel, env, s) for k, s in sorted(subs.items())} == {
+        0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False, 8: False, 9: True}

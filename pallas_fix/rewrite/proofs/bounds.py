@@ -216,7 +216,7 @@ class Bounds:
         window every step reads (rewrite.proofs.every_step: under a `pl.when` it may be shorter)."""
         kernel = self.cs.site.kernel
         return (self._whole_input_dim(block) and kernel is not None
-                and all(read_every_step(self.cs.ctx, kernel, sub) for sub, _dims in block.subscripts))
+                and all(read_every_step(self.cs.ctx, kernel, self.cs.env, sub) for sub, _dims in block.subscripts))
 
     def _whole_input_dim(self, block: RefBlock) -> bool:
         """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""

@@ -14,25 +14,30 @@ from pallas_fix.analysis.context import ModuleContext, walk
 
 # Calls that run a function they are given only on some condition (or some number of times, maybe none).
 _CONDITIONAL_CALLS = ("cond", "switch", "while_loop", "when")
+# Loops whose body runs in a step only if the step's trip count is not 0: (lower, upper) positions.
+_LOOP_CALLS = ("fori_loop", "loop")
 
 
-def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, node: cst.CSTNode, depth: int = 0) -> bool:
+def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, env, node: cst.CSTNode, depth: int = 0) -> bool:
     """`node` runs in every grid step the kernel runs it in at all: no `pl.when` body and no
-    `lax.cond` / `switch` / `while_loop` branch lies between it and the kernel. A Python `if` is
-    decided when the kernel is traced, the same in every step (`if b_ref is not None:`). In a
-    helper the kernel calls, every call of it must be read every step."""
+    `lax.cond` / `switch` / `while_loop` branch, nor the body of a loop whose bounds are traced
+    (`env`: the kernel's values), lies between it and the kernel. A Python `if` is decided when the
+    kernel is traced, the same in every step (`if b_ref is not None:`), as is a loop over static
+    bounds (a step reads its body in all steps or none). In a helper the kernel calls, every call
+    of it must be read every step."""
     for anc in ctx.ancestors(node):
         if anc is kernel:
             return True
         if isinstance(anc, cst.FunctionDef) and (any(_conditional(ctx, d.decorator) for d in anc.decorators)
-                                                 or _passed_to_conditional(ctx, kernel, anc.name.value)):
+                                                 or _passed_to_conditional(ctx, kernel, anc.name.value)
+                                                 or _maybe_empty_loop(ctx, kernel, env, anc)):
             return False
         if isinstance(anc, cst.Lambda) and isinstance(call := _call_of_arg(ctx, anc), cst.Call) and _conditional(ctx, call):
             return False
         if isinstance(anc, cst.FunctionDef) and isinstance(ctx.parent(anc), cst.Module):  # a helper
             calls = [n for n in walk(kernel) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
                      and n.func.value == anc.name.value]
-            return depth < 4 and bool(calls) and all(read_every_step(ctx, kernel, c, depth + 1) for c in calls)
+            return depth < 4 and bool(calls) and all(read_every_step(ctx, kernel, env, c, depth + 1) for c in calls)
     return False
 
 
@@ -49,6 +54,26 @@ def _passed_to_conditional(ctx: ModuleContext, kernel: cst.FunctionDef, name: st
     `pl.when(p)(body)`)."""
     return any(isinstance(n, cst.Call) and _conditional(ctx, n) and any(
         isinstance(a.value, cst.Name) and a.value.value == name for a in n.args) for n in walk(kernel))
+
+
+def _maybe_empty_loop(ctx: ModuleContext, kernel: cst.FunctionDef, env, fn: cst.FunctionDef) -> bool:
+    """`fn` is the body of a `fori_loop` / `pl.loop` with a traced bound: a trip count a step
+    computes (`jnp.where(i * BM < n, 1, 0)`) is a condition too."""
+    name = fn.name.value
+    loops = [d.decorator for d in fn.decorators if isinstance(d.decorator, cst.Call) and _named(ctx, d.decorator, _LOOP_CALLS)]
+    loops += [n for n in walk(kernel) if isinstance(n, cst.Call) and _named(ctx, n, _LOOP_CALLS)
+              and any(isinstance(a.value, cst.Name) and a.value.value == name for a in n.args)]
+    return any(not _static_bounds(env, loop) for loop in loops)
+
+
+def _static_bounds(env, loop: cst.Call) -> bool:
+    bounds = [a.value for a in loop.args[:2] if a.keyword is None]
+    return len(bounds) == 2 and not any(env.value(b).dynamic for b in bounds)
+
+
+def _named(ctx: ModuleContext, call: cst.Call, names: tuple[str, ...]) -> bool:
+    name = ctx.imports.qualify(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
+    return name.rsplit(".", 1)[-1] in names
 
 
 def _call_of_arg(ctx: ModuleContext, node: cst.CSTNode):
