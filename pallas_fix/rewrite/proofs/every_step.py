@@ -12,15 +12,17 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 
-# Calls that run a function they are given only on some condition (or some number of times, maybe none).
-_CONDITIONAL_CALLS = ("cond", "switch", "while_loop", "when")
+# Calls that run a function they are given only on some condition. Not `while_loop`: its trip count
+# is most often a static bound carried as a counter (a K/V loop to `pl.cdiv(seqlen_k, kblock)`), and
+# which carry counts is beyond this check; a per-step trip count there is not caught (a known gap).
+_CONDITIONAL_CALLS = ("cond", "switch", "when")
 # Loops whose body runs in a step only if the step's trip count is not 0: (lower, upper) positions.
 _LOOP_CALLS = ("fori_loop", "loop")
 
 
 def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, env, node: cst.CSTNode, depth: int = 0) -> bool:
     """`node` runs in every grid step the kernel runs it in at all: no `pl.when` body and no
-    `lax.cond` / `switch` / `while_loop` branch, nor the body of a loop whose bounds are traced
+    `lax.cond` / `switch` branch, nor the body of a loop whose bounds are traced
     (`env`: the kernel's values), lies between it and the kernel. A Python `if` is decided when the
     kernel is traced, the same in every step (`if b_ref is not None:`), as is a loop over static
     bounds (a step reads its body in all steps or none). In a helper the kernel calls, every call
