@@ -53,11 +53,18 @@ IN_LOOP = RAGGED.replace("""    @pl.when(i * BM < r_ref.shape[0])
     jax.lax.fori_loop(0, jnp.where(i * BM < r_ref.shape[0], 1, 0), body, 0)
 """).replace("import jax\n", "import jax\nimport jax.numpy as jnp\n")
 
+# A test of the extent, decided at trace time: a shorter `r` is read in no step at all.
+SHAPE_IF = RAGGED.replace("""    @pl.when(i * BM < r_ref.shape[0])
+    def _():
+""", """    if r_ref.shape[0] >= x_ref.shape[0]:
+        pass
+""")
+
 
 @pytest.mark.parametrize("grid", ["pl.cdiv(m, BM)", "m // BM"])
-@pytest.mark.parametrize("kernel", ["when", "loop"])
+@pytest.mark.parametrize("kernel", ["when", "loop", "shape_if"])
 def test_a_window_read_in_some_steps_only_does_not_take_its_lockstep_witness_rows(grid, kernel):
-    source = (RAGGED if kernel == "when" else IN_LOOP).replace("GRID", grid)
+    source = {"when": RAGGED, "loop": IN_LOOP, "shape_if": SHAPE_IF}[kernel].replace("GRID", grid)
     out = fix_source(source, "add_prefix.py", unsafe=True).source
     assert "x_ref[...]" in out  # the witness lifts
     # Not `r`: its BlockSpec would fetch blocks past its end, and a check `r.shape[0] >= 40` would
@@ -78,6 +85,8 @@ KERNEL = '''def kernel(x_ref, o_ref):
     b = x_ref[4] if a else 0
     if a:
         c = x_ref[5]
+    if o_ref.shape[0] > 8:
+        d = x_ref[10]
     @pl.when(a > 0)
     def _():
         o_ref[...] = x_ref[6]
@@ -95,7 +104,7 @@ KERNEL = '''def kernel(x_ref, o_ref):
 
 def test_read_every_step_knows_the_traced_conditions():
     # A Python `if` (or conditional expression) is decided when the kernel is traced: the same in
-    # every step. `pl.when` bodies, `lax.cond` branches and a loop whose trip count a step computes
+    # every step, but one that tests an extent may leave a shorter array unread in all of them. `pl.when` bodies, `lax.cond` branches and a loop whose trip count a step computes
     # run in some steps only.
     ctx = ModuleContext("from jax import lax\nfrom jax.experimental import pallas as pl\n" + KERNEL)
     kernel = next(n for n in ctx.module.body if isinstance(n, cst.FunctionDef))
@@ -105,4 +114,4 @@ def test_read_every_step_knows_the_traced_conditions():
             subs[int(node.slice[0].slice.value.value)] = node
     env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
     assert {k: read_every_step(ctx, kernel, env, s) for k, s in sorted(subs.items())} == {
-        0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False, 8: False, 9: True}
+        0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False, 8: False, 9: True, 10: False}

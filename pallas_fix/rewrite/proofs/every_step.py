@@ -24,12 +24,16 @@ def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, env, node: cst.
     """`node` runs in every grid step the kernel runs it in at all: no `pl.when` body and no
     `lax.cond` / `switch` branch, nor the body of a loop whose bounds are traced
     (`env`: the kernel's values), lies between it and the kernel. A Python `if` is decided when the
-    kernel is traced, the same in every step (`if b_ref is not None:`), as is a loop over static
-    bounds (a step reads its body in all steps or none). In a helper the kernel calls, every call
-    of it must be read every step."""
+    kernel is traced, the same in every step, as is a loop over static bounds: a step reads it in
+    all steps or none, and none is no read at all: a test of an extent (`if r_ref.shape[0] >=
+    x_ref.shape[0]:`) may leave a shorter `r` unread, while a flag or `b_ref is not None` says
+    whether the operand is given. (A flag the wrapper computes from shapes is not seen.) In a
+    helper the kernel calls, every call of it must be read every step."""
     for anc in ctx.ancestors(node):
         if anc is kernel:
             return True
+        if isinstance(anc, (cst.If, cst.IfExp)) and _shape_test(anc.test):
+            return False
         if isinstance(anc, cst.FunctionDef) and (any(_conditional(ctx, d.decorator) for d in anc.decorators)
                                                  or _passed_to_conditional(ctx, kernel, anc.name.value)
                                                  or _maybe_empty_loop(ctx, kernel, env, anc)):
@@ -41,6 +45,11 @@ def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, env, node: cst.
                      and n.func.value == anc.name.value]
             return depth < 4 and bool(calls) and all(read_every_step(ctx, kernel, env, c, depth + 1) for c in calls)
     return False
+
+
+def _shape_test(test: cst.BaseExpression) -> bool:
+    """The test reads an array's extent (`r_ref.shape[0] >= n`): it may skip a shorter array."""
+    return any(isinstance(n, cst.Attribute) and n.attr.value in ("shape", "size") for n in walk(test))
 
 
 def _conditional(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
