@@ -18,6 +18,7 @@ from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.proofs.every_step import read_every_step
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
@@ -85,7 +86,7 @@ class Bounds:
     def check_blocks(self, blocks: list[RefBlock], trip: Optional[cst.BaseExpression], witnesses: list[RefBlock] = ()) -> None:
         """Every block is proved inside its array, with one assumption: an input the kernel sees
         whole along the dim, read in lockstep with a proved operand (the same window and block
-        index in every step), has that operand's extent. The kernel treats them as one length;
+        index, read in every step: not under `pl.when`), has that operand's extent. The kernel treats them as one length;
         were the input shorter, the original would read past its end whatever the grid (only the
         HLO interpreter clamps). Operands the plan leaves alone vouch too: `witnesses` (windows
         the kernel reads in lockstep) and existing BlockSpecs whose blocks are proved inside."""
@@ -104,8 +105,8 @@ class Bounds:
                 if any(block is w for w in witnesses) and self.cdiv_axis(block, extent, trip) is not None:
                     ragged.setdefault(lockstep_key(block), (block, extent))
         for block, err in failed:
-            if any(block is b for b in blocks) and not (lockstep_key(block) in proven and self._whole_input_dim(block)):
-                if not self.guarding and lockstep_key(block) in ragged and self._whole_input_dim(block):
+            if any(block is b for b in blocks) and not (lockstep_key(block) in proven and self._shares_extent(block)):
+                if not self.guarding and lockstep_key(block) in ragged and self._shares_extent(block):
                     self.ragged_lockstep[block.param] = ragged[lockstep_key(block)]
                     continue
                 if not self.guarding:
@@ -209,6 +210,13 @@ class Bounds:
                                  "(a check must not reject a call the original handles)")
             raise CallSiteError(f"{err}; {self.broken_guard}") from None
         raise err
+
+    def _shares_extent(self, block: RefBlock) -> bool:
+        """`block` may take a lockstep operand's extent: an input seen whole along the dim whose
+        window every step reads (rewrite.proofs.every_step: under a `pl.when` it may be shorter)."""
+        kernel = self.cs.site.kernel
+        return (self._whole_input_dim(block) and kernel is not None
+                and all(read_every_step(self.cs.ctx, kernel, self.cs.env, sub) for sub, _dims in block.subscripts))
 
     def _whole_input_dim(self, block: RefBlock) -> bool:
         """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""

@@ -46,8 +46,8 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], 
     for a in args[:-1]:
         if sep is None and isinstance(a.comma, cst.Comma):
             sep = a.comma
-    if sep is None:
-        sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    # Its layout only: the comment after it is its argument's, not the new one's.
+    sep = _uncommented(sep) if sep is not None else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     new_args = [
         cst.Arg(
             keyword=cst.Name(k),
@@ -61,8 +61,14 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], 
         last = args[-1]
         trailing = last.comma
         # The whitespace before `)` belongs to the last argument: hand it to the new last one.
-        args[-1] = last.with_changes(comma=sep, whitespace_after_arg=cst.SimpleWhitespace(""))
-        new_args[-1] = new_args[-1].with_changes(comma=trailing, whitespace_after_arg=last.whitespace_after_arg)
+        # ... and the comment on the last argument's line stays on that line where the call breaks
+        # lines there (else it goes on ending the call's last line, as before).
+        note = _note(last) if isinstance(sep.whitespace_after, cst.ParenthesizedWhitespace) else None
+        args[-1] = last.with_changes(comma=_with_note(sep, note), whitespace_after_arg=cst.SimpleWhitespace(""))
+        if note is not None:
+            trailing = _uncommented(trailing) if isinstance(trailing, cst.Comma) else trailing
+        new_args[-1] = new_args[-1].with_changes(
+            comma=trailing, whitespace_after_arg=_bare(last.whitespace_after_arg) if note is not None else last.whitespace_after_arg)
     elif pos == len(args):
         new_args[-1] = new_args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     else:
@@ -73,6 +79,32 @@ def _insert_keyword(call: cst.Call, kw: tuple[str, str], anchor: Optional[str], 
     if explode and _one_line(call) and len(code(out)) > 80:
         out = explode_args(out)
     return out
+
+
+def _bare(ws):
+    """`ws` without its end-of-line comment and the comment lines after it: a line break and indent."""
+    if not isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws
+    return ws.with_changes(first_line=cst.TrailingWhitespace(newline=ws.first_line.newline), empty_lines=[])
+
+
+def _uncommented(comma: cst.Comma) -> cst.Comma:
+    return comma.with_changes(whitespace_after=_bare(comma.whitespace_after))
+
+
+def _note(arg: cst.Arg) -> Optional[cst.TrailingWhitespace]:
+    """The end of the argument's line where a comment ends it (`grid=g,  # one step per block`)."""
+    for ws in (arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else None, arg.whitespace_after_arg):
+        if isinstance(ws, cst.ParenthesizedWhitespace) and ws.first_line.comment is not None:
+            return ws.first_line
+    return None
+
+
+def _with_note(comma: cst.Comma, note: Optional[cst.TrailingWhitespace]) -> cst.Comma:
+    ws = comma.whitespace_after
+    if note is None or not isinstance(ws, cst.ParenthesizedWhitespace):
+        return comma
+    return comma.with_changes(whitespace_after=ws.with_changes(first_line=note))
 
 
 def _one_line(call: cst.Call) -> bool:
