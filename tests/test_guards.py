@@ -549,3 +549,44 @@ def test_no_leaf_check_without_an_import_of_jax_to_write_it_with():
     source = _NAMED_OUT.read_text().replace("import jax\n", "import jax as jx\n").replace("jax.ShapeDtypeStruct", "jx.ShapeDtypeStruct")
     fixed = fix_source(source, "k.py", unsafe=True).source
     assert "jx.tree.leaves(kwargs['outs'])[0].shape[0] < x.shape[0]" in fixed  # the module's own alias
+
+
+_OPTIONAL_BIAS = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def kernel(x_ref, b_ref, o_ref):
+    i = pl.program_id(0)
+    x = pltriton.load(x_ref.at[i, :, :])
+    if b_ref is not None:
+        x = x + pltriton.load(b_ref.at[i, :, :])
+    pltriton.store(o_ref.at[i, :, :], x)
+
+
+def add(x, b=None):
+    n, r, c = x.shape
+    return pl.pallas_call(
+        kernel,
+        grid=(n,),
+        in_specs=[
+            pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim),
+            None if b is None else pl.BlockSpec(b.shape, lambda *_: (0,) * b.ndim),
+        ],
+        out_specs=pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=4),
+    )(x, b)
+'''
+
+
+def test_no_check_reads_the_shape_of_an_operand_the_caller_may_pass_as_none():
+    """easydel's Triton flash attention passes its bias as `b=None` with the spec `None if b is
+    None else pl.BlockSpec(...)`: a check `if b.shape[0] < x.shape[0]` before the call raised
+    AttributeError there (verification caught it). The bias row stays unlifted; the others lift."""
+    result = fix_source(_OPTIONAL_BIAS, "k.py", unsafe=True)
+    assert result.error is None
+    assert "b.shape[0] <" not in result.source and "x_ref.at[i" not in result.source, result.source
+    (left,) = [f for f in result.remaining if "b_ref" in f.message]
+    assert left.refusal and "b.shape" not in (left.fix_after or "")

@@ -23,8 +23,8 @@ from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, exa
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
 from pallas_fix.rewrite.proofs.spec_blocks import index_map_entry, lockstep_key, spec_lockstep
-from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, placement,
-                                              traced_names, written_before)
+from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, optional_operands,
+                                              placement, traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.proofs.unproved import unproved_blocks
@@ -184,9 +184,10 @@ class Bounds:
         self.too_strong = False
         traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
         places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
+        optional = optional_operands(self.cs)  # `b.shape` raises where the caller passes b=None
         for combo in combos:
             guards = [as_guard(self.symbols, fact, places, traced) for fact in combo]
-            if any(g is None for g in guards):
+            if any(g is None or g.reads(optional) for g in guards):
                 continue
             facts = self.prover.facts
             for g in guards:

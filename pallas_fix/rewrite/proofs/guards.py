@@ -41,6 +41,7 @@ from pallas_fix.analysis.context import plain_read, walk
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
+from pallas_fix.rewrite.callsite.spelling.built_lists import present_arm
 from pallas_fix.rewrite.proofs.unchanged import readable_at, reads_leaf, respelled
 
 _MAX_CANDIDATES = 12
@@ -53,6 +54,11 @@ class Guard:
     right: str
     left_poly: Poly
     right_poly: Poly
+
+    def reads(self, names: frozenset) -> bool:
+        """Either side mentions one of `names`."""
+        return any(n.value in names for side in (self.left, self.right) for n in walk(cst.parse_expression(side))
+                   if isinstance(n, cst.Name))
 
     def fact(self) -> str:
         op = {"divides": "%", "equal": "==", "at_least": ">="}[self.kind]
@@ -228,6 +234,15 @@ def _bare_names(expr: cst.CSTNode) -> set[str]:
     if isinstance(expr, cst.Name):
         return {expr.value}
     return {n for child in expr.children for n in _bare_names(child)}
+
+
+def optional_operands(cs) -> frozenset:
+    """The names of operands the call may receive as None: their spec is `None if b is None else
+    pl.BlockSpec(...)` (easydel's optional bias). A check reading their shape would raise there."""
+    items = cs.spec_items("in") or []
+    return frozenset(slot.arg.value for slot in cs.slots.values()
+                     if slot.kind == "in" and isinstance(slot.arg, cst.Name) and slot.index < len(items)
+                     and isinstance(items[slot.index], cst.IfExp) and present_arm(items[slot.index]) is not items[slot.index])
 
 
 def traced_names(ctx, fn: Optional[cst.FunctionDef]) -> frozenset:
