@@ -44,7 +44,10 @@ _NO_PLANNER = {
     "PF105": "the start depends on data loaded inside the kernel; no BlockSpec can express it",
     "PF106": "no BlockSpec can express this window ({reason})",
     "PF108": "integer-array indices have no BlockSpec form",
-    "PF109": "pallas-fix cannot tell where this traced start comes from",
+    "PF109": ("pallas-fix cannot follow this traced start ({source}) back to a grid or loop index: it lifts starts "
+              "built from `pl.program_id`, a `lax.fori_loop` / `pl.loop` index or an entry of a table the kernel "
+              "loads; write the start from one of those (a `lax.while_loop` whose carry counts the steps is a "
+              "`lax.fori_loop` over them)"),
 }
 
 
@@ -52,7 +55,7 @@ def _no_planner_reason(analysis: Analysis, code: str, use: IndexUse, window_reas
     site = use.kernel_site
     if site is not None and site.entry is not None:  # `plgpu.kernel`: no BlockSpecs to move a window into
         return entry_problem(analysis, site) or ""
-    return _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason)
+    return _NO_PLANNER.get(code, "no automatic fix applies here").format(reason=window_reason, source=use.provenance.description)
 
 
 @dataclass(frozen=True)

@@ -339,3 +339,15 @@ def test_a_refusal_reads_the_same_before_and_after_apply(capsys, tmp_path):
     assert "fixed" in err and path.read_text() != SEED_GATHER.read_text()
     after = o_ref_refusal()
     assert before == after and "GPU interpret mode cannot run" in after
+
+
+def test_a_traced_start_no_planner_reads_says_where_it_came_from_and_what_to_write():
+    """PF109's refusal named nothing ("cannot tell where this traced start comes from"); it now
+    says which value the start reads and which starts pallas-fix lifts (a while_loop counter: a
+    fori_loop)."""
+    from pallas_fix.engine import analyze_source
+    from pallas_fix.rules.dynamic_index.pf109_traced_start import INVALID
+
+    (finding,) = [f for f in analyze_source(INVALID[0], "k.py").findings if f.code == "PF109"]
+    assert "parameter `carry` of `body`" in finding.refusal
+    assert "`lax.while_loop` whose carry counts the steps is a `lax.fori_loop`" in finding.refusal
