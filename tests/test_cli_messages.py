@@ -351,3 +351,39 @@ def test_a_traced_start_no_planner_reads_says_where_it_came_from_and_what_to_wri
     (finding,) = [f for f in analyze_source(INVALID[0], "k.py").findings if f.code == "PF109"]
     assert "parameter `carry` of `body`" in finding.refusal
     assert "`lax.while_loop` whose carry counts the steps is a `lax.fori_loop`" in finding.refusal
+
+
+_SPLIT = '''import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BM = 64
+SB = 16
+
+
+def kernel(x_ref, o_ref):
+    @pl.loop(0, BM // SB)
+    def _(j):
+        o_ref[pl.ds(j * SB, SB), :] = x_ref[pl.ds(j * SB, SB), :] * 2.0
+
+
+def scale(x):
+    m, n = x.shape
+    return pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(m, BM),),
+        in_specs=[pl.BlockSpec((BM, n), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((BM, n), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+def test_a_partial_existing_block_that_cannot_be_split_says_what_to_assert():
+    from pallas_fix.core.config import Config
+    from pallas_fix.engine import analyze_source
+
+    refusals = [f.refusal for f in analyze_source(_SPLIT, "k.py", Config(lift_for_memory=True)).findings if f.refusal]
+    assert any("a partial last block cannot be split; count the grid in whole blocks or assert "
+               "`x.shape[0] % BM == 0` before the pallas_call" in r for r in refusals), refusals

@@ -358,6 +358,8 @@ class Bounds:
             raise CallSiteError(
                 f"cannot prove the existing blocks `{code(block)}` of `{param}` along dim {dim} stay inside "
                 f"the array{f' (`{code(full)}`)' if full is not None else ''}: a partial last block cannot be split"
+                + (f"; count the grid in whole blocks or assert `{code(full)} % {code(block)} == 0` before the pallas_call"
+                   if full is not None else "; write the array's shape where the pallas_call is built")
             )
 
 
