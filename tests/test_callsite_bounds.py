@@ -540,3 +540,18 @@ def test_a_closure_reads_the_value_its_calls_see(calls: str, same: bool):
     symbols = Symbols(ctx)
     outer, inner = [symbols.poly(n, n) for n in _reads_of(ctx, "bn")][1:3]
     assert (outer == inner) is same
+
+
+@pytest.mark.parametrize("index, param", [
+    ("(j, 0, 0)", "i"),  # a throwaway `_`: named once the new index reads its axis
+    ("(j, _ * 0, 0)", "_"),  # read in the body: renamed, the rebuilt body read an unbound (or a global) `_`
+])
+def test_an_index_map_parameter_its_body_reads_keeps_its_name(index: str, param: str):
+    from pathlib import Path
+    from pallas_fix.engine import fix_source
+    before = Path(__file__).parent / "fixtures/codemods/program_id_blocks/pid_defaulted_grid_triton_before.py"
+    source = before.read_text().replace("lambda _, j: (j, 0, 0)", f"lambda _, j: {index}")
+    source = source.replace("    grid_ = grid\n", "    assert seq_len % block_q == 0\n    grid_ = grid\n")
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    maps = [line.strip() for line in fixed.splitlines() if "lambda" in line]
+    assert len(maps) == 2 and all(m.startswith(f"lambda {param}, j:") or f"lambda {param}, j:" in m for m in maps), maps
