@@ -499,6 +499,9 @@ def test_a_rebound_parameter_is_one_value_after_its_binding():
     ("    grid_.append(1)\n", False),  # a list changed in place
     ("    grid_[0] = 7\n", False),
     ("    use(grid_)\n", False),  # a call may change it
+    ("    grid[0] = 7\n", False),  # the caller's list, the same object as `grid_` (`grid_ = grid`)
+    ("    grid.append(1)\n", False),
+    ("    n = grid[0]\n", True),
 ])
 def test_an_entry_of_a_sequence_nothing_changes_is_one_value(between: str, same: bool):
     ctx = ModuleContext("def f(x, grid=None):\n    grid_ = grid\n    if grid_ is None:\n        grid_ = [x.shape[0] // 8, 2]\n"
