@@ -494,6 +494,17 @@ def test_a_rebound_parameter_is_one_value_after_its_binding():
     assert grid_read == block_read and before == inner and grid_read != before
 
 
+def test_a_read_in_a_generator_expression_is_not_the_binding_before_it():
+    """`(pl.pallas_call(partial(kernel, bn=bn), ...)(x) for _ in r)` runs when consumed: after
+    `bn = big` below it, not with the `bn` that `assert m % bn == 0` checked (red-team: the lift was
+    marked safe, and its partial last block differed from the original's clamped slice)."""
+    ctx = ModuleContext("def f(x, bq, big):\n    bq = min(bq, x.shape[0])\n    g = (x.shape[0] // bq,)\n"
+                        "    r = (bq for _ in [0])\n    bq = big\n    return g, next(r)\n")
+    symbols = Symbols(ctx)
+    _inner, grid_read, lazy_read = [symbols.poly(n, n) for n in _reads_of(ctx, "bq")]
+    assert grid_read != lazy_read
+
+
 @pytest.mark.parametrize("between, same", [
     ("", True),
     ("    grid_.append(1)\n", False),  # a list changed in place
@@ -534,6 +545,7 @@ def test_a_defaulted_grid_reads_as_its_entries_when_the_index_maps_fix_its_lengt
     ("    r = call()\n    s = call()\n", True),
     ("    r = call()\n    bn = 64\n    s = call()\n", False),  # its calls see two values
     ("    r = run(call)\n", False),  # passed on: it may run anywhere
+    ("    r = (call() for _ in [0])\n    bn = 64\n    s = next(r)\n", False),  # runs when consumed, after `bn = 64`
 ])
 def test_a_closure_reads_the_value_its_calls_see(calls: str, same: bool):
     """axlearn's `def call_kernel(*, kernel, grid, ...)` reads `block_k` from its wrapper, which
