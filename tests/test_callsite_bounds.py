@@ -494,11 +494,25 @@ def test_a_rebound_parameter_is_one_value_after_its_binding():
     assert grid_read == block_read and before == inner and grid_read != before
 
 
+def test_a_read_in_a_generator_expression_is_not_the_binding_before_it():
+    """`(pl.pallas_call(partial(kernel, bn=bn), ...)(x) for _ in r)` runs when consumed: after
+    `bn = big` below it, not with the `bn` that `assert m % bn == 0` checked (red-team: the lift was
+    marked safe, and its partial last block differed from the original's clamped slice)."""
+    ctx = ModuleContext("def f(x, bq, big):\n    bq = min(bq, x.shape[0])\n    g = (x.shape[0] // bq,)\n"
+                        "    r = (bq for _ in [0])\n    bq = big\n    return g, next(r)\n")
+    symbols = Symbols(ctx)
+    _inner, grid_read, lazy_read = [symbols.poly(n, n) for n in _reads_of(ctx, "bq")]
+    assert grid_read != lazy_read
+
+
 @pytest.mark.parametrize("between, same", [
     ("", True),
     ("    grid_.append(1)\n", False),  # a list changed in place
     ("    grid_[0] = 7\n", False),
     ("    use(grid_)\n", False),  # a call may change it
+    ("    grid[0] = 7\n", False),  # the caller's list, the same object as `grid_` (`grid_ = grid`)
+    ("    grid.append(1)\n", False),
+    ("    n = grid[0]\n", True),
 ])
 def test_an_entry_of_a_sequence_nothing_changes_is_one_value(between: str, same: bool):
     ctx = ModuleContext("def f(x, grid=None):\n    grid_ = grid\n    if grid_ is None:\n        grid_ = [x.shape[0] // 8, 2]\n"
@@ -531,6 +545,7 @@ def test_a_defaulted_grid_reads_as_its_entries_when_the_index_maps_fix_its_lengt
     ("    r = call()\n    s = call()\n", True),
     ("    r = call()\n    bn = 64\n    s = call()\n", False),  # its calls see two values
     ("    r = run(call)\n", False),  # passed on: it may run anywhere
+    ("    r = (call() for _ in [0])\n    bn = 64\n    s = next(r)\n", False),  # runs when consumed, after `bn = 64`
 ])
 def test_a_closure_reads_the_value_its_calls_see(calls: str, same: bool):
     """axlearn's `def call_kernel(*, kernel, grid, ...)` reads `block_k` from its wrapper, which
@@ -540,3 +555,18 @@ def test_a_closure_reads_the_value_its_calls_see(calls: str, same: bool):
     symbols = Symbols(ctx)
     outer, inner = [symbols.poly(n, n) for n in _reads_of(ctx, "bn")][1:3]
     assert (outer == inner) is same
+
+
+@pytest.mark.parametrize("index, param", [
+    ("(j, 0, 0)", "i"),  # a throwaway `_`: named once the new index reads its axis
+    ("(j, _ * 0, 0)", "_"),  # read in the body: renamed, the rebuilt body read an unbound (or a global) `_`
+])
+def test_an_index_map_parameter_its_body_reads_keeps_its_name(index: str, param: str):
+    from pathlib import Path
+    from pallas_fix.engine import fix_source
+    before = Path(__file__).parent / "fixtures/codemods/program_id_blocks/pid_defaulted_grid_triton_before.py"
+    source = before.read_text().replace("lambda _, j: (j, 0, 0)", f"lambda _, j: {index}")
+    source = source.replace("    grid_ = grid\n", "    assert seq_len % block_q == 0\n    grid_ = grid\n")
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    maps = [line.strip() for line in fixed.splitlines() if "lambda" in line]
+    assert len(maps) == 2 and all(m.startswith(f"lambda {param}, j:") or f"lambda {param}, j:" in m for m in maps), maps

@@ -69,7 +69,10 @@ def last_binding(ctx: ModuleContext, scope: Scope, binds: list, read: cst.CSTNod
     """The index in the scope's body of the last statement binding a name before the statement
     holding `read` (-1: none before it). None when the text does not fix it: `read` or a
     binding outside the body's statements, a binding in the statement holding `read`, or (with
-    `simple`) a binding inside a compound statement, a branch or a loop."""
+    `simple`) a binding inside a compound statement, a branch or a loop, or `read` in a generator
+    expression (it runs when consumed)."""
+    if any(isinstance(a, cst.GeneratorExp) for a in ctx.ancestors(read)):
+        return None  # `(call() for _ in r)` runs when consumed, perhaps after a later binding
     stmts = ctx.body_statements(scope)
     position = {id(st): n for n, st in enumerate(stmts)}
     holder = next((position[id(a)] for a in (read, *ctx.ancestors(read)) if id(a) in position), None)

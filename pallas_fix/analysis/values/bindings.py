@@ -139,10 +139,16 @@ def read_before_targets(ctx: ModuleContext, stmt: cst.CSTNode, read: cst.CSTNode
     return not any(any(a is value for a in ctx.ancestors(n.value if isinstance(n, Unpack) else n)) for _how, n in binds)
 
 
-def indexed_only(ctx: ModuleContext, scope: Scope, name: str) -> bool:
+def indexed_only(ctx: ModuleContext, scope: Scope, name: str, into: frozenset = frozenset()) -> bool:
     """Nothing in `scope` can change the sequence `name` holds in place: every read of it is an
     item (`grid_[0]`), a starred entry, an `is None` test or a `grid=` keyword, so no method,
-    item store or call it is passed to (which might append to a list) touches it."""
+    item store or call it is passed to (which might append to a list) touches it. A name it is
+    bound from (`grid_ = grid`) holds the same list, so it is held to the same reads (`grid[0] = 8`
+    changes `grid_[0]`); `into`: the names whose binding from `name` that is."""
+    for value in ctx.assignments(name, scope):
+        if isinstance(value, cst.Name) and value.value != name and value.value not in into:
+            if not indexed_only(ctx, scope, value.value, into | {name}):
+                return False
     for node in walk(scope):
         if not (isinstance(node, cst.Name) and node.value == name):
             continue
@@ -157,6 +163,8 @@ def indexed_only(ctx: ModuleContext, scope: Scope, name: str) -> bool:
                                                                        and parent.keyword.value == "grid"):
             continue
         if isinstance(parent, cst.Assign) and parent.value is node:
+            if all(isinstance(t.target, cst.Name) and t.target.value in into for t in parent.targets):
+                continue  # the binding of the name this one was followed from
             return False  # an alias could be changed in its place
         if isinstance(parent, cst.ComparisonTarget):
             continue

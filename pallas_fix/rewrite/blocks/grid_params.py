@@ -52,7 +52,7 @@ class GridParams:
         if spec.index_params or spec.index_star is not None:
             # A parameter named `_` said the old index_map ignored that axis; the new one may read it.
             taken = set(spec.index_params) | (names_in(spec.index_map) if spec.index_map is not None else set())
-            grid = [self._named(n, p, taken) for n, p in enumerate(spec.index_params[: self.ngrid])]
+            grid = [p if _reads(spec, p) else self._named(n, p, taken) for n, p in enumerate(spec.index_params[: self.ngrid])]
             rest = list(spec.index_params[self.ngrid :]) + ([f"*{spec.index_star}"] if spec.index_star else [])
         else:
             grid = [self.names[n] for n in range(self.ngrid)]
@@ -91,6 +91,14 @@ def _ignores_its_arguments(spec: Spec) -> bool:
         isinstance(lam, cst.Lambda) and spec.index_star is not None and not spec.index_params
         and spec.index_star not in names_in(lam.body)
     )
+
+
+def _reads(spec: Spec, param: str) -> bool:
+    """The index_map's body reads `param` (`lambda _, j: (j, _ * 0, 0)`): a rebuilt body keeps
+    that read, so the parameter keeps its name, `_` or not (renamed, it read an unbound `_`)."""
+    body = spec.index_map.body if isinstance(spec.index_map, cst.Lambda) else spec.index_map
+    exprs = [body] if body is not None else []
+    return any(param in names_in(e) for e in (*exprs, *(spec.index_exprs or [])))
 
 
 def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[object, str]:
