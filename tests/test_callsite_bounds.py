@@ -570,3 +570,17 @@ def test_an_index_map_parameter_its_body_reads_keeps_its_name(index: str, param:
     fixed = fix_source(source, "k.py", unsafe=True).source
     maps = [line.strip() for line in fixed.splitlines() if "lambda" in line]
     assert len(maps) == 2 and all(m.startswith(f"lambda {param}, j:") or f"lambda {param}, j:" in m for m in maps), maps
+
+
+def test_a_defaulted_grid_takes_its_length_from_its_own_call_only():
+    """Whole-array operands take any grid: another pallas_call's index_maps in the same wrapper say
+    nothing about this one's (a caller's grid of another length runs in the original)."""
+    from pallas_fix.rewrite.callsite.grid_shape import defaulted_grid
+    ctx = ModuleContext(
+        "from jax.experimental import pallas as pl\n"
+        "def f(x, grid=None):\n    grid_ = grid\n    if grid_ is None:\n        grid_ = (x.shape[0] // 8, 2)\n"
+        "    y = pl.pallas_call(k2, grid=(4, 4), in_specs=[pl.BlockSpec((8, 8), lambda i, j: (i, j))])(x)\n"
+        "    return pl.pallas_call(k, grid=grid_)(y)\n")
+    calls = [n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "pl.pallas_call"]
+    grid = next(a.value for a in calls[1].args if a.keyword is not None and a.keyword.value == "grid")
+    assert defaulted_grid(ctx, grid, calls[1], lambda _a: None) is None

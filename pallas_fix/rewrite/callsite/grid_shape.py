@@ -81,10 +81,16 @@ def index_map_arity(ctx: ModuleContext, scope: cst.FunctionDef, at: cst.CSTNode)
     """How many grid indices the index_map lambdas of the pallas_call at `at` take (in its own
     keywords and in the wrapper's statements): positional parameters only, no `*args`."""
     call = next((a for a in (at, *ctx.ancestors(at)) if isinstance(a, cst.Call) and ctx.imports.is_(a.func, N.PALLAS_CALL)), None)
-    lambdas = [n for n in walk(call if call is not None else scope) if isinstance(n, cst.Lambda)]
-    if call is not None:
-        lambdas += [n for n in walk(scope) if isinstance(n, cst.Lambda) and n not in lambdas
-                    and any(isinstance(a, cst.Call) and ctx.imports.is_(a.func, N.BLOCK_SPEC) for a in ctx.ancestors(n))]
+    if call is None:
+        return set()
+    # The call's own index_maps pin the length (written in it, or in the spec lists it names); a
+    # call with none takes any grid, whatever other calls of the wrapper take.
+    specs = [ctx.resolve_value(a.value, at) for a in call.args if a.keyword is not None and a.keyword.value in ("in_specs", "out_specs")]
+    lambdas = [n for root in (call, *specs) for n in walk(root) if isinstance(n, cst.Lambda)]
+    if not lambdas:
+        return set()
+    lambdas += [n for n in walk(scope) if isinstance(n, cst.Lambda) and n not in lambdas
+                and any(isinstance(a, cst.Call) and ctx.imports.is_(a.func, N.BLOCK_SPEC) for a in ctx.ancestors(n))]
     out = set()
     for lam in lambdas:
         params = lam.params
