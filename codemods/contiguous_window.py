@@ -110,15 +110,14 @@ def _group(analysis, windows: dict, pl: str) -> list[cst.SimpleStatementLine]:
     ctx = analysis.ctx
     int_array_uses = {id(u.subscript): u for u in analysis.uses if u.kind == "int_array"}
     todo = list(windows)
-    bindings: dict = {}
+    chains: dict = {}  # id of a chain's first statement -> the chain (_bindings_of)
     while todo:
         sub = todo.pop()
         for name in _range_names(sub):
             chain = _bindings_of(ctx, name)
-            if not chain or id(chain[0][0]) in bindings:
+            if not chain or id(chain[0][0]) in chains:
                 continue
-            for stmt, _assignment in chain:
-                bindings[id(stmt)] = (stmt, chain)
+            chains[id(chain[0][0])] = chain
             for read in _plain_reads(ctx, chain):
                 other = _subscript_read_in(ctx, read)
                 use = int_array_uses.get(id(other)) if other is not None else None
@@ -130,12 +129,14 @@ def _group(analysis, windows: dict, pl: str) -> list[cst.SimpleStatementLine]:
                     continue
                 todo.append(other)
     dead = []
-    for stmt, chain in bindings.values():
-        line = ctx.parent(stmt)
-        if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+    for chain in chains.values():
+        # A range and the hints rebinding it go together or stay together: a hint kept on a line it
+        # shares (`rows = pl.multiple_of(rows, bm); s = 2.0`) would read a range no longer bound.
+        lines = [ctx.parent(stmt) for stmt, _assignment in chain]
+        if any(not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1 for line in lines):
             continue
         if all(_subscript_read_in(ctx, read) in windows for read in _plain_reads(ctx, chain)):
-            dead.append(line)
+            dead.extend(lines)
     return dead
 
 

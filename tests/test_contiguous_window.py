@@ -145,3 +145,38 @@ def test_a_range_through_compiler_hints_is_its_window() -> None:
         assert "pltriton.load(x_ref.at[pl.ds(i * bs, bs)], mask=cols < n, other=0.0)" in _fixed(cols)
     (finding,) = _pf108("pltriton.max_contiguous(2 * jnp.arange(bs), bs)")  # a hint does not make a step a range
     assert not finding.fixable
+
+
+_SHARED_LINE = '''import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+
+def kernel(x_ref, o_ref, *, bm):
+    pm = pl.program_id(0)
+    rows = pm * bm + jnp.arange(bm)
+    rows = pl.multiple_of(rows, bm); scale = 2.0
+    x = pltriton.load(x_ref.at[rows])
+    pltriton.store(o_ref.at[rows], x * scale)
+
+
+def scale(x, bm=16):
+    return pl.pallas_call(
+        functools.partial(kernel, bm=bm),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // bm,),
+        compiler_params=pltriton.CompilerParams(num_warps=4),
+    )(x)
+'''
+
+
+def test_a_range_and_its_hints_go_together_or_stay_together() -> None:
+    """Found re-reading the change: a hint sharing its line with another statement stayed while
+    the range it rebinds went, so it read `rows` unbound (UnboundLocalError when traced)."""
+    result = fix_source(_SHARED_LINE, "k.py", Config(), codemods={"contiguous-window"}, unsafe=True)
+    assert result.error is None, result.error
+    assert "rows = pm * bm + jnp.arange(bm)" in result.source  # kept, with the hint that reads it
+    assert "pltriton.load(x_ref.at[pl.ds(pm * bm, bm)])" in result.source
