@@ -39,7 +39,7 @@ from __future__ import annotations
 import libcst as cst
 
 from pallas_fix.analysis.in_place import atomic_refusal
-from pallas_fix.analysis.values.ranges import Range, contiguous_range, redirected_range
+from pallas_fix.analysis.values.ranges import Range, contiguous_range, redirected_range, unhinted
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core import names as N
 from pallas_fix.core.model import FixSafety, IndexUse
@@ -163,18 +163,11 @@ def _bindings_of(ctx, name: cst.Name) -> list[tuple[cst.Assign, object]]:
         return []
     chain.sort(key=lambda link: ctx.span(link[0]).line)
     for stmt, _a in chain[1:]:
-        wrapped = _hinted(ctx, stmt.value)
+        wrapped = unhinted(ctx, stmt.value)
         inner = [n for n in C.reads(chain[0][1]) if any(a is stmt.value for a in ctx.ancestors(n))]
-        if wrapped is None or inner != [wrapped]:
+        if wrapped is stmt.value or inner != [wrapped]:
             return []
     return chain
-
-
-def _hinted(ctx, value: cst.BaseExpression):
-    """The name a chain of value hints wraps (`pltriton.max_contiguous(pl.multiple_of(rows, bm), bm)`: `rows`)."""
-    while isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.VALUE_HINTS) and value.args:
-        value = value.args[0].value
-    return value if isinstance(value, cst.Name) else None
 
 
 def _plain_reads(ctx, chain: list) -> list[cst.Name]:

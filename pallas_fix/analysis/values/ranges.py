@@ -42,8 +42,9 @@ def contiguous_range(env, expr: cst.BaseExpression, depth: int = 0) -> Optional[
     if isinstance(expr, cst.Name):
         value = env.reaching_assignment(expr)
         return None if value is None or not isinstance(ctx.parent(value), cst.Assign) else contiguous_range(env, value, depth + 1)
-    if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.VALUE_HINTS) and expr.args and not expr.args[0].star:
-        return contiguous_range(env, expr.args[0].value, depth + 1)  # a hint: its value is its argument's
+    bare = unhinted(ctx, expr)
+    if bare is not expr:
+        return contiguous_range(env, bare, depth + 1)  # a hint: its value is its argument's
     if isinstance(expr, cst.Call):
         return _arange(env, expr)
     if isinstance(expr, cst.Subscript):
@@ -56,6 +57,14 @@ def contiguous_range(env, expr: cst.BaseExpression, depth: int = 0) -> Optional[
                 return Range(offset, inner.size, inner.axis, inner.rank)
         return None
     return None
+
+
+def unhinted(ctx, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` without the compiler hints around it, whose value is their first argument
+    (`pltriton.max_contiguous(pl.multiple_of(rows, bm), bm)`: `rows`)."""
+    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.VALUE_HINTS) and expr.args and not expr.args[0].star:
+        expr = expr.args[0].value
+    return expr
 
 
 def redirected_range(env, expr: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, Range]]:
