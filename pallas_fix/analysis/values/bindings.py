@@ -13,6 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import bound_names as target_names, unassigned_name
 from pallas_fix.analysis.context import ModuleContext, Scope, walk
 
 # name -> [(how, node)]; how is "assign" | "augassign" | "for" | "with" | "def" | "dynamic" (a
@@ -213,7 +214,7 @@ def bound_names(node: cst.CSTNode) -> set[str]:
     elif isinstance(node, cst.AsName):
         targets = [node.name]
     elif isinstance(node, cst.ImportAlias) and node.asname is None:
-        return {_dotted_head(node.name)}  # `import a.b` binds `a`
+        return {unassigned_name(node)}  # `import a.b` binds `a`
     elif isinstance(node, (cst.MatchAs, cst.MatchStar)):
         return {node.name.value} if node.name is not None else set()
     elif isinstance(node, cst.MatchMapping):
@@ -224,21 +225,4 @@ def bound_names(node: cst.CSTNode) -> set[str]:
         return {"*"}
     elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.TypeAlias)):
         return {node.name.value}
-    return {n for t in targets for n in _target_names(t)}
-
-
-def _target_names(target: cst.BaseExpression) -> set[str]:
-    """The names a target binds: `a`, `a, (b, *c)`; none for `x[i]` or `x.attr`."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for el in target.elements for n in _target_names(el.value)}
-    if isinstance(target, cst.StarredElement):
-        return _target_names(target.value)
-    return set()
-
-
-def _dotted_head(expr: cst.BaseExpression) -> str:
-    while isinstance(expr, cst.Attribute):
-        expr = expr.value
-    return expr.value if isinstance(expr, cst.Name) else ""
+    return {n for t in targets for n in target_names(t)}
