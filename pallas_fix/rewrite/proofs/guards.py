@@ -43,6 +43,7 @@ from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.callsite.spelling.built_lists import present_arm
 from pallas_fix.rewrite.proofs.unchanged import readable_at, reads_leaf, respelled
+from pallas_fix.rewrite.text.syntax import variable_names
 
 _MAX_CANDIDATES = 12
 
@@ -56,9 +57,8 @@ class Guard:
     right_poly: Poly
 
     def reads(self, names: frozenset) -> bool:
-        """Either side mentions one of `names`."""
-        return any(n.value in names for side in (self.left, self.right) for n in walk(cst.parse_expression(side))
-                   if isinstance(n, cst.Name))
+        """Either side reads one of the variables `names` (not an attribute of that name)."""
+        return any(variable_names(cst.parse_expression(side)) & names for side in (self.left, self.right))
 
     def fact(self) -> str:
         op = {"divides": "%", "equal": "==", "at_least": ">="}[self.kind]
