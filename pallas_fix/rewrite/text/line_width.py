@@ -17,8 +17,9 @@ guard message is split by implicit string concatenation; a lengthened `def` line
 parameters.
 
 The width is the longest code line (comment-only lines and docstring lines past 120 columns aside)
-of the text before the rewrite, at least 79. A line is only rewritten when the module's AST stays exactly the same, so this never
-changes what runs.
+of the text before the rewrite, at least 79. A line is only rewritten when the module's AST stays
+exactly the same, so this never changes what runs. After the last round, a call an early round
+broke around one argument that a later round shortened is joined back (`rejoin`).
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ def fit_width(before: str, after: str) -> str:
         changed = True
     if not changed:
         return after
-    candidate = "".join(line for line in out if line is not None)
+    return _same_program("".join(line for line in out if line is not None), after)
+
+
+def _same_program(candidate: str, text: str) -> str:
+    """`candidate`, a relayout of `text`, where its AST is exactly `text`'s; else `text`."""
     try:
-        if ast.dump(ast.parse(candidate)) != ast.dump(ast.parse(after)):
-            return after
+        return candidate if ast.dump(ast.parse(candidate)) == ast.dump(ast.parse(text)) else text
     except SyntaxError:
-        return after
-    return candidate
+        return text
 
 
 _OPENS = re.compile(r".*\($")  # a call: a list kept one element per line is a layout writers choose
@@ -93,11 +96,7 @@ def rejoin(original: str, final: str) -> str:
                 continue
         out.append(lines[n])
         n += 1
-    candidate = "".join(out)
-    try:
-        return candidate if ast.dump(ast.parse(candidate)) == ast.dump(ast.parse(final)) else final
-    except SyntaxError:
-        return final
+    return _same_program("".join(out), final)
 
 
 def code_width(source: str) -> int:
