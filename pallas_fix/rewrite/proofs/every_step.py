@@ -56,8 +56,7 @@ def _conditional(ctx: ModuleContext, node: cst.BaseExpression) -> bool:
     func = node
     while isinstance(func, cst.Call):  # `pl.when(c)(body)`: the call `pl.when(c)` makes
         func = func.func
-    name = ctx.imports.qualify(func) or (func.value if isinstance(func, cst.Name) else "")
-    return name.rsplit(".", 1)[-1] in _CONDITIONAL_CALLS
+    return _last_name(ctx, func) in _CONDITIONAL_CALLS
 
 
 def _passed_to_conditional(ctx: ModuleContext, kernel: cst.FunctionDef, name: str) -> bool:
@@ -83,8 +82,13 @@ def _static_bounds(env, loop: cst.Call) -> bool:
 
 
 def _named(ctx: ModuleContext, call: cst.Call, names: tuple[str, ...]) -> bool:
-    name = ctx.imports.qualify(call.func) or (call.func.value if isinstance(call.func, cst.Name) else "")
-    return name.rsplit(".", 1)[-1] in names
+    return _last_name(ctx, call.func) in names
+
+
+def _last_name(ctx: ModuleContext, func: cst.BaseExpression) -> str:
+    """`when` for `pl.when` (however imported), a bare name as written."""
+    name = ctx.imports.qualify(func) or (func.value if isinstance(func, cst.Name) else "")
+    return name.rsplit(".", 1)[-1]
 
 
 def _call_of_arg(ctx: ModuleContext, node: cst.CSTNode):
