@@ -122,6 +122,7 @@ class Symbols:
     ctx: ModuleContext
     atoms: dict[str, Atom] = field(default_factory=dict)
     _bindings: dict[int, dict] = field(default_factory=dict)
+    _indexed: dict[tuple[int, str], bool] = field(default_factory=dict)  # bindings.indexed_only, per scope and name
 
     def poly(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Poly:
         """`expr` read where `at` stands (names resolve from there)."""
@@ -284,7 +285,7 @@ class Symbols:
             # An entry of a sequence nothing can change (`grid_[0]`, rebinding aside): one value.
             item = self.poly(sub.slice[0].slice.value, at, depth + 1).constant()
             head = self._head_key(base, at, settled=True)
-            if item is not None and item >= 0 and head is not None and indexed_only(self.ctx, self.ctx.scope_of(at), base.value):
+            if item is not None and item >= 0 and head is not None and self._indexed_only(self.ctx.scope_of(at), base.value):
                 return self._atom(f"{head}[{item}]", self.ctx.code(sub))
         return self._opaque(sub, at)
 
@@ -319,6 +320,12 @@ class Symbols:
             key = f"?{self.ctx.code(expr)}@{id(at)}"
         self.atoms.setdefault(key, Atom(key, self.ctx.code(expr), node=expr))
         return Poly.atom(key)
+
+    def _indexed_only(self, scope: Scope, name: str) -> bool:
+        key = (id(scope), name)
+        if key not in self._indexed:  # a walk of the whole scope: once per name, not per entry read
+            self._indexed[key] = indexed_only(self.ctx, scope, name)
+        return self._indexed[key]
 
     def _scope_bindings(self, scope: Scope) -> dict:
         found = self._bindings.get(id(scope))
