@@ -11,7 +11,7 @@ import pytest
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.engine import analyze_source, fix_source
-from pallas_fix.rewrite.proofs.every_step import read_every_step
+from pallas_fix.rewrite.proofs.every_step import Reader, read_every_step
 
 RAGGED = '''import jax
 from jax.experimental import pallas as pl
@@ -61,16 +61,45 @@ SHAPE_IF = RAGGED.replace("""    @pl.when(i * BM < r_ref.shape[0])
 """)
 
 
+# A `while_loop` whose first test a step computes (red-team: the trip count was not looked at).
+IN_WHILE = RAGGED.replace("""    @pl.when(i * BM < r_ref.shape[0])
+    def _():
+        o_ref[pl.ds(i * BM, BM), :] += r_ref[pl.ds(i * BM, BM), :]
+""", """    def more(k):
+        return k < jnp.where(i * BM < r_ref.shape[0], 1, 0)
+
+    def body(k):
+        o_ref[pl.ds(i * BM, BM), :] += r_ref[pl.ds(i * BM, BM), :]
+        return k + 1
+
+    jax.lax.while_loop(more, body, 0)
+""").replace("import jax\n", "import jax\nimport jax.numpy as jnp\n")
+
+# A static loop whose trip count is read from `r`'s extent: 0 trips for the example's short `r`.
+EXTENT_FOR = SHAPE_IF.replace("    if r_ref.shape[0] >= x_ref.shape[0]:\n        pass\n",
+                              "    for _ in range(r_ref.shape[0] // x_ref.shape[0]):\n        pass\n")
+
+# A flag the wrapper computes from the shapes and binds with functools.partial, read as a plain
+# `if` in the kernel (red-team: `if has_r:` was trusted as a caller's flag).
+SHAPE_FLAG = SHAPE_IF.replace("    if r_ref.shape[0] >= x_ref.shape[0]:\n", "    if has_r:\n").replace(
+    "def add_prefix_kernel(x_ref, r_ref, o_ref):", "def add_prefix_kernel(x_ref, r_ref, o_ref, *, has_r):").replace(
+    "        add_prefix_kernel,\n", "        functools.partial(add_prefix_kernel, has_r=has_r),\n").replace(
+    "    m, n = x.shape\n", "    m, n = x.shape\n    has_r = r.shape[0] >= m\n").replace("import jax\n", "import functools\n\nimport jax\n")
+
+
 @pytest.mark.parametrize("grid", ["pl.cdiv(m, BM)", "m // BM"])
-@pytest.mark.parametrize("kernel", ["when", "loop", "shape_if"])
+@pytest.mark.parametrize("kernel", ["when", "loop", "shape_if", "while", "extent_for", "shape_flag"])
 def test_a_window_read_in_some_steps_only_does_not_take_its_lockstep_witness_rows(grid, kernel):
-    source = {"when": RAGGED, "loop": IN_LOOP, "shape_if": SHAPE_IF}[kernel].replace("GRID", grid)
+    source = {"when": RAGGED, "loop": IN_LOOP, "shape_if": SHAPE_IF, "while": IN_WHILE, "extent_for": EXTENT_FOR,
+              "shape_flag": SHAPE_FLAG}[kernel].replace("GRID", grid)
+    assert source.count("r_ref[pl.ds(i * BM, BM), :]") == 1, source
     out = fix_source(source, "add_prefix.py", unsafe=True).source
     assert "x_ref[...]" in out  # the witness lifts
     # Not `r`: its BlockSpec would fetch blocks past its end, and a check `r.shape[0] >= 40` would
     # reject the example's call, which the original runs.
     assert "r_ref[pl.ds(i * BM, BM), :]" in out and "raise ValueError" not in out, out
-    (finding,) = [f for f in analyze_source(source, "add_prefix.py").findings if "`r_ref`" in f.message and f.span.line == 16]
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "r_ref[pl.ds(i * BM, BM), :]" in text)
+    (finding,) = [f for f in analyze_source(source, "add_prefix.py").findings if "`r_ref`" in f.message and f.span.line == line]
     assert "cannot prove the blocks of `r_ref` stay inside" in (finding.refusal or ""), finding
 
 
@@ -115,3 +144,35 @@ def test_read_every_step_knows_the_traced_conditions():
     env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
     assert {k: read_every_step(ctx, kernel, env, s) for k, s in sorted(subs.items())} == {
         0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False, 8: False, 9: True, 10: False}
+
+
+NESTED = '''def wrapper(x, r, flag):
+    has_r = r.shape[0] >= x.shape[0]
+    def kernel(x_ref, r_ref, o_ref):
+        if has_r:
+            a = r_ref[0]
+        if flag:
+            b = r_ref[1]
+        for _ in range(x_ref.shape[0] // 8):
+            c = r_ref[2]
+        for _ in range(r_ref.shape[0] // 8):
+            d = r_ref[3]
+        n = r.shape[0] // 8
+        for _ in range(n):
+            e = r_ref[4]
+'''
+
+
+def test_read_every_step_reads_flags_and_trip_counts_through_their_bindings():
+    # A flag the wrapper computed from an extent may skip a shorter `r`; the caller's own flag says
+    # whether `r` is given. A loop's trip count matters only when read from `r`'s own extent (here
+    # through a closed-over local).
+    ctx = ModuleContext(NESTED)
+    wrapper = next(n for n in ctx.module.body if isinstance(n, cst.FunctionDef))
+    kernel = next(n for n in walk(wrapper) if isinstance(n, cst.FunctionDef) and n.name.value == "kernel")
+    subs = {int(n.slice[0].slice.value.value): n for n in walk(kernel)
+            if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value == "r_ref"}
+    env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
+    reader = Reader("r_ref", cst.Name("r"), {})
+    assert {k: read_every_step(ctx, kernel, env, s, reader=reader) for k, s in sorted(subs.items())} == {
+        0: False, 1: True, 2: True, 3: False, 4: False}

@@ -18,7 +18,7 @@ from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.proofs.every_step import read_every_step
+from pallas_fix.rewrite.proofs.every_step import Reader, read_every_step
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
@@ -216,8 +216,10 @@ class Bounds:
         """`block` may take a lockstep operand's extent: an input seen whole along the dim whose
         window every step reads (rewrite.proofs.every_step: under a `pl.when` it may be shorter)."""
         kernel = self.cs.site.kernel
+        slot = self.cs.slots.get(block.param)
+        reader = Reader(block.param, slot.arg if slot is not None else None, dict(self.cs.site.partial_kwargs))
         return (self._whole_input_dim(block) and kernel is not None
-                and all(read_every_step(self.cs.ctx, kernel, self.cs.env, sub) for sub, _dims in block.subscripts))
+                and all(read_every_step(self.cs.ctx, kernel, self.cs.env, sub, reader=reader) for sub, _dims in block.subscripts))
 
     def _whole_input_dim(self, block: RefBlock) -> bool:
         """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""
