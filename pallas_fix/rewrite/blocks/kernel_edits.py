@@ -30,10 +30,7 @@ def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset(), pa
                 elements.append(el.with_changes(slice=cst.Slice(lower=None, upper=None)))
             else:
                 elements.append(el)
-        all_full = all(
-            isinstance(e.slice, cst.Slice) and e.slice.lower is None and e.slice.upper is None and e.slice.step is None
-            for e in elements
-        )
+        all_full = all(_full(e.slice) for e in elements)
         base = node.value
         if all_full:
             if isinstance(base, cst.Attribute) and base.attr.value == "at":
@@ -44,6 +41,22 @@ def kernel_subscript_edit(dims: set[int], drop: frozenset[int] = frozenset(), pa
         return node.with_changes(slice=elements)
 
     return edit
+
+
+def _full(index: cst.BaseSlice) -> bool:
+    """`:`, or a slice spelled `pl.dslice(None)` / `pl.ds(None)` / `slice(None)` (a Triton port's
+    `q_ref.at[pl.dslice(start, bq), pl.dslice(None)]`): once the other dims are whole the access
+    is the whole block, `q_ref`, as an expert would write it."""
+    if isinstance(index, cst.Slice):
+        return index.lower is None and index.upper is None and index.step is None
+    call = index.value
+    if not isinstance(call, cst.Call) or len(call.args) != 1 or call.args[0].keyword is not None:
+        return False
+    func = call.func
+    named = (isinstance(func, cst.Attribute) and func.attr.value in ("ds", "dslice")) or (
+        isinstance(func, cst.Name) and func.value == "slice")
+    arg = call.args[0].value
+    return named and isinstance(arg, cst.Name) and arg.value == "None"
 
 
 def _spelled_out(node: cst.Subscript, packed: Optional[cst.Tuple]) -> Sequence[cst.SubscriptElement]:
