@@ -109,6 +109,9 @@ class ExtentParams:
         edits = dict(self.edits)
         params = self.kernel.params
         edits[params] = lambda p: _with_kwonly(p, [n for n, _ in kws])
+        bound = self._bound_partial(expr, kws)
+        if bound is not None:  # `kernel = functools.partial(body, ...)` just before: add them there
+            expr = bound
         if isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.PARTIAL):
             if any(a.star for a in expr.args):
                 raise Refuse(f"the kernel's full size would be passed as a keyword of `{code(expr.func)}(...)`, which also "
@@ -119,6 +122,38 @@ class ExtentParams:
         if new_import is not None:
             edits[self.ctx.module] = _with_functools_import
         return edits
+
+    def _bound_partial(self, expr: cst.BaseExpression, kws: list[tuple[str, str]]) -> Optional[cst.Call]:
+        """The `functools.partial(...)` a kernel name passed to the pallas_call is bound to, where
+        the keywords can join it as an expert would write them (rather than wrapping the name in a
+        second partial): the name's one binding, read by this call alone, a statement of the
+        call's own block before it, and nothing between them (nor a `nonlocal` / `global`)
+        rebinding a name the keywords' values read; else None."""
+        ctx, call = self.ctx, self.site.call
+        scope = ctx.enclosing_function(call)
+        if not isinstance(expr, cst.Name) or scope is None:
+            return None
+        values = ctx.assignments(expr.value, scope)
+        binds = [n for n in bindings(scope, nested=True) if n == expr.value]
+        reads = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == expr.value]
+        if len(values) != 1 or len(binds) != 1 or len(reads) != 2 or expr.value in param_names(scope):
+            return None
+        value = values[0]
+        if not isinstance(value, cst.Call) or not ctx.imports.is_(value.func, N.PARTIAL) or any(a.star for a in value.args):
+            return None
+        stmt, at = ctx.statement_of(value), ctx.statement_of(call)
+        block = siblings_of(ctx, stmt)
+        if not any(s is at for s in block) or not any(s is stmt for s in block):
+            return None
+        first, last = next(i for i, s in enumerate(block) if s is stmt), next(i for i, s in enumerate(block) if s is at)
+        read = {n.value for _, v in kws for n in walk(cst.parse_expression(v)) if isinstance(n, cst.Name)}
+        attrs = {n.attr.value for _, v in kws for n in walk(cst.parse_expression(v)) if isinstance(n, cst.Attribute)}
+        if first >= last or not attrs <= {"shape", "size", "ndim", "dtype"}:
+            return None  # another attribute (`self.seq_len`) may change between the two
+        between = {n for s in block[first:last] for n in bindings(s, nested=True)} - {expr.value}
+        walrus = {n.target.value for n in walk(at) if isinstance(n, cst.NamedExpr) and isinstance(n.target, cst.Name)}
+        declared = {a.name.value for n in walk(ctx.module) if isinstance(n, (cst.Nonlocal, cst.Global)) for a in n.names}
+        return None if read & (between | walrus | declared) else value
 
     def _partial_spelling(self) -> tuple[str, Optional[imports.NewImport]]:
         for local, full in self.ctx.imports.bindings.items():
