@@ -584,3 +584,29 @@ def test_a_defaulted_grid_takes_its_length_from_its_own_call_only():
     calls = [n for n in walk(ctx.module) if isinstance(n, cst.Call) and ctx.code(n.func) == "pl.pallas_call"]
     grid = next(a.value for a in calls[1].args if a.keyword is not None and a.keyword.value == "grid")
     assert defaulted_grid(ctx, grid, calls[1], lambda _a: None) is None
+
+
+@pytest.mark.parametrize("extra, same", [
+    ("", True),
+    # Any write of an attribute of `bs` in the module: its fields may change between two reads.
+    ("    bs.bm = 8\n", False),
+    ("    setattr(bs, 'bm', 8)\n", False),
+    ("    del bs.bm\n", False),
+    # `bs` rebound between the reads: two bindings, two values.
+    ("    bs = other\n", False),
+])
+def test_a_field_of_a_name_is_one_value_where_nothing_writes_it(extra, same):
+    source = textwrap.dedent(
+        """
+        def f(x, block_sizes, other):
+            bs = block_sizes
+            a = x.shape[0] // bs.bm
+        EXTRA    b = bs.bm
+        """
+    ).replace("EXTRA", extra)
+    ctx = ModuleContext(source)
+    reads = [n for n in walk(ctx.module) if isinstance(n, cst.Attribute) and ctx.code(n) == "bs.bm"
+             and not isinstance(ctx.parent(n), (cst.AssignTarget, cst.Del))]
+    symbols = Symbols(ctx)
+    first, last = (symbols.poly(n, n) for n in (reads[0], reads[-1]))
+    assert (first == last) == same

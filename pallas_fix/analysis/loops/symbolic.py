@@ -18,7 +18,8 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.loops.read_bindings import reaching_binding, settled_binding
-from pallas_fix.analysis.values.bindings import Unpack, binding_count, indexed_only, scope_bindings, single_binding
+from pallas_fix.analysis.values.bindings import (Unpack, attribute_written, binding_count, indexed_only, scope_bindings,
+                                                 single_binding)
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
@@ -123,6 +124,7 @@ class Symbols:
     atoms: dict[str, Atom] = field(default_factory=dict)
     _bindings: dict[int, dict] = field(default_factory=dict)
     _indexed: dict[tuple[int, str], bool] = field(default_factory=dict)  # bindings.indexed_only, per scope and name
+    _written: Optional[frozenset] = None  # names whose attributes the module writes (_attribute_written)
 
     def poly(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Poly:
         """`expr` read where `at` stands (names resolve from there)."""
@@ -142,6 +144,8 @@ class Symbols:
             return self._quotient("ceil", num, den, expr)
         if isinstance(expr, cst.Subscript):
             return self._shape_dim(expr, at, depth)
+        if isinstance(expr, cst.Attribute):
+            return self._attribute(expr, at)
         if isinstance(expr, cst.Call):
             inlined = self._inlined(expr, at, depth)
             if inlined is not None:
@@ -288,6 +292,21 @@ class Symbols:
             if item is not None and item >= 0 and head is not None and self._indexed_only(self.ctx.scope_of(at), base.value):
                 return self._atom(f"{head}[{item}]", self.ctx.code(sub))
         return self._opaque(sub, at)
+
+    def _attribute(self, expr: cst.Attribute, at: cst.CSTNode) -> Poly:
+        """`bs.bm` (a block-size record's field, `self.block_q`): one value wherever the name means
+        the same binding, when the module writes no attribute of that name (`bs.bm = ...`,
+        `setattr(bs, ...)`): the grid's `r // bs.bm` and the block `bs.bm` are then the same size."""
+        base = expr.value
+        head = self._head_key(base, at) if isinstance(base, cst.Name) else None
+        if head is None or base.value in self._attribute_written():
+            return self._opaque(expr, at)
+        return self._atom(f"{head}.{expr.attr.value}", self.ctx.code(expr))
+
+    def _attribute_written(self) -> frozenset[str]:
+        if self._written is None:
+            self._written = attribute_written(self.ctx.module)
+        return self._written
 
     def _head_key(self, name: cst.Name, at: cst.CSTNode, settled: bool = False) -> Optional[str]:
         """A key for the array `name` stands for where `at` is: its scope when it is bound once

@@ -226,3 +226,19 @@ def bound_names(node: cst.CSTNode) -> set[str]:
     elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.TypeAlias)):
         return {node.name.value}
     return {n for t in targets for n in target_names(t)}
+
+
+def attribute_written(module: cst.Module) -> frozenset[str]:
+    """Names some attribute of which the module assigns or deletes (`bs.bm = 8`, `del bs.bm`) or
+    passes to `setattr` / `delattr`: their attributes may change between two reads."""
+    heads = set()
+    for node in walk(module):
+        targets: list = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.Del)):
+            targets = [node.target]
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr") and node.args:
+            heads |= {n.value for n in walk(node.args[0].value) if isinstance(n, cst.Name)}
+        heads |= {n.value.value for t in targets for n in walk(t) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)}
+    return frozenset(heads)
