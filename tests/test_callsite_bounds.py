@@ -610,3 +610,12 @@ def test_a_field_of_a_name_is_one_value_where_nothing_writes_it(extra, same):
     symbols = Symbols(ctx)
     first, last = (symbols.poly(n, n) for n in (reads[0], reads[-1]))
     assert (first == last) == same
+
+
+@pytest.mark.parametrize("rank, same", [(2, True), (3, False), (None, False)])
+def test_a_dim_read_from_the_back_is_the_front_dim_where_the_rank_is_known(rank, same):
+    ctx = ModuleContext("def f(x):\n    n = x.shape[-1]\n    m = x.shape[1]\n")
+    symbols = Symbols(ctx)
+    symbols.ranks = lambda key: rank if key.startswith("x@") else None
+    n, m = (next(n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == v) for v in ("n", "m"))
+    assert (symbols.poly(cst.Name("n"), n) == symbols.poly(cst.Name("m"), m)) == same

@@ -13,7 +13,7 @@ Every atom is taken to be a positive integer: atoms are array dims, block sizes 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 
@@ -125,6 +125,9 @@ class Symbols:
     _bindings: dict[int, dict] = field(default_factory=dict)
     _indexed: dict[tuple[int, str], bool] = field(default_factory=dict)  # bindings.indexed_only, per scope and name
     _written: Optional[frozenset] = None  # names whose attributes the module writes (_attribute_written)
+    # The rank of the array an array key names (`w@<scope>`), where a call site knows it: a negative
+    # dim (`n = w.shape[-1]`) is then the same size as the dim it counts from the front.
+    ranks: Optional[Callable[[str], Optional[int]]] = None
 
     def poly(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> Poly:
         """`expr` read where `at` stands (names resolve from there)."""
@@ -283,6 +286,9 @@ class Symbols:
         ):
             dim = self.poly(sub.slice[0].slice.value, at, depth + 1).constant()
             head = self._head_key(base.value, at)
+            rank = self.ranks(head) if dim is not None and dim < 0 and head is not None and self.ranks is not None else None
+            if rank is not None and rank + dim >= 0:  # type: ignore[operator]
+                dim += rank  # type: ignore[operator]
             if dim is not None and dim >= 0 and head is not None:
                 return self._atom(f"{head}.shape[{dim}]", self.ctx.code(sub))
         elif isinstance(base, cst.Name) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
@@ -307,6 +313,10 @@ class Symbols:
         if self._written is None:
             self._written = attribute_written(self.ctx.module)
         return self._written
+
+    def array_key(self, name: cst.Name, at: cst.CSTNode) -> Optional[str]:
+        """The key of the array `name` stands for at `at` (see `ranks`)."""
+        return self._head_key(name, at)
 
     def _head_key(self, name: cst.Name, at: cst.CSTNode, settled: bool = False) -> Optional[str]:
         """A key for the array `name` stands for where `at` is: its scope when it is bound once

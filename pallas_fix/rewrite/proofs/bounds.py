@@ -52,11 +52,19 @@ class Bounds:
         self.ragged_lockstep: dict[str, tuple[RefBlock, cst.BaseExpression]] = {}
         self.checked = False  # check_blocks ran: a plan that failed before it failed for another reason
         self.symbols = Symbols(cs.ctx)
+        self.symbols.ranks = self._rank_of
         self.broken: list[str] = []  # wrapper checks an example call breaks (rewrite.proofs.example_facts)
         facts = Facts()
         self._read_call_facts(facts)
         self._read_kernel_facts(facts)
         self.prover = Prover(self.symbols, facts)
+
+    def _rank_of(self, key: str) -> Optional[int]:
+        """The rank of the operand the array key names, as the call site knows it."""
+        for param, slot in self.cs.slots.items():
+            if slot.kind == "in" and isinstance(slot.arg, cst.Name) and self.symbols.array_key(slot.arg, slot.arg) == key:
+                return self.cs.rank(param)
+        return None
 
     def _read_call_facts(self, facts: Facts) -> None:
         """Checks that run before the pallas_call: earlier statements of every enclosing scope."""
