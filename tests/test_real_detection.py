@@ -39,12 +39,6 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # part e (added with the files, from the test's own output; the planners were not read):
     # the spike flag read by program id inside a decorator, `@pl.when(spike_ref[i_row])`.
     "brainevent__csr_plasticity_pre.py": (set(), {33, 47}),
-    # part f (added with the files, from the test's own output; the planners were not read): the
-    # slot clone's DMA windows `buffer_ref.at[slot, pl.ds(tile * block_size, block_size)]`, which
-    # jax names at the `.start()` lines (53, 56) below their `make_async_copy(...)` statements; the
-    # state reset's slot-table reads `slots_ref[i]` in two fori_loops and `state_ref.at[slot]`.
-    "sglang_jax__h0_clone.py": ({53, 56}, {53, 56}),
-    "sglang_jax__state_init.py": (set(), {32, 36, 41}),
 }
 # Where jax names an access away from the kernel line the detector reports it at: file -> {the
 # oracle's line: the kernel lines it stands for}. The backward rule of a custom_vjp is traced
@@ -58,10 +52,21 @@ NO_FINDING: set[str] = set()
 
 
 def _statement_lines(ctx, sub: cst.Subscript) -> set[int]:
-    """The lines of the simple statement that holds `sub` (of `sub` itself in a compound one)."""
+    """The lines of the simple statement that holds `sub` (of `sub` itself in a compound one),
+    and where that statement binds a DMA (`gather = pltpu.make_async_copy(src.at[...], ...)`) the
+    lines of the `gather.start()` / `gather.wait()` statements, where jax names its accesses."""
     stmt = ctx.statement_of(sub)
     span = ctx.span(stmt if isinstance(stmt, cst.SimpleStatementLine) else sub)
-    return set(range(span.line, span.end_line + 1))
+    lines = set(range(span.line, span.end_line + 1))
+    assign = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+        name = assign.targets[0].target.value
+        for other in getattr(ctx.parent(stmt), "body", ()):
+            call = other.body[0].value if isinstance(other, cst.SimpleStatementLine) and isinstance(other.body[0], cst.Expr) else None
+            if (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in ("start", "wait")
+                    and isinstance(call.func.value, cst.Name) and call.func.value.value == name):
+                lines.add(ctx.span(other).line)
+    return lines
 
 
 def _static(path: Path, source: str) -> tuple[set[int], set[int], set[int]]:

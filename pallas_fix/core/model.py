@@ -152,6 +152,9 @@ class KernelSite:
     # `plgpu.kernel` / `pl.kernel` as written, where that (not pallas_call) runs the kernel: a grid
     # or mesh without BlockSpecs, so the kernel is analysed and its fixes refused
     entry: Optional[str] = None
+    # `lambda *refs: _kernel(*refs, capacity=capacity)`: a lambda that forwards every ref to the
+    # kernel (its keywords read as partial keywords), so the kernel is analysed and its fixes refused
+    forwarder: Optional[cst.Lambda] = None
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
         """A pallas_call setting, looked up on the call first, then on its grid_spec."""

@@ -240,6 +240,13 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
         if id(expr) in seen:
             return
         seen.add(id(expr))
+        forwarded = _forwarded(expr)
+        if forwarded is not None:  # `lambda *refs: kernel(*refs, bs=8)`: a partial in effect
+            site.forwarder = expr
+            site.partial_kwargs.update({a.keyword.value: a.value for a in forwarded.args if a.keyword is not None
+                                        and a.keyword.value not in site.partial_kwargs})
+            expr, at = forwarded.func, forwarded
+            continue
         if not (isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args):
             break
         positional = []
@@ -263,6 +270,27 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
         made = _factory_kernel(ctx, ctx.resolve_def(expr.func.value, at))
         if made is not None:
             site.kernel_name, site.kernel, site.factory = made.name.value, made, expr
+
+
+def _forwarded(expr: cst.BaseExpression) -> Optional[cst.Call]:
+    """The call a lambda forwards its refs to, `kernel(*refs, bs=8)` in `lambda *refs: kernel(*refs,
+    bs=8)` (or `lambda a, b: kernel(a, b, bs=8)`): every parameter passed on in order, then keywords
+    only; None for any other lambda."""
+    if not isinstance(expr, cst.Lambda) or not isinstance(expr.body, cst.Call):
+        return None
+    ps, call = expr.params, expr.body
+    if ps.kwonly_params or ps.star_kwarg is not None or ps.posonly_params or any(p.default for p in ps.params):
+        return None
+    names = [p.name.value for p in ps.params]
+    star = ps.star_arg.name.value if isinstance(ps.star_arg, cst.Param) else None
+    passed = [a for a in call.args if a.keyword is None]
+    want = [(n, "") for n in names] + ([(star, "*")] if star else [])
+    got = [(a.value.value if isinstance(a.value, cst.Name) else None, a.star) for a in passed]
+    if not want or got != want or any(a.star == "**" for a in call.args):
+        return None
+    if any(isinstance(n, cst.Name) and n.value in names + [star] for a in call.args if a.keyword is not None for n in walk(a.value)):
+        return None  # a keyword computed from a ref
+    return call
 
 
 def _factory_kernel(ctx: ModuleContext, factory: Optional[cst.FunctionDef]) -> Optional[cst.FunctionDef]:

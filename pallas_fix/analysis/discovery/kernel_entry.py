@@ -50,6 +50,13 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "body with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
+    if site.forwarder is not None:
+        return (
+            f"kernel `{kernel.name.value}` reaches its pallas_call through `{ctx.code(site.forwarder).strip()}`, a lambda "
+            "that forwards every ref to it; pallas-fix writes a lift's sizes as functools.partial keywords and edits "
+            f"the call that binds them: write `functools.partial({kernel.name.value}, ...)` with the same keywords to "
+            "get this fix"
+        )
     if site.entry is not None:
         return (
             f"kernel `{kernel.name.value}` runs under `{site.entry}`, which takes no BlockSpecs: every ref is the whole "

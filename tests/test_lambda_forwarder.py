@@ -1,0 +1,48 @@
+"""A kernel handed to pallas_call through a lambda that forwards every ref (`lambda *refs:
+_kernel(*refs, capacity=capacity)`, as sglang-jax writes it) is found and analysed, its
+keywords read as partial keywords; its fixes are refused, saying to write the partial."""
+
+from __future__ import annotations
+
+import pytest
+
+from pallas_fix.engine import analyze_source
+
+SOURCE = '''import jax
+from jax.experimental import pallas as pl
+
+
+def _kernel(x_ref, o_ref, *, bm):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * bm, bm), :] = x_ref[pl.ds(i * bm, bm), :] * 2.0
+
+
+def run(x, bm=16):
+    return pl.pallas_call(
+        KERNEL,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // bm,),
+    )(x)
+'''
+
+
+@pytest.mark.parametrize("kernel", [
+    "lambda *refs: _kernel(*refs, bm=bm)",
+    "lambda x_ref, o_ref: _kernel(x_ref, o_ref, bm=bm)",
+])
+def test_a_forwarding_lambda_is_the_kernel_with_its_keywords(kernel):
+    findings = analyze_source(SOURCE.replace("KERNEL", kernel), "k.py").findings
+    assert len(findings) == 2, [f.message for f in findings]
+    for f in findings:
+        assert not f.fixable
+        assert "a lambda that forwards every ref to it" in (f.refusal or "") and "functools.partial(_kernel, ...)" in f.refusal
+
+
+@pytest.mark.parametrize("kernel", [
+    "lambda *refs: _kernel(*refs[::-1], bm=bm)",    # refs reordered
+    "lambda x_ref, o_ref: _kernel(o_ref, x_ref, bm=bm)",
+    "lambda *refs: _kernel(*refs, bm=refs[0].shape[0])",  # a keyword read from a ref
+])
+def test_a_lambda_that_does_more_than_forward_is_not_read_as_the_kernel(kernel):
+    findings = analyze_source(SOURCE.replace("KERNEL", kernel), "k.py").findings
+    assert not any("a lambda that forwards every ref" in (f.refusal or "") for f in findings)
