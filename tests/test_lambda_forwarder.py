@@ -1,12 +1,14 @@
 """A kernel handed to pallas_call through a lambda that forwards every ref (`lambda *refs:
 _kernel(*refs, capacity=capacity)`, as sglang-jax writes it) is found and analysed, its
-keywords read as partial keywords; its fixes are refused, saying to write the partial."""
+keywords read as partial keywords. Written in the pallas_call, it lifts like a partial (a size
+the lift adds joins the lambda's call); bound to a name before the call, whose keywords it reads
+when the call runs, its fixes are refused, saying to write the partial."""
 
 from __future__ import annotations
 
 import pytest
 
-from pallas_fix.engine import analyze_source
+from pallas_fix.engine import analyze_source, fix_source
 
 SOURCE = '''import jax
 from jax.experimental import pallas as pl
@@ -26,16 +28,29 @@ def run(x, bm=16):
 '''
 
 
-@pytest.mark.parametrize("kernel", [
-    "lambda *refs: _kernel(*refs, bm=bm)",
-    "lambda x_ref, o_ref: _kernel(x_ref, o_ref, bm=bm)",
-])
-def test_a_forwarding_lambda_is_the_kernel_with_its_keywords(kernel):
-    findings = analyze_source(SOURCE.replace("KERNEL", kernel), "k.py").findings
+def test_a_forwarding_lambda_in_the_call_is_the_kernel_with_its_keywords():
+    source = SOURCE.replace("KERNEL", "lambda *refs: _kernel(*refs, bm=bm)")
+    findings = analyze_source(source, "k.py").findings
+    assert len(findings) == 2 and all(f.fixable for f in findings), [(f.message, f.refusal) for f in findings]
+    out = fix_source(source, "k.py").source
+    assert "pl.BlockSpec((bm, x.shape[1]), lambda i: (i, 0))" in out and "o_ref[...] = x_ref[...] * 2.0" in out, out
+
+
+def test_a_lambda_naming_its_refs_is_refused():
+    # A lift that adds a scratch ref would call the lambda with one ref more than it takes.
+    findings = analyze_source(SOURCE.replace("KERNEL", "lambda x_ref, o_ref: _kernel(x_ref, o_ref, bm=bm)"), "k.py").findings
+    assert len(findings) == 2, [f.message for f in findings]
+    assert all(not f.fixable and "a lambda that names the refs it forwards" in (f.refusal or "") for f in findings)
+
+
+def test_a_lambda_bound_before_the_call_is_refused():
+    source = SOURCE.replace("    return pl.pallas_call(\n        KERNEL,", "    k = lambda *refs: _kernel(*refs, bm=bm)\n"
+                            "    return pl.pallas_call(\n        k,")
+    findings = analyze_source(source, "k.py").findings
     assert len(findings) == 2, [f.message for f in findings]
     for f in findings:
         assert not f.fixable
-        assert "a lambda that forwards every ref to it" in (f.refusal or "") and "functools.partial(_kernel, ...)" in f.refusal
+        assert "a lambda bound before the call" in (f.refusal or "") and "functools.partial(_kernel, ...)" in f.refusal
 
 
 @pytest.mark.parametrize("kernel", [

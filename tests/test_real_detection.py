@@ -28,7 +28,6 @@ REAL = sorted((FIXTURES / "real").glob("*.py"))
 # file -> (window lines, scalar lines) of the jaxpr that no finding / no listed index covers yet.
 KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # held-out files: lines from the oracle, not looked into.
-    "ejkernel__fused_ce_fwd.py": ({37, 48}, set()),
     "marin__gated_rms_norm_gpu.py": ({101, 103, 104, 105, 106}, set()),
     "ring_attention_pallas__bwd_block.py": ({188}, set()),
     "sglang_jax__simple_gla_decode.py": ({73, 75, 126, 133}, set()),

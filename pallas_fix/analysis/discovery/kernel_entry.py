@@ -50,12 +50,22 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "body with its one pallas_call and does not lift per variant. Give each variant its own name and its own "
             "pallas_call (the same flag choosing between them) to get this fix"
         )
-    if site.forwarder is not None:
+    if site.forwarder is not None and site.forwarder.params.params:
+        # A lift may give the kernel refs of its own (scratch for a reduction's state), which a
+        # lambda of fixed arity would not pass on.
         return (
             f"kernel `{kernel.name.value}` reaches its pallas_call through `{ctx.code(site.forwarder).strip()}`, a lambda "
-            "that forwards every ref to it; pallas-fix writes a lift's sizes as functools.partial keywords and edits "
-            f"the call that binds them: write `functools.partial({kernel.name.value}, ...)` with the same keywords to "
-            "get this fix"
+            "that names the refs it forwards, so a ref the lift adds (scratch) would not reach the kernel; write "
+            f"`lambda *refs: {kernel.name.value}(*refs, ...)` or `functools.partial({kernel.name.value}, ...)` to get this fix"
+        )
+    if site.forwarder is not None and site.forwarder is not site.kernel_expr:
+        # A lambda bound before the call reads its keywords' names when it runs, not where it is
+        # written: the partial keywords the lift reads could mean other values there.
+        return (
+            f"kernel `{kernel.name.value}` reaches its pallas_call through `{ctx.code(site.forwarder).strip()}`, a lambda "
+            "bound before the call that forwards every ref to it, whose keywords are read when the call runs; write "
+            f"`functools.partial({kernel.name.value}, ...)` with the same keywords, or the lambda in the pallas_call "
+            "itself, to get this fix"
         )
     if site.entry is not None:
         return (
@@ -232,6 +242,8 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
     # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
     # that pass it reach that pallas_call too.
     passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s)[0]}
+    # `lambda *refs: kernel(*refs, bs=8)`: the call the lambda forwards to runs it for that pallas_call.
+    passed |= {id(s.forwarder.body.func) for s in sites if s.kernel is kernel and s.forwarder is not None}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}
     for name in _reads(ctx, {n for n, _ in aliases}):
         binding = _binding_scope(ctx, name)

@@ -112,15 +112,17 @@ class ExtentParams:
         bound = self._bound_partial(expr, kws)
         if bound is not None:  # `kernel = functools.partial(body, ...)` just before: add them there
             expr = bound
-        if isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.PARTIAL):
+        if isinstance(expr, cst.Lambda) and isinstance(expr.body, cst.Call):  # `lambda *refs: kernel(*refs, bs=8)`
+            edits[expr.body] = lambda c: _with_keywords(c, kws)
+        elif isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.PARTIAL):
             if any(a.star for a in expr.args):
                 raise Refuse(f"the kernel's full size would be passed as a keyword of `{code(expr.func)}(...)`, which also "
                              "binds `*` / `**` arguments that might hold the same name; bind them by name")
             edits[expr] = lambda c: _with_keywords(c, kws)
         else:
             edits[expr] = lambda e, f=partial: cst.parse_expression(f"{f}({code(e)}, " + ", ".join(f"{n}={v}" for n, v in kws) + ")")
-        if new_import is not None:
-            edits[self.ctx.module] = _with_functools_import
+            if new_import is not None:
+                edits[self.ctx.module] = _with_functools_import
         return edits
 
     def _bound_partial(self, expr: cst.BaseExpression, kws: list[tuple[str, str]]) -> Optional[cst.Call]:
