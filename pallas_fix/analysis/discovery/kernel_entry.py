@@ -222,6 +222,8 @@ def _wrapping_decorator(ctx: ModuleContext, site: KernelSite, kernel: cst.Functi
         decorators = decorators[at + 1 :]
     for dec in decorators:
         expr = dec.decorator
+        if isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
+            expr = expr.args[0].value  # `@partial(jax.named_call, name="k")` is `jax.named_call(k, name="k")`
         if ctx.imports.qualify(expr.func if isinstance(expr, cst.Call) else expr) not in PURE_DECORATORS:
             return dec
     return None

@@ -78,7 +78,8 @@ PASSTHROUGH = frozenset(
     {"jax.jit", "jax.named_call", "jax.checkpoint", "jax.remat", "jax.vmap", "jax.custom_jvp", "jax.custom_vjp"}
 )
 # Decorators that change nothing the kernel does: the decorated body is the whole story.
-PURE_DECORATORS = frozenset({"functools.wraps", "jax.named_scope", "typing.no_type_check", "typing.override"})
+PURE_DECORATORS = frozenset({"functools.wraps", "jax.named_scope", "jax.named_call", "typing.no_type_check",
+                             "typing.override"})
 
 # Pure namespaces: functions that read the refs they are handed (`jnp.zeros_like(o_ref)`) but
 # never write them.

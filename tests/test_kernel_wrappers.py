@@ -1,8 +1,9 @@
-"""A kernel handed to pallas_call through a lambda that forwards every ref (`lambda *refs:
+"""What stands between a kernel def and its pallas_call. A kernel handed over through a lambda that forwards every ref (`lambda *refs:
 _kernel(*refs, capacity=capacity)`, as sglang-jax writes it) is found and analysed, its
 keywords read as partial keywords. Written in the pallas_call, it lifts like a partial (a size
 the lift adds joins the lambda's call); bound to a name before the call, whose keywords it reads
-when the call runs, its fixes are refused, saying to write the partial."""
+when the call runs, its fixes are refused, saying to write the partial. A decorator that only
+names the kernel (`jax.named_call`, also through functools.partial) leaves its body whole."""
 
 from __future__ import annotations
 
@@ -61,3 +62,33 @@ def test_a_lambda_bound_before_the_call_is_refused():
 def test_a_lambda_that_does_more_than_forward_is_not_read_as_the_kernel(kernel):
     findings = analyze_source(SOURCE.replace("KERNEL", kernel), "k.py").findings
     assert not any("a lambda that forwards every ref" in (f.refusal or "") for f in findings)
+
+
+DECORATED = '''import functools
+
+import jax
+from jax.experimental import pallas as pl
+
+
+DECORATOR
+def _kernel(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * 16, 16), :] = x_ref[pl.ds(i * 16, 16), :] * 2.0
+
+
+def run(x):
+    return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(x.shape[0] // 16,))(x)
+'''
+
+
+@pytest.mark.parametrize("decorator, pure", [
+    ("@jax.named_call", True),
+    ('@functools.partial(jax.named_call, name="k")', True),   # jax-llm-examples' ragged decode kernel
+    ("@jax.named_scope('k')", True),
+    ("@jax.jit", False),
+    ('@functools.partial(jax.jit, static_argnames="n")', False),
+])
+def test_a_decorator_that_only_names_the_kernel_leaves_its_body_whole(decorator, pure):
+    findings = analyze_source(DECORATED.replace("DECORATOR", decorator), "k.py").findings
+    assert findings
+    assert all(("is decorated with" not in (f.refusal or "")) == pure for f in findings), [f.refusal for f in findings]
