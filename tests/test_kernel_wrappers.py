@@ -1,9 +1,10 @@
-"""What stands between a kernel def and its pallas_call. A kernel handed over through a lambda
-that forwards every ref (`lambda *refs: _kernel(*refs, capacity=capacity)`, as sglang-jax
-writes it) is found and analysed, its keywords read as partial keywords. Written in the pallas_call, it lifts like a partial (a size
-the lift adds joins the lambda's call); bound to a name before the call, whose keywords it reads
-when the call runs, its fixes are refused, saying to write the partial. A decorator that only
-names the kernel (`jax.named_call`, also through functools.partial) leaves its body whole."""
+"""What stands between a kernel def and its pallas_call. A kernel handed over through a lambda that
+forwards every ref (`lambda *refs: _kernel(*refs, capacity=capacity)`, as sglang-jax writes it)
+is found and analysed, its keywords read as partial keywords. Written in the pallas_call, it
+lifts like a partial (a size the lift adds joins the lambda's call); bound to a name before the
+call, whose keywords it reads when the call runs, its fixes are refused, saying to write the
+partial. A decorator that only names the kernel (`jax.named_call`, also through
+functools.partial) leaves its body whole."""
 
 from __future__ import annotations
 
