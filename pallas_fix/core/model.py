@@ -153,7 +153,8 @@ class KernelSite:
     # or mesh without BlockSpecs, so the kernel is analysed and its fixes refused
     entry: Optional[str] = None
     # `lambda *refs: _kernel(*refs, capacity=capacity)`: a lambda that forwards every ref to the
-    # kernel (its keywords read as partial keywords), so the kernel is analysed and its fixes refused
+    # kernel, its keywords read as partial keywords (written in the pallas_call, it lifts like one;
+    # analysis.discovery.kernel_entry refuses the others)
     forwarder: Optional[cst.Lambda] = None
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
