@@ -619,3 +619,28 @@ def test_a_dim_read_from_the_back_is_the_front_dim_where_the_rank_is_known(rank,
     symbols.ranks = lambda key: rank if key.startswith("x@") else None
     n, m = (next(n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == v) for v in ("n", "m"))
     assert (symbols.poly(cst.Name("n"), n) == symbols.poly(cst.Name("m"), m)) == same
+
+
+@pytest.mark.parametrize("module, between, same", [
+    ("", "", True),
+    # The object written through another name: an alias, a helper's parameter, a method's `self`.
+    ("", "    cfg2 = bs\n    cfg2.bm = 8\n", False),
+    ("def shrink(cfg):\n    cfg.bm = cfg.bm * 2\n", "    shrink(bs)\n", False),
+    ("class B:\n    def grow(self):\n        self.bm += 1\n", "    bs.grow()\n", False),
+    ("", "    object.__setattr__(bs, 'bm', 8)\n", False),
+    ("", "    setattr(cfg2, name, 8)\n", False),
+    # A property (or any function named like the field) may answer differently each read.
+    ("class B:\n    @property\n    def bm(self):\n        return next(sizes)\n", "", False),
+    # Another field written elsewhere says nothing about `bm`.
+    ("def widen(cfg):\n    cfg.bn = 8\n", "    widen(bs)\n", True),
+])
+def test_a_field_written_through_any_name_is_no_one_value(module, between, same):
+    """redteam8: `kernel = partial(k, bm=bs.bm); shrink(bs); pallas_call(kernel, ...)` lifted to a
+    BlockSpec of `bs.bm` read after `shrink` doubled it: the module writes `.bm`, only not as `bs.bm`."""
+    source = module + "\n\ndef f(x, block_sizes, cfg2, name):\n    bs = block_sizes\n    a = x.shape[0] // bs.bm\n" + between + "    b = bs.bm\n"
+    ctx = ModuleContext(source)
+    fn = next(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef) and n.name.value == "f")
+    reads = [n for n in walk(fn) if isinstance(n, cst.Attribute) and ctx.code(n) == "bs.bm"]
+    symbols = Symbols(ctx)
+    first, last = (symbols.poly(n, n) for n in (reads[0], reads[-1]))
+    assert (first == last) == same
