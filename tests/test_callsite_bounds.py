@@ -644,3 +644,21 @@ def test_a_field_written_through_any_name_is_no_one_value(module, between, same)
     symbols = Symbols(ctx)
     first, last = (symbols.poly(n, n) for n in (reads[0], reads[-1]))
     assert (first == last) == same
+
+
+@pytest.mark.parametrize("example, safe", [
+    ("# pallas-fix: example col_scale(f32[16, 512])\n", True),  # the examples state rank 2
+    ("", False),  # only the kernel's two subscripts say rank 2
+])
+def test_a_dim_from_the_back_takes_no_rank_from_the_kernels_subscripts(example: str, safe: bool):
+    """redteam8: `x_ref[:, cols]` is legal on a rank-3 ref, whose `x.shape[-1]` is not `x.shape[1]`:
+    with no example, the count of the kernel's subscripts made `n = x.shape[-1]; grid=(n // BN,)` a
+    safe-marked lift, and the rank-2 BlockSpecs it wrote failed on the f32[8, 256, 256] call the
+    original ran."""
+    from pathlib import Path
+    from pallas_fix.core.model import FixSafety
+    before = Path(__file__).parent / "fixtures/codemods/program_id_blocks/pid_negative_dim_cols_before.py"
+    source = before.read_text().replace("# pallas-fix: example col_scale(f32[16, 512])\n", example)
+    findings = analyze_source(source, "k.py").findings
+    assert findings and all(f.fixable for f in findings)
+    assert all((f.fix_safety == FixSafety.SAFE) == safe for f in findings), [f.fix_safety for f in findings]
