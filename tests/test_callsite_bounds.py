@@ -619,3 +619,46 @@ def test_a_dim_read_from_the_back_is_the_front_dim_where_the_rank_is_known(rank,
     symbols.ranks = lambda key: rank if key.startswith("x@") else None
     n, m = (next(n for n in walk(ctx.module) if isinstance(n, cst.Name) and n.value == v) for v in ("n", "m"))
     assert (symbols.poly(cst.Name("n"), n) == symbols.poly(cst.Name("m"), m)) == same
+
+
+@pytest.mark.parametrize("module, between, same", [
+    ("", "", True),
+    # The object written through another name: an alias, a helper's parameter, a method's `self`.
+    ("", "    cfg2 = bs\n    cfg2.bm = 8\n", False),
+    ("def shrink(cfg):\n    cfg.bm = cfg.bm * 2\n", "    shrink(bs)\n", False),
+    ("class B:\n    def grow(self):\n        self.bm += 1\n", "    bs.grow()\n", False),
+    ("", "    object.__setattr__(bs, 'bm', 8)\n", False),
+    ("", "    setattr(cfg2, name, 8)\n", False),
+    # A property (or any function named like the field) may answer differently each read.
+    ("class B:\n    @property\n    def bm(self):\n        return next(sizes)\n", "", False),
+    # Another field written elsewhere says nothing about `bm`.
+    ("def widen(cfg):\n    cfg.bn = 8\n", "    widen(bs)\n", True),
+])
+def test_a_field_written_through_any_name_is_no_one_value(module, between, same):
+    """redteam8: `kernel = partial(k, bm=bs.bm); shrink(bs); pallas_call(kernel, ...)` lifted to a
+    BlockSpec of `bs.bm` read after `shrink` doubled it: the module writes `.bm`, only not as `bs.bm`."""
+    source = module + "\n\ndef f(x, block_sizes, cfg2, name):\n    bs = block_sizes\n    a = x.shape[0] // bs.bm\n" + between + "    b = bs.bm\n"
+    ctx = ModuleContext(source)
+    fn = next(n for n in walk(ctx.module) if isinstance(n, cst.FunctionDef) and n.name.value == "f")
+    reads = [n for n in walk(fn) if isinstance(n, cst.Attribute) and ctx.code(n) == "bs.bm"]
+    symbols = Symbols(ctx)
+    first, last = (symbols.poly(n, n) for n in (reads[0], reads[-1]))
+    assert (first == last) == same
+
+
+@pytest.mark.parametrize("example, safe", [
+    ("# pallas-fix: example col_scale(f32[16, 512])\n", True),  # the examples state rank 2
+    ("", False),  # only the kernel's two subscripts say rank 2
+])
+def test_a_dim_from_the_back_takes_no_rank_from_the_kernels_subscripts(example: str, safe: bool):
+    """redteam8: `x_ref[:, cols]` is legal on a rank-3 ref, whose `x.shape[-1]` is not `x.shape[1]`:
+    with no example, the count of the kernel's subscripts made `n = x.shape[-1]; grid=(n // BN,)` a
+    safe-marked lift, and the rank-2 BlockSpecs it wrote failed on the f32[8, 256, 256] call the
+    original ran."""
+    from pathlib import Path
+    from pallas_fix.core.model import FixSafety
+    before = Path(__file__).parent / "fixtures/codemods/program_id_blocks/pid_negative_dim_cols_before.py"
+    source = before.read_text().replace("# pallas-fix: example col_scale(f32[16, 512])\n", example)
+    findings = analyze_source(source, "k.py").findings
+    assert findings and all(f.fixable for f in findings)
+    assert all((f.fix_safety == FixSafety.SAFE) == safe for f in findings), [f.fix_safety for f in findings]

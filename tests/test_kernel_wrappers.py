@@ -55,6 +55,36 @@ def test_a_lambda_bound_before_the_call_is_refused():
         assert "a lambda bound before the call" in (f.refusal or "") and "functools.partial(_kernel, ...)" in f.refusal
 
 
+SHARE = '''import jax
+from jax.experimental import pallas as pl
+
+
+def _kernel(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * 16, 16), :] = x_ref[pl.ds(i * 16, 16), :] / x_ref.shape[0]
+
+
+def run(x):
+    return pl.pallas_call(
+        KERNEL,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // 16,),
+    )(x)
+'''
+
+
+def test_a_size_the_lift_adds_is_not_read_through_a_lambda_parameter_of_its_name():
+    """redteam8: `lambda *x: _kernel(*x)` took the full row count as `x_rows=x.shape[0]` inside the
+    lambda, where `x` is the tuple of refs: a safe-marked rewrite that failed where the original ran."""
+    assert "_rows=x.shape[0]" in fix_source(SHARE.replace("KERNEL", "lambda *refs: _kernel(*refs)"), "k.py").source
+    findings = analyze_source(SHARE.replace("KERNEL", "lambda *x: _kernel(*x)"), "k.py").findings
+    assert len(findings) == 2, [f.message for f in findings]
+    x_read = next(f for f in findings if "`x_ref`" in f.message)  # `o_ref` alone lifts: x_ref stays whole
+    assert not x_read.fixable
+    assert "names a parameter of the lambda" in (x_read.refusal or "") and "lambda *refs" in x_read.refusal, x_read.refusal
+    assert "_rows=" not in fix_source(SHARE.replace("KERNEL", "lambda *x: _kernel(*x)"), "k.py", unsafe=True).source
+
+
 @pytest.mark.parametrize("kernel", [
     "lambda *refs: _kernel(*refs[::-1], bm=bm)",    # refs reordered
     "lambda x_ref, o_ref: _kernel(o_ref, x_ref, bm=bm)",

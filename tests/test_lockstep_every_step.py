@@ -133,7 +133,8 @@ KERNEL = '''def kernel(x_ref, o_ref):
 
 def test_read_every_step_knows_the_traced_conditions():
     # A Python `if` (or conditional expression) is decided when the kernel is traced: the same in
-    # every step, but one that tests an extent may leave a shorter array unread in all of them. `pl.when` bodies, `lax.cond` branches and a loop whose trip count a step computes
+    # every step, but one that tests an extent or a flag (redteam8) may leave a shorter array unread
+    # in all of them. `pl.when` bodies, `lax.cond` branches and a loop whose trip count a step computes
     # run in some steps only.
     ctx = ModuleContext("from jax import lax\nfrom jax.experimental import pallas as pl\n" + KERNEL)
     kernel = next(n for n in ctx.module.body if isinstance(n, cst.FunctionDef))
@@ -143,7 +144,7 @@ def test_read_every_step_knows_the_traced_conditions():
             subs[int(node.slice[0].slice.value.value)] = node
     env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
     assert {k: read_every_step(ctx, kernel, env, s) for k, s in sorted(subs.items())} == {
-        0: True, 1: True, 2: False, 3: False, 4: True, 5: True, 6: False, 7: False, 8: False, 9: True, 10: False}
+        0: True, 1: True, 2: False, 3: False, 4: False, 5: False, 6: False, 7: False, 8: False, 9: True, 10: False}
 
 
 NESTED = '''def wrapper(x, r, flag):
@@ -164,8 +165,8 @@ NESTED = '''def wrapper(x, r, flag):
 
 
 def test_read_every_step_reads_flags_and_trip_counts_through_their_bindings():
-    # A flag the wrapper computed from an extent may skip a shorter `r`; the caller's own flag says
-    # whether `r` is given. A loop's trip count matters only when read from `r`'s own extent (here
+    # A flag the wrapper computed from an extent may skip a shorter `r`, and so may the caller's own
+    # flag, off with a short stand-in `r` (redteam8). A loop's trip count matters only when read from `r`'s own extent (here
     # through a closed-over local).
     ctx = ModuleContext(NESTED)
     wrapper = next(n for n in ctx.module.body if isinstance(n, cst.FunctionDef))
@@ -175,4 +176,41 @@ def test_read_every_step_reads_flags_and_trip_counts_through_their_bindings():
     env = Env(ctx, kernel, Env(ctx, ctx.module, None, {}, {}), {}, {})
     reader = Reader("r_ref", cst.Name("r"), {})
     assert {k: read_every_step(ctx, kernel, env, s, reader=reader) for k, s in sorted(subs.items())} == {
-        0: False, 1: True, 2: True, 3: False, 4: False}
+        0: False, 1: False, 2: True, 3: False, 4: False}
+
+
+FLAG = '''import functools
+
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BM = 8
+
+
+def add_extra_kernel(x_ref, r_ref, o_ref, *, use_r):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * BM, BM), :] = x_ref[pl.ds(i * BM, BM), :]
+    if TEST:
+        o_ref[pl.ds(i * BM, BM), :] += r_ref[pl.ds(i * BM, BM), :]
+
+
+def add_extra(x, r, use_r=True):
+    m, n = x.shape
+    return pl.pallas_call(
+        functools.partial(add_extra_kernel, use_r=use_r),
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        grid=(m // BM,),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x, r)
+'''
+
+
+@pytest.mark.parametrize("test, lockstep", [("use_r", False), ("r_ref is not None", True)])
+def test_a_callers_flag_may_leave_a_stand_in_unread(test, lockstep):
+    """redteam8: `add_extra(x, jnp.zeros((8, 128)), use_r=False)` ran; the safe-marked rewrite gave
+    `r` the rows of `x` ((BM, n) blocks indexed by i) and TPU interpret mode raised on its blocks past
+    the end. Only `r_ref is not None` says the operand is there whenever the read is skipped."""
+    findings = analyze_source(FLAG.replace("TEST", test), "k.py").findings
+    r_read = next(f for f in findings if "`r_ref`" in f.message)
+    assert r_read.fix_safety is not None and (r_read.fix_safety.value == "safe") == lockstep, r_read.fix_safety

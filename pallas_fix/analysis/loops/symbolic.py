@@ -18,8 +18,8 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.loops.read_bindings import reaching_binding, settled_binding
-from pallas_fix.analysis.values.bindings import (Unpack, attribute_written, binding_count, indexed_only, scope_bindings,
-                                                 single_binding)
+from pallas_fix.analysis.values.bindings import (Unpack, attribute_written, binding_count, field_may_change, indexed_only,
+                                                 scope_bindings, single_binding)
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
@@ -302,10 +302,10 @@ class Symbols:
     def _attribute(self, expr: cst.Attribute, at: cst.CSTNode) -> Poly:
         """`bs.bm` (a block-size record's field, `self.block_q`): one value wherever the name means
         the same binding, when the module writes no attribute of that name (`bs.bm = ...`,
-        `setattr(bs, ...)`): the grid's `r // bs.bm` and the block `bs.bm` are then the same size."""
+        `setattr(bs, ...)`) and no field of that name through any name: the grid's `r // bs.bm` and the block `bs.bm` are then the same size."""
         base = expr.value
         head = self._head_key(base, at) if isinstance(base, cst.Name) else None
-        if head is None or base.value in self._attribute_written():
+        if head is None or field_may_change(self._attribute_written(), base.value, expr.attr.value):
             return self._opaque(expr, at)
         return self._atom(f"{head}.{expr.attr.value}", self.ctx.code(expr))
 

@@ -229,8 +229,11 @@ def bound_names(node: cst.CSTNode) -> set[str]:
 
 
 def attribute_written(module: cst.Module) -> frozenset[str]:
-    """Names some attribute of which the module assigns or deletes (`bs.bm = 8`, `del bs.bm`) or
-    passes to `setattr` / `delattr`: their attributes may change between two reads."""
+    """What the module may change attributes through: names some attribute of which it assigns or
+    deletes (`bs.bm = 8`, `del bs.bm`) or passes to `setattr` / `delattr` (also `object.__setattr__`),
+    and, as ".bm", every field name it writes through ANY name or defines as a function (a property,
+    a method): `cfg2 = bs; cfg2.bm = 8`, a helper's `cfg.bm = ...` or a method's `self.bm += 1` change
+    `bs.bm` too. ".*" where a `setattr` names its field by a value, or a class overrides attribute access."""
     heads = set()
     for node in walk(module):
         targets: list = []
@@ -238,7 +241,25 @@ def attribute_written(module: cst.Module) -> frozenset[str]:
             targets = [t.target for t in node.targets]
         elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.Del)):
             targets = [node.target]
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("setattr", "delattr") and node.args:
+        elif isinstance(node, cst.Call) and node.args and _setattr_like(node.func):
             heads |= {n.value for n in walk(node.args[0].value) if isinstance(n, cst.Name)}
-        heads |= {n.value.value for t in targets for n in walk(t) if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name)}
+            field_name = node.args[1].value if len(node.args) > 1 else None
+            literal = field_name.evaluated_value if isinstance(field_name, cst.SimpleString) else None
+            heads.add("." + literal if isinstance(literal, str) else ".*")
+        elif isinstance(node, cst.FunctionDef):
+            name = node.name.value
+            heads.add(".*" if name in ("__getattr__", "__getattribute__", "__setattr__") else "." + name)
+        written = [n for t in targets for n in walk(t) if isinstance(n, cst.Attribute)]
+        heads |= {n.value.value for n in written if isinstance(n.value, cst.Name)}
+        heads |= {"." + n.attr.value for n in written}
     return frozenset(heads)
+
+
+def _setattr_like(func: cst.BaseExpression) -> bool:
+    name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+    return name in ("setattr", "delattr", "__setattr__", "__delattr__")
+
+
+def field_may_change(written: frozenset[str], head: str, field_name: str) -> bool:
+    """Whether `head.field_name` may read two values (see attribute_written)."""
+    return head in written or "." + field_name in written or ".*" in written

@@ -113,6 +113,7 @@ class ExtentParams:
         if bound is not None:  # `kernel = functools.partial(body, ...)` just before: add them there
             expr = bound
         if isinstance(expr, cst.Lambda) and isinstance(expr.body, cst.Call):  # `lambda *refs: kernel(*refs, bs=8)`
+            _refuse_shadowed(expr, kws)
             edits[expr.body] = lambda c: _with_keywords(c, kws)
         elif isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.PARTIAL):
             if any(a.star for a in expr.args):
@@ -225,3 +226,17 @@ def _with_keywords(call: cst.Call, kws: list[tuple[str, str]]) -> cst.Call:
                             comma=trailing if final else sep,
                             whitespace_after_arg=last.whitespace_after_arg if final else cst.SimpleWhitespace("")))
     return call.with_changes(args=args)
+
+
+def _refuse_shadowed(forwarder: cst.Lambda, kws: list[tuple[str, str]]) -> None:
+    """A keyword joining a lambda's call is read inside the lambda, where its parameters shadow the
+    wrapper's names: `lambda *x: kernel(*x, x_rows=x.shape[0])` would read the tuple of refs."""
+    params = {p.name.value for p in forwarder.params.params}
+    if isinstance(forwarder.params.star_arg, cst.Param):
+        params.add(forwarder.params.star_arg.name.value)
+    for name, value in kws:
+        shadowed = sorted({n.value for n in walk(cst.parse_expression(value)) if isinstance(n, cst.Name)} & params)
+        if shadowed:
+            raise Refuse(f"the kernel's full size `{value}` would join the call in `{code(forwarder)}` as `{name}=...`, "
+                         f"but `{shadowed[0]}` there names a parameter of the lambda (its refs), not the wrapper's "
+                         f"array; rename the lambda's parameter (`lambda *refs: ...`) to get this fix")

@@ -41,14 +41,16 @@ def read_every_step(ctx: ModuleContext, kernel: cst.FunctionDef, env, node: cst.
     kernel is traced, the same in every step, as is a loop over static bounds: a step reads it in
     all steps or none, and none is no read at all: a test of an extent (`if r_ref.shape[0] >=
     x_ref.shape[0]:`) may leave a shorter `r` unread, and so may a flag the wrapper computes from
-    shapes (`has_r = r.shape[0] >= m`, bound with functools.partial or closed over), or a static
-    loop bound read from the reader's own extent (`r_ref.shape[0] // BM` trips, 0 for a short `r`;
-    red-team), while a flag the caller passes or `b_ref is not None` says whether the operand is
-    given. In a helper the kernel calls, every call of it must be read every step."""
+    shapes (`has_r = r.shape[0] >= m`, bound with functools.partial or closed over), a flag the
+    caller passes (`use_r=False` with a short stand-in array), or a static loop bound read from the
+    reader's own extent (`r_ref.shape[0] // BM` trips, 0 for a short `r`; red-team), while
+    `b_ref is not None` says whether the operand is passed at all. In a helper the kernel calls,
+    every call of it must be read every step."""
     for anc in ctx.ancestors(node):
         if anc is kernel:
             return True
-        if isinstance(anc, (cst.If, cst.IfExp)) and _reads_extent(ctx, kernel, reader, anc.test, None):
+        if isinstance(anc, (cst.If, cst.IfExp)) and (_reads_extent(ctx, kernel, reader, anc.test, None)
+                                                     or not _none_test(ctx, kernel, reader, anc.test)):
             return False
         if isinstance(anc, cst.While) or isinstance(anc, cst.For) and _reads_extent(ctx, kernel, reader, anc.iter, reader):
             return False
@@ -80,6 +82,22 @@ def _reads_extent(ctx: ModuleContext, kernel: cst.FunctionDef, reader: Reader, e
                 _reads_extent(ctx, kernel, reader, value, whose, depth + 1) for value in _bindings(ctx, kernel, reader, n)):
             return True
     return False
+
+
+def _none_test(ctx: ModuleContext, kernel: cst.FunctionDef, reader: Reader, test: cst.BaseExpression,
+               depth: int = 0) -> bool:
+    """`b_ref is not None` (or `is None`; directly or as a flag bound to one: `has_bias=bias is not
+    None`): whether the operand is passed at all. Any other flag the caller passes may be off while
+    the call still passes an array, a short stand-in (`use_r=False` with `jnp.zeros((8, n))`;
+    red-team), which the original leaves unread and a BlockSpec would not."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _none_test(ctx, kernel, reader, test.expression, depth)
+    if isinstance(test, cst.Name) and depth < 3:
+        values = _bindings(ctx, kernel, reader, test)
+        return bool(values) and all(_none_test(ctx, kernel, reader, v, depth + 1) for v in values)
+    return (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None")
 
 
 def _whose(array: cst.BaseExpression, whose: Optional[Reader]) -> bool:
