@@ -123,3 +123,38 @@ def test_a_decorator_that_only_names_the_kernel_leaves_its_body_whole(decorator,
     findings = analyze_source(DECORATED.replace("DECORATOR", decorator), "k.py").findings
     assert findings
     assert all(("is decorated with" not in (f.refusal or "")) == pure for f in findings), [f.refusal for f in findings]
+
+
+LAMBDA_MODULE = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+
+def scale_kernel(x_ref, o_ref, *, factor):
+    o_ref[...] = x_ref[...] * factor
+
+
+def run(x):
+    return pl.pallas_call(lambda *refs: scale_kernel(*refs, factor=2.0),
+                          out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True)(x)
+'''
+
+
+def test_a_traced_lambda_kernel_is_named_by_the_kernel_it_calls(tmp_path):
+    # Verification tells which kernels an example reached by the traced kernels' names; a lambda
+    # is `<lambda>` there, so a forwarded kernel's lift was never counted as reached (redteam8).
+    import importlib.util
+
+    import jax
+    import jax.numpy as jnp
+
+    from pallas_fix.verify.worker.kernel_survey import kernel_name
+
+    path = tmp_path / "lambda_kernel.py"
+    path.write_text(LAMBDA_MODULE)
+    spec = importlib.util.spec_from_file_location("lambda_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jaxpr = jax.make_jaxpr(module.run)(jnp.ones((8, 128), jnp.float32))
+    (eqn,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert kernel_name(eqn) == "scale_kernel"

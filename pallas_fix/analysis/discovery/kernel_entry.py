@@ -60,10 +60,12 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         )
     if site.forwarder is not None and site.forwarder is not site.kernel_expr:
         # A lambda bound before the call reads its keywords' names when it runs, not where it is
-        # written: the partial keywords the lift reads could mean other values there.
+        # written: the partial keywords the lift reads could mean other values there. (Or one
+        # inside another lambda or partial: the lift would edit a call it does not own.)
+        where = "bound before the call" if isinstance(site.kernel_expr, cst.Name) else "inside another wrapper"
         return (
             f"kernel `{kernel.name.value}` reaches its pallas_call through `{ctx.code(site.forwarder).strip()}`, a lambda "
-            "bound before the call that forwards every ref to it, whose keywords are read when the call runs; write "
+            f"{where} that forwards every ref to it, whose keywords are read when the call runs; write "
             f"`functools.partial({kernel.name.value}, ...)` with the same keywords, or the lambda in the pallas_call "
             "itself, to get this fix"
         )

@@ -157,7 +157,19 @@ def kernel_name(eqn):
         # `pallas_call(..., name="attn_fwd")` names the call in the kernel's place; the location
         # is still the kernel's `def` line.
         return _def_named_at(where) or name
+    if name == "<lambda>" and where:
+        # `pl.pallas_call(lambda *refs: kernel(*refs, bs=8), ...)`: the kernel the lambda calls
+        return _lambda_callee_at(where) or name
     return name or None
+
+
+def _lambda_callee_at(where: str):
+    """The function the one lambda at "path:line" calls first (`kernel` in `lambda *refs:
+    kernel(*refs)`), or None (two lambdas on the line, or its body elsewhere)."""
+    path, _, line = where.rpartition(":")
+    text = linecache.getline(path, int(line)) if line.isdigit() else ""
+    found = re.findall(r"\blambda\b[^:]*:\s*([\w.]+)\(", text)
+    return found[0].rpartition(".")[2] if len(found) == 1 and text.count("lambda") == 1 else None
 
 
 def _def_named_at(where: str):
