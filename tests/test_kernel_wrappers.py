@@ -158,3 +158,19 @@ def test_a_traced_lambda_kernel_is_named_by_the_kernel_it_calls(tmp_path):
     jaxpr = jax.make_jaxpr(module.run)(jnp.ones((8, 128), jnp.float32))
     (eqn,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
     assert kernel_name(eqn) == "scale_kernel"
+
+
+def test_a_kernel_bound_in_a_tuple_unpacking_is_found_and_lifts():
+    # maxtext's RWKV-7: `kernel, name = functools.partial(_fwd_kernel, chunk=chunk), "rwkv7_wkv_fwd"`
+    # left the kernel unresolved (no finding at all), then its target read as another use.
+    source = SOURCE.replace("    return pl.pallas_call(\n        KERNEL,",
+                            "    kernel, label = functools.partial(_kernel, bm=bm), 'scale'\n"
+                            "    return pl.pallas_call(\n        kernel,").replace("import jax\n", "import functools\n\nimport jax\n")
+    findings = analyze_source(source, "k.py").findings
+    assert len(findings) == 2 and all(f.fixable for f in findings), [(f.message, f.refusal) for f in findings]
+    out = fix_source(source, "k.py").source
+    assert "o_ref[...] = x_ref[...] * 2.0" in out, out
+    # `a, b = b, a` swaps: neither name is one value to follow.
+    swapped = source.replace("    kernel, label = functools.partial(_kernel, bm=bm), 'scale'\n",
+                             "    kernel, label = functools.partial(_kernel, bm=bm), 'scale'\n    kernel, label = label, kernel\n")
+    assert not any(f.fixable for f in analyze_source(swapped, "k.py").findings)

@@ -41,12 +41,10 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # part g (added with the files, from the test's own output; the planners were not read): the
     # query window `pl.ds(pl.program_id(0) * block_queries, ...)` returned by cax's helper
     # `_queries(...)` and bound to `queries` (the neighbour window `span = pl.ds(...)` in the same
-    # loops is found); the RWKV-7 TPU rows `pl.ds(t, 1)` in the helper `_load_row(ref, t)` and in
-    # the store `y_ref[pl.ds(t, 1), :]` of the fori_loop body; the RWKV-7 Triton scalar row
+    # loops is found); the RWKV-7 Triton scalar row
     # `ref[b_idx, t, h, :]` read in the closure `load(ref)` inside the token loop.
     "cax__sph_moments.py": ({100, 136, 137}, set()),
     "cax__sph_moments_vjp.py": (set(range(144, 153)), set()),
-    "maxtext__rwkv7_wkv_tpu.py": ({42, 65}, set()),
     "maxtext__rwkv7_wkv_gpu.py": (set(), {38}),
 }
 # Where jax names an access away from the kernel line the detector reports it at: file -> {the
@@ -57,7 +55,7 @@ ATTRIBUTED: dict[str, dict[int, set[int]]] = {
     "easydel__rms_norm.py": {131: {52, 54, 69}},
 }
 # Files whose kernels have dynamic windows and no finding at all (held-out ones not looked into).
-NO_FINDING: set[str] = {"maxtext__rwkv7_wkv_tpu.py"}
+NO_FINDING: set[str] = set()
 
 
 def _statement_lines(ctx, sub: cst.Subscript) -> set[int]:

@@ -244,6 +244,13 @@ def _parameters(params: cst.Parameters) -> set[str]:
     return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params, *star)}
 
 
+def _paired(target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
+    """`a, b = x, y`: a tuple (or list) of targets against one of as many values, nothing starred."""
+    return (type(target) in (cst.Tuple, cst.List) and type(value) in (cst.Tuple, cst.List)
+            and len(target.elements) == len(value.elements)  # type: ignore[attr-defined]
+            and not any(type(e) is cst.StarredElement for e in (*target.elements, *value.elements)))  # type: ignore[attr-defined]
+
+
 class _ScopeIndex:
     """Per scope, built on first use: the defs and plain assignments of its own body."""
 
@@ -267,6 +274,13 @@ class _ScopeIndex:
                     for target in node.targets:  # type: ignore[attr-defined]
                         if type(target.target) is cst.Name:
                             self.values.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
+                        elif _paired(target.target, node.value):  # type: ignore[attr-defined]
+                            # `kernel, name = functools.partial(k, ...), "fwd"`: each name its own value
+                            for t, v in zip(target.target.elements, node.value.elements):  # type: ignore[attr-defined]
+                                if type(t.value) is cst.Name:
+                                    self.values.setdefault(t.value.value, []).append(v.value)
+                                else:
+                                    self.unassigned |= _bound_names(t.value)
                         else:  # `g, h = ...`: no value of its own to follow
                             self.unassigned |= _bound_names(target.target)
                 elif kind is cst.For or kind is cst.NamedExpr or (kind is cst.WithItem and node.asname is not None):  # type: ignore[attr-defined]

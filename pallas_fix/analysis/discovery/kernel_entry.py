@@ -271,20 +271,27 @@ def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int
     """(name, id(scope)) of the kernel's def and of every name assigned the kernel, or a
     functools.partial of it -> (the assigned value, the scope)."""
     found: dict = {(kernel.name.value, id(ctx.scope_of(kernel))): (None, ctx.scope_of(kernel))}
-    assigns = [
-        n for n in walk(ctx.module)
-        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name)
-    ]
+    assigns = []  # (target name, value, the assignment)
+    for n in walk(ctx.module):
+        if isinstance(n, cst.Assign) and len(n.targets) == 1:
+            target = n.targets[0].target
+            if isinstance(target, cst.Name):
+                assigns.append((target, n.value, n))
+            elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(n.value, (cst.Tuple, cst.List)) and len(
+                    target.elements) == len(n.value.elements):  # `kernel, name = partial(k, ...), "fwd"`
+                assigns += [(t.value, v.value, n) for t, v in zip(target.elements, n.value.elements)
+                            if isinstance(t.value, cst.Name) and not isinstance(t, cst.StarredElement)
+                            and not isinstance(v, cst.StarredElement)]
     changed = True
     while changed:
         changed = False
-        for node in assigns:
-            inner = _partial_target(ctx, node.value)
+        for target, value, node in assigns:
+            inner = _partial_target(ctx, value)
             if not isinstance(inner, cst.Name) or (inner.value, id(_binding_scope(ctx, inner))) not in found:
                 continue
-            key = (node.targets[0].target.value, id(ctx.scope_of(node)))
+            key = (target.value, id(ctx.scope_of(node)))
             if key not in found:
-                found[key] = (node.value, ctx.scope_of(node))
+                found[key] = (value, ctx.scope_of(node))
                 changed = True
     return found
 
@@ -323,7 +330,20 @@ def _reads(ctx: ModuleContext, names: set[str]) -> Iterator[cst.Name]:
             continue
         if isinstance(parent, (cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr)) and parent.target is node:
             continue
+        if _unpacked_target(ctx, node):
+            continue
         yield node
+
+
+def _unpacked_target(ctx: ModuleContext, name: cst.Name) -> bool:
+    """`name` is bound by an unpacking (`kernel, label = ...`, `for a, b in ...`), not read."""
+    node: cst.CSTNode = name
+    parent = ctx.parent(node)
+    while isinstance(parent, (cst.Element, cst.StarredElement, cst.Tuple, cst.List)):
+        node, parent = parent, ctx.parent(parent)
+    if node is name:
+        return False
+    return isinstance(parent, cst.AssignTarget) or (isinstance(parent, (cst.For, cst.CompFor)) and parent.target is node)
 
 
 def _binding_scope(ctx: ModuleContext, name: cst.Name) -> cst.CSTNode:
