@@ -26,3 +26,10 @@ def unassigned_name(node) -> str:
     while type(target) is cst.Attribute:
         target = target.value
     return target.value if type(target) is cst.Name else ""
+
+
+def paired(target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
+    """`a, b = x, y`: a tuple (or list) of targets against one of as many values, nothing starred."""
+    return (type(target) in (cst.Tuple, cst.List) and type(value) in (cst.Tuple, cst.List)
+            and len(target.elements) == len(value.elements)  # type: ignore[attr-defined]
+            and not any(type(e) is cst.StarredElement for e in (*target.elements, *value.elements)))  # type: ignore[attr-defined]

@@ -12,7 +12,8 @@ from pallas_fix.core.traced_facts import TracedFacts
 from pallas_fix.core.names import ImportTable
 from pallas_fix.analysis.tree_index import CONDITIONAL_FIELDS, LazyPositions, Reuse, child_nodes, index_tree, positions
 from pallas_fix.analysis.tree_index import is_statement as _is_statement
-from pallas_fix.analysis.binders import UNASSIGNED_BINDERS as _UNASSIGNED_BINDERS, bound_names as _bound_names, unassigned_name as _unassigned_name
+from pallas_fix.analysis.binders import (UNASSIGNED_BINDERS as _UNASSIGNED_BINDERS, bound_names as _bound_names, paired,
+                                        unassigned_name as _unassigned_name)
 
 __all__ = ["CONDITIONAL_FIELDS", "ModuleContext", "Scope", "child_nodes", "own_nodes", "positions", "walk"]
 
@@ -244,13 +245,6 @@ def _parameters(params: cst.Parameters) -> set[str]:
     return {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params, *star)}
 
 
-def _paired(target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
-    """`a, b = x, y`: a tuple (or list) of targets against one of as many values, nothing starred."""
-    return (type(target) in (cst.Tuple, cst.List) and type(value) in (cst.Tuple, cst.List)
-            and len(target.elements) == len(value.elements)  # type: ignore[attr-defined]
-            and not any(type(e) is cst.StarredElement for e in (*target.elements, *value.elements)))  # type: ignore[attr-defined]
-
-
 class _ScopeIndex:
     """Per scope, built on first use: the defs and plain assignments of its own body."""
 
@@ -274,7 +268,7 @@ class _ScopeIndex:
                     for target in node.targets:  # type: ignore[attr-defined]
                         if type(target.target) is cst.Name:
                             self.values.setdefault(target.target.value, []).append(node.value)  # type: ignore[attr-defined]
-                        elif _paired(target.target, node.value):  # type: ignore[attr-defined]
+                        elif paired(target.target, node.value):  # type: ignore[attr-defined]
                             # `kernel, name = functools.partial(k, ...), "fwd"`: each name its own value
                             for t, v in zip(target.target.elements, node.value.elements):  # type: ignore[attr-defined]
                                 if type(t.value) is cst.Name:
