@@ -16,7 +16,7 @@ from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.names import call_arg
-from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot
+from pallas_fix.rewrite.callsite.spelling.operands import Slot
 from pallas_fix.rewrite.text.syntax import elements, is_plain_name
 
 
@@ -221,25 +221,3 @@ def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]
     note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
             f"verified on an example before --apply writes it")
     return f"{doubt}; {note}" if doubt else note
-
-
-def stated_rank(cs, param: str) -> Optional[int]:
-    """`cs.rank(param)` (a rewrite.callsite.reading.CallSite) without the kernel's count of subscripts:
-    where a rank changes what a size means (`x.shape[-1]` is `x.shape[1]` at rank 2 only), a guess is
-    not enough, and `x_ref[:, cols]` is legal on a rank-3 ref. A traced rank stays a hypothesis."""
-    slot = cs.slots.get(param)
-    if slot is None:
-        return None
-    found = declared_rank(cs.ctx, cs.site, cs.slots, slot, cs.rank if slot.kind == "out" else None)
-    if found is not None:
-        return found
-    try:
-        spec = cs.spec_of(slot) if slot.kind in ("in", "out") else None
-    except CallSiteError:
-        spec = None
-    if spec is not None and spec.block is not None:
-        return len(spec.block)
-    found, shown = traced_rank(cs.ctx, cs.site, cs.slots, slot)
-    if found is not None:
-        cs.hypotheses.setdefault(param, (found, shown))
-    return found

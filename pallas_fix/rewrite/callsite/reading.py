@@ -360,7 +360,7 @@ class CallSite(CallTiming):
             return len(spec.visible_dims())
         return self.rank(param)
 
-    def rank(self, param: str) -> Optional[int]:
+    def rank(self, param: str, counted: bool = True) -> Optional[int]:
         slot = self.slots.get(param)
         if slot is None:
             return None
@@ -374,7 +374,7 @@ class CallSite(CallTiming):
             spec = None
         if spec is not None and spec.block is not None:
             return len(spec.block)
-        found = rank_from_kernel(self.site, param)
+        found = rank_from_kernel(self.site, param) if counted else None  # not: x_ref[:, c] is legal at rank 3
         if found is not None:
             return found
         found, shown = traced_rank(self.ctx, self.site, self.slots, slot)

@@ -17,7 +17,6 @@ import libcst as cst
 from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
-from pallas_fix.rewrite.callsite.ranks import stated_rank
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.every_step import Reader, read_every_step
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
@@ -61,11 +60,11 @@ class Bounds:
         self.prover = Prover(self.symbols, facts)
 
     def _rank_of(self, key: str) -> Optional[int]:
-        """The rank of the operand the array key names, as the call site states it (not as the
-        kernel's subscripts count it: see callsite.ranks.stated_rank)."""
+        """The rank of the operand the array key names, as the call site states it: not as the
+        kernel's subscripts count it, since `x.shape[-1]` is `x.shape[1]` at rank 2 only."""
         for param, slot in self.cs.slots.items():
             if slot.kind == "in" and isinstance(slot.arg, cst.Name) and self.symbols.array_key(slot.arg, slot.arg) == key:
-                return stated_rank(self.cs, param)
+                return self.cs.rank(param, counted=False)
         return None
 
     def _read_call_facts(self, facts: Facts) -> None:
