@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import paired
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
@@ -277,11 +278,9 @@ def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int
             target = n.targets[0].target
             if isinstance(target, cst.Name):
                 assigns.append((target, n.value, n))
-            elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(n.value, (cst.Tuple, cst.List)) and len(
-                    target.elements) == len(n.value.elements):  # `kernel, name = partial(k, ...), "fwd"`
+            elif paired(target, n.value):  # `kernel, name = partial(k, ...), "fwd"`, as ModuleContext pairs them
                 assigns += [(t.value, v.value, n) for t, v in zip(target.elements, n.value.elements)
-                            if isinstance(t.value, cst.Name) and not isinstance(t, cst.StarredElement)
-                            and not isinstance(v, cst.StarredElement)]
+                            if isinstance(t.value, cst.Name)]
     changed = True
     while changed:
         changed = False

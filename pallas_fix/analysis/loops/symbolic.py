@@ -302,7 +302,8 @@ class Symbols:
     def _attribute(self, expr: cst.Attribute, at: cst.CSTNode) -> Poly:
         """`bs.bm` (a block-size record's field, `self.block_q`): one value wherever the name means
         the same binding, when the module writes no attribute of that name (`bs.bm = ...`,
-        `setattr(bs, ...)`) and no field of that name through any name: the grid's `r // bs.bm` and the block `bs.bm` are then the same size."""
+        `setattr(bs, ...)`) and no field of that name through any name: the grid's `r // bs.bm`
+        and the block `bs.bm` are then the same size."""
         base = expr.value
         head = self._head_key(base, at) if isinstance(base, cst.Name) else None
         if head is None or field_may_change(self._attribute_written(), base.value, expr.attr.value):

@@ -149,8 +149,9 @@ class ExtentParams:
         if not any(s is at for s in block) or not any(s is stmt for s in block):
             return None
         first, last = next(i for i, s in enumerate(block) if s is stmt), next(i for i, s in enumerate(block) if s is at)
-        read = {n.value for _, v in kws for n in walk(cst.parse_expression(v)) if isinstance(n, cst.Name)}
-        attrs = {n.attr.value for _, v in kws for n in walk(cst.parse_expression(v)) if isinstance(n, cst.Attribute)}
+        nodes = [n for _, v in kws for n in walk(cst.parse_expression(v))]
+        read = {n.value for n in nodes if isinstance(n, cst.Name)}
+        attrs = {n.attr.value for n in nodes if isinstance(n, cst.Attribute)}
         if first >= last or not attrs <= {"shape", "size", "ndim", "dtype"}:
             return None  # another attribute (`self.seq_len`) may change between the two
         between = {n for s in block[first:last] for n in bindings(s, nested=True)} - {expr.value}
@@ -231,9 +232,7 @@ def _with_keywords(call: cst.Call, kws: list[tuple[str, str]]) -> cst.Call:
 def _refuse_shadowed(forwarder: cst.Lambda, kws: list[tuple[str, str]]) -> None:
     """A keyword joining a lambda's call is read inside the lambda, where its parameters shadow the
     wrapper's names: `lambda *x: kernel(*x, x_rows=x.shape[0])` would read the tuple of refs."""
-    params = {p.name.value for p in forwarder.params.params}
-    if isinstance(forwarder.params.star_arg, cst.Param):
-        params.add(forwarder.params.star_arg.name.value)
+    params = param_names(forwarder)
     for name, value in kws:
         shadowed = sorted({n.value for n in walk(cst.parse_expression(value)) if isinstance(n, cst.Name)} & params)
         if shadowed:

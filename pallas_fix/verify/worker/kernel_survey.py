@@ -166,18 +166,21 @@ def kernel_name(eqn):
 def _lambda_callee_at(where: str):
     """The function the one lambda at "path:line" calls first (`kernel` in `lambda *refs:
     kernel(*refs)`), or None (two lambdas on the line, or its body elsewhere)."""
-    path, _, line = where.rpartition(":")
-    text = linecache.getline(path, int(line)) if line.isdigit() else ""
+    text = _line_at(where)
     found = re.findall(r"\blambda\b[^:]*:\s*([\w.]+)\(", text)
     return found[0].rpartition(".")[2] if len(found) == 1 and text.count("lambda") == 1 else None
 
 
 def _def_named_at(where: str):
     """The function a `def` at "path:line" defines, or None (a decorator's line, no source)."""
-    path, _, line = where.rpartition(":")
-    text = linecache.getline(path, int(line)) if line.isdigit() else ""
-    found = re.match(r"\s*(?:async\s+)?def\s+(\w+)", text)
+    found = re.match(r"\s*(?:async\s+)?def\s+(\w+)", _line_at(where))
     return found.group(1) if found else None
+
+
+def _line_at(where: str) -> str:
+    """The source line "path:line" names ("" where there is none)."""
+    path, _, line = where.rpartition(":")
+    return linecache.getline(path, int(line)) if line.isdigit() else ""
 
 
 def _describe_core_map(eqn) -> dict:
