@@ -188,24 +188,35 @@ def test_an_activation_picked_by_a_flag_keeps_the_fix():
     assert len(findings) == 2 and all(f.fixable for f in findings), [f.refusal for f in findings]
 
 
-def test_kernels_passed_to_the_function_holding_the_pallas_call_are_refused():
-    """Each call passes its kernel with its own grid, but the specs a lift adds would go into the
-    helper's one pallas_call: the other kernel would get them too (rewrite.callsite.forwarded)."""
+def test_kernels_passed_to_a_helper_get_their_own_specs_at_their_calls():
+    """Each call passes its kernel with its own grid, and the helper writes no specs: the lift
+    gives the helper spec parameters defaulting to `pl.no_block_spec` and writes the lifted
+    kernel's specs at its own call, so the other kernel's call runs as before
+    (rewrite.callsite.spec_params)."""
     from kernel_loading import FIXTURES
+    from pallas_fix.engine import fix_source
 
     path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
     findings = analyze_source(path.read_text(), str(path)).findings
     assert {f.kernel for f in findings} == {"_scale_kernel", "_shift_kernel"}
-    assert not any(f.fixable for f in findings)
-    assert all("lifting `_scale_kernel` would change `call_kernel` (line 29), whose pallas_call runs every kernel "
-               "passed in; what the calls of `call_kernel` share must stay as it is" in (f.refusal or "")
-               for f in findings if f.kernel == "_scale_kernel"), [f.refusal for f in findings]
-    # The grid written in the helper: one grid for both kernels, refused as one pallas_call.
-    src = path.read_text().replace("grid=grid,", "grid=(x.shape[0] // BS,),").replace(", grid=(x.shape[0] // BS,))", ")")
-    src = src.replace(", grid=(1,))", ")").replace("def call_kernel(*, kernel, grid):", "def call_kernel(*, kernel):")
-    findings = analyze_source(src, str(path)).findings
-    assert len(findings) == 4 and all(not f.fixable and "as a parameter of `call_kernel`" in (f.refusal or "") for f in findings), \
-        [f.refusal for f in findings]
+    assert all(f.fixable for f in findings if f.kernel == "_scale_kernel"), [f.refusal for f in findings]
+    assert not any(f.fixable for f in findings if f.kernel == "_shift_kernel")
+    fixed = fix_source(path.read_text(), str(path)).source
+    assert "def call_kernel(*, kernel, grid, in_specs=pl.no_block_spec, out_specs=pl.no_block_spec):" in fixed
+    assert "            in_specs=in_specs,\n            out_specs=out_specs,\n" in fixed
+    assert "in_specs=[pl.BlockSpec((BS, x.shape[1]), lambda i: (i, 0))]," in fixed
+    assert "return call_kernel(kernel=_shift_kernel, grid=(1,)) + y" in fixed  # whole, as before
+    # A helper that binds the name a new parameter would take gets no such parameter: the input's
+    # spec would go into the one pallas_call, refused; the output's is threaded alone.
+    src = path.read_text().replace("        return pl.pallas_call(", "        in_specs = None\n        return pl.pallas_call(")
+    findings = [f for f in analyze_source(src, str(path)).findings if f.kernel == "_scale_kernel"]
+    assert [f.fixable for f in findings] == [True, False], [f.refusal for f in findings]
+    assert "lifting `_scale_kernel` would change `call_kernel`" in findings[1].refusal
+    fixed = fix_source(src, str(path)).source
+    assert "out_specs=out_specs" in fixed and "in_specs=in_specs" not in fixed
+    # A decorated helper (`jax.jit` may take a list argument as static or traced) takes none.
+    src = path.read_text().replace("    def call_kernel(", "    @jax.named_call\n    def call_kernel(")
+    assert not any(f.fixable for f in analyze_source(src, str(path)).findings)
 
 
 def test_a_plgpu_kernel_entry_is_analysed_and_refused():
@@ -252,14 +263,21 @@ def test_two_kernels_passed_in_are_refused_saying_how_their_windows_compare():
         "call_kernel(y, kernel=_scale_kernel, factor=3.0)", "call_kernel(y, kernel=_negate_kernel, factor=3.0)")
     findings = analyze_source(same, "k.py").findings
     assert len(findings) == 4 and all(not f.fixable for f in findings)
-    assert all("pass 2 kernels (`_scale_kernel` (line 33), `_negate_kernel` (line 34))" in f.refusal
+    # Each kernel's specs would go to its own call, but the helper's out_shape reads its own `y`.
+    assert all(f.refusal.startswith("`y` in out_shape (line 29) reads names of `call_kernel`, and the specs of this kernel "
+                                    "are written at its call") for f in findings), [f.refusal for f in findings]
+    # A helper decorated (no spec parameters threaded through it): the windows compared.
+    deco = same.replace("    def call_kernel(", "    @jax.named_call\n    def call_kernel(")
+    findings = analyze_source(deco, "k.py").findings
+    assert len(findings) == 4 and all(not f.fixable for f in findings)
+    assert all("pass 2 kernels (`_scale_kernel` (line 34), `_negate_kernel` (line 35))" in f.refusal
                and "their windows fall on the same operands the same way, but pallas-fix does not lift kernels passed in together"
                in f.refusal for f in findings), [f.refusal for f in findings]
     # Windowed by a loop in one and by the program id in the other: named per operand (the grid
     # written in the helper, so that the calls share it).
     path = FIXTURES / "detect" / "kernel_passed_to_helper.py"
     src = path.read_text().replace("grid=grid,", "grid=(x.shape[0] // BS,),").replace(", grid=(x.shape[0] // BS,))", ")")
-    src = src.replace(", grid=(1,))", ")").replace("def call_kernel(*, kernel, grid):", "def call_kernel(*, kernel):")
+    src = src.replace(", grid=(1,))", ")").replace("def call_kernel(*, kernel, grid):", "@jax.named_call\n    def call_kernel(*, kernel):")
     findings = analyze_source(src, str(path)).findings
     assert all("their windows differ (operand 0: dim 0 by pl.program_id(0) in `_scale_kernel` (`x_ref`), "
                "dim 0 by a loop index in `_shift_kernel` (`x_ref`); operand 1:" in f.refusal for f in findings), [f.refusal for f in findings]

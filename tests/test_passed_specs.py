@@ -41,14 +41,18 @@ def test_a_grid_the_helper_writes_for_both_stays_when_no_lift_changes_it():
     assert not fixed.error and "grid=(n // BR,)," in fixed.source and fixed.source.count("lambda j: (j, 0)") == 2
 
 
-def test_a_check_the_lift_would_write_into_the_helper_is_refused():
+def test_a_check_the_lift_needs_goes_before_the_helpers_call():
     """A grid the helper writes that the bounds proof cannot tie to the blocks (`(4,)`) needs a
-    check before the pallas_call, in the helper: every call would run it, so the lift is refused."""
+    check: it goes before this kernel's call of the helper, where the sizes it reads stand and
+    which only this kernel runs, never into the helper that every call runs."""
     src = _OWN.read_text().replace("grid=grid,", "grid=(4,),").replace("kernel, grid, in_specs", "kernel, in_specs")
     src = src.replace("        grid=(n // BR,),\n", "").replace("        grid=(m // BC,),\n", "")
     found = _by_kernel(src)
-    assert all(not f.fixable and f.refusal.startswith(f"lifting `{k}` would change `call_kernel` (line 30), whose pallas_call runs "
-                                                       "every kernel passed in") for k, fs in found.items() for f in fs)
+    assert all(f.fixable and f.fix_safety.value == "unsafe" for fs in found.values() for f in fs)
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert "    if n < 4 * BR:\n        raise ValueError(f\"n ({n}) must be at least 4 * BR\")\n    y = call_kernel(" in fixed
+    assert "    if m < 4 * BC:\n        raise ValueError(f\"m ({m}) must be at least 4 * BC\")\n    z = call_kernel(" in fixed
+    assert fixed.count("grid=(4,),") == 1  # the helper's grid as it was
 
 
 def test_a_spec_list_both_calls_pass_is_not_edited_for_one_and_the_output_windows_still_lift():

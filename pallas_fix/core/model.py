@@ -146,6 +146,11 @@ class KernelSite:
     # the pallas_call keywords whose value is a parameter the passing call supplies; `keywords`
     # then holds that call's argument, so the lift reads and edits it there (discovery.passed_in)
     forwarded: tuple[str, ...] = ()
+    # `def _call(kernel, args): return pl.pallas_call(kernel, grid=...)(*args)`, called with kernels
+    # whose windows differ: the spec keywords (among `forwarded`, absent from `keywords`) that the
+    # lift threads through the helper as parameters defaulting to `pl.no_block_spec`, so each call
+    # passes its own (rewrite.callsite.threading)
+    thread: tuple[str, ...] = ()
     # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
     # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)
     maybe_argument: Optional[cst.BaseExpression] = None

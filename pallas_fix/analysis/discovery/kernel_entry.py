@@ -137,7 +137,7 @@ def _passed_problem(analysis, site: KernelSite) -> Optional[str]:
             "this one with other bindings, too. Give the kernel its own pallas_call that names it, or pass it by name "
             "in every call of a helper local to the wrapper (its sizes bound inside the helper), to get this fix"
         )
-    if all(s.forwarded for s in kernels) and not passing_arguments(ctx, site)[1]:
+    if all(s.forwarded for s in kernels) and not passing_arguments(ctx, site, own_specs=True)[1]:
         # Each call passes its kernel with its own grid and specs: one pallas_call per kernel, in
         # effect; what the calls still share is screened per plan (rewrite.callsite.forwarded).
         return None
@@ -246,7 +246,7 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
     }
     # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
     # that pass it reach that pallas_call too.
-    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s)[0]}
+    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s, own_specs=bool(s.forwarded))[0]}
     # `lambda *refs: kernel(*refs, bs=8)`: the call the lambda forwards to runs it for that pallas_call.
     passed |= {id(s.forwarder.body.func) for s in sites if s.kernel is kernel and s.forwarder is not None}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}

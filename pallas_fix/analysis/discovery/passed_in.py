@@ -57,22 +57,86 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
     the helper rebinds or reads anywhere else (`in_specs.reverse()`) is not forwarded."""
     helper = ctx.enclosing_function(site.call)
     call = site.passed_by
-    if helper is None or call is None or ctx.scope_of(call) is not ctx.scope_of(helper):
+    if helper is None or call is None:
+        return
+    if ctx.scope_of(call) is not ctx.scope_of(helper) and not _threaded(ctx, site, helper):
         return
     shadowing = set(param_names(helper)) | set(scope_names(ctx, helper))
-    keywords, forwarded = dict(site.keywords), []
+    keywords, forwarded, thread = dict(site.keywords), [], []
     for key in FORWARDABLE:
         arg = keywords.get(key)
+        if arg is None and key in THREADABLE and _threadable(ctx, site, helper, key):
+            forwarded.append(key)  # absent: the lift writes it at the call, through a new parameter
+            thread.append(key)
+            continue
         if arg is None or not isinstance(arg.value, cst.Name) or arg.value.value not in param_names(helper):
             continue
         if _rebinding(ctx, helper, arg.value.value) is not None or _read_besides(ctx, helper, arg.value):
             continue
         passed = _arg_for(helper, call, arg.value.value)
+        if passed is None and key in THREADABLE and _defaults_to_whole(ctx, helper, call, arg.value.value):
+            del keywords[key]  # a threaded parameter this call leaves at `pl.no_block_spec`: as if absent
+            forwarded.append(key)
+            continue
         if passed is None or free_names(passed.value) & shadowing:
             continue
         keywords[key] = passed
         forwarded.append(key)
-    site.keywords, site.forwarded = keywords, tuple(forwarded)
+    site.keywords, site.forwarded, site.thread = keywords, tuple(forwarded), tuple(thread)
+
+
+# The spec keywords a helper without them can take as parameters defaulting to what the pallas_call
+# does without them (`pl.no_block_spec`: every operand whole), so that callers not passing them get
+# what they got before, and each call of the helper passes its own kernel's specs.
+THREADABLE = ("in_specs", "out_specs")
+
+
+def _threaded(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef) -> bool:
+    """Does each call of the helper pass (or may it pass) its own kernel's specs, through spec
+    parameters defaulting to `pl.no_block_spec` or ones the lift adds? Then the lift writes them at
+    the call, in the caller's scope, and reads every size there, wherever the helper is defined."""
+    for key in THREADABLE:
+        arg = site.keywords.get(key)
+        if arg is None and not _threadable(ctx, site, helper, key):
+            return False
+        if arg is not None and not (isinstance(arg.value, cst.Name) and _defaults_to_whole(ctx, helper, site.passed_by, arg.value.value)):
+            return False
+    return True
+
+
+def _threadable(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, key: str) -> bool:
+    """Can the helper take `key` as a new parameter forwarded to its pallas_call? Only a plain
+    def (a decorator such as `jax.jit` may treat a list argument as a static or traced value)
+    whose pallas_call spells every keyword (no `**kwargs`, no grid_spec holding the specs) and
+    that binds no name `key` the new parameter would shadow."""
+    if helper.decorators or site.grid_spec is not None or key in site.keywords:
+        return False
+    if any(a.star == "**" for a in site.call.args) or not ctx.imports.is_(site.call.func, N.PALLAS_CALL):
+        return False
+    return key not in param_names(helper) and key not in scope_names(ctx, helper) and all(
+        not a.star for a in site.passed_by.args)
+
+
+def _defaults_to_whole(ctx: ModuleContext, helper: cst.FunctionDef, call: cst.Call, param: str) -> bool:
+    """Is `param` a parameter of `helper` defaulting to `pl.no_block_spec` that `call` leaves at
+    its default (passing no `*args` / `**kwargs` that could hold it)?"""
+    if any(a.star for a in call.args):
+        return False
+    params = [*helper.params.params, *helper.params.kwonly_params]
+    default = next((p.default for p in params if p.name.value == param), None)
+    return default is not None and ctx.imports.is_(default, N.NO_BLOCK_SPEC)
+
+
+def passed_for(ctx: ModuleContext, site: KernelSite, param: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """What the helper's call `site.passed_by` passes for `param`, a parameter of the helper
+    holding the pallas_call that the helper hands on untouched (`)(*args)`), or None."""
+    helper = ctx.enclosing_function(site.call)
+    if helper is None or site.passed_by is None or not isinstance(param, cst.Name) or param.value not in param_names(helper):
+        return None
+    if _rebinding(ctx, helper, param.value) is not None or _read_besides(ctx, helper, param):
+        return None
+    passed = _arg_for(helper, site.passed_by, param.value)
+    return passed.value if passed is not None else None
 
 
 def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name) -> bool:
@@ -131,17 +195,22 @@ def _arg_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.Ar
     return None
 
 
-def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.BaseExpression], str]:
+def passing_arguments(ctx: ModuleContext, site: KernelSite, own_specs: bool = False) -> tuple[list[cst.BaseExpression], str]:
     """What each call of the function holding the pallas_call passes as its kernel parameter
     (the expressions that hand it the kernel), for a site discovery made per kernel passed, and
-    "" or why some use of that function does not say which def it passes, bare."""
+    "" or why some use of that function does not say which def it passes, bare.
+
+    `own_specs`: every call passes its kernel with its own specs (KernelSite.forwarded), which
+    the lift writes at that call, in the caller's scope, leaving the helper as it is (or taking
+    new spec parameters that default to what it did): a helper other modules may call, and a
+    kernel bound with `functools.partial` at the call, mean there what they meant."""
     helper = ctx.enclosing_function(site.call)
     expr = site.kernel_expr
     while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
         expr = expr.args[0].value
     if site.passed_by is None or helper is None or not isinstance(expr, cst.Name) or expr.value not in param_names(helper):
         return [], "the kernel is not a parameter of the function holding the pallas_call"
-    if not isinstance(ctx.scope_of(helper), cst.FunctionDef):
+    if not own_specs and not isinstance(ctx.scope_of(helper), cst.FunctionDef):
         # Another module may import the function and pass it kernels this module never sees.
         return [], f"`{helper.name.value}` is not local to a function (other modules may call it with other kernels)"
     rebound = _rebinding(ctx, helper, expr.value)
@@ -160,6 +229,9 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite) -> tuple[list[cst.Ba
         if arg is None:
             return [], f"the call on line {ctx.span(call).line} passes it through `*args` / `**kwargs`"
         value = ctx.resolve_value(arg, call)
+        if own_specs and isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.PARTIAL) and value.args \
+                and not value.args[0].star:
+            value = value.args[0].value  # sizes bound where the specs are written
         if isinstance(value, cst.Call) and ctx.imports.is_(value.func, N.PARTIAL):
             # Bound in the caller's scope: the sizes it binds are not names the pallas_call sees,
             # and another call may bind others.

@@ -25,9 +25,10 @@ from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
-from pallas_fix.rewrite.text.edits import Edit
+from pallas_fix.rewrite.text.edits import Edit, chain
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
 from pallas_fix.rewrite.callsite.forwarded import copied_slot, set_before
+from pallas_fix.rewrite.callsite.spec_params import thread_edits
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
 from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
@@ -259,19 +260,19 @@ class CallEdits:
         return True
 
     def write_keywords(self) -> None:
-        if not self.new_keywords:
-            return
-        target = self.cs.site.grid_spec if self.cs.site.grid_spec is not None else self.cs.site.call
-        kws = list(self.new_keywords)
-        anchor = "out_shape" if target is self.cs.site.call else None
-        existing = self.edits.get(target)
-
-        def edit(node: cst.CSTNode, kws=kws, anchor=anchor, existing=existing) -> cst.CSTNode:
-            if existing is not None:
-                node = existing(node)  # type: ignore[assignment]
-            return insert_keywords(node, kws, anchor)  # type: ignore[arg-type]
-
-        self.edits[target] = edit
+        site = self.cs.site
+        # A keyword the helper's call passes in for this kernel (KernelSite.forwarded) and does
+        # not pass yet is written at that call, through the helper's (new) parameter.
+        passed = [kw for kw in self.new_keywords if kw[0] in site.forwarded and kw[0] not in site.keywords]
+        own = [kw for kw in self.new_keywords if kw not in passed]
+        if passed:
+            chain(self.edits, site.passed_by, lambda node: insert_keywords(node, passed, None))
+            for node, edit in thread_edits(self.cs.ctx, site).items():
+                chain(self.edits, node, edit)
+        if own:
+            target = site.grid_spec if site.grid_spec is not None else site.call
+            anchor = "out_shape" if target is site.call else None
+            chain(self.edits, target, lambda node: insert_keywords(node, own, anchor))
 
     def check_bounds(self) -> None:
         """Every block the new grid visits lies inside its array (rewrite.proofs.bounds)."""
@@ -291,7 +292,7 @@ class CallEdits:
         if anchor is None:
             assert not self.guards  # Bounds guards only where there is a place
             return
-        use_assert = uses_asserts(self.cs.ctx, self.cs.site.enclosing)
+        use_assert = uses_asserts(self.cs.ctx, self.cs.ctx.enclosing_function(anchor))
         self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
 
     def renumber_axes(self) -> None:

@@ -36,6 +36,7 @@ from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
+from pallas_fix.rewrite.callsite.spec_params import threaded_helper, threaded_module
 from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
 
 # Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
@@ -134,19 +135,26 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
     except Exception:  # noqa: BLE001 - a plan that does not apply is the engine's to report
         return None
     name = helper.name.value
-    old_lines, new_lines = Counter(_statements(ctx.module)), Counter(_statements(new))
+    # The helper as every call shares it once the lift is applied: with the spec parameters the
+    # lift threads through it (rewrite.callsite.spec_params), else as it is.
+    base = threaded_module(ctx, site)
+    shared = _text(threaded_helper(ctx, site))
+    old_lines, new_lines = Counter(_statements(base)), Counter(_statements(new))
     others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
-    protected = [(helper, f"`{name}` (line {ctx.span(helper).line}), whose pallas_call runs every kernel passed in")]
+    protected = [(shared, f"`{name}` (line {ctx.span(helper).line}), whose pallas_call runs every kernel passed in")]
+    # This kernel's own call may take its specs even where another call reads what it returns
+    # (`s = _call(...)` then `_call(..., (s, y), ...)`): the lift keeps the value it binds.
+    own = _own_call_statement(ctx, site.passed_by)
     for other in others:
         what = f"the call of `{name}` on line {ctx.span(other.passed_by).line} (passing `{other.kernel_name}`) reads"
-        protected += [(stmt, f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, other.passed_by)]
+        protected += [(_text(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}")
+                      for stmt in _read_statements(ctx, other.passed_by) if stmt is not own]
     # Any other pallas_call of the module too: a list both copy (`plain = specs.copy()`) is shared
     # with it as with the helper's calls, and reading.py lets a forwarded site's lift edit it.
     for call in {id(s.call): s.call for s in analysis.sites if s.call is not site.call}.values():
         what = f"the pallas_call on line {ctx.span(call).line} reads"
-        protected += [(stmt, f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, call)]
-    for stmt, what in protected:
-        text = _text(stmt)
+        protected += [(_text(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, call)]
+    for text, what in protected:
         if new_lines[text] < old_lines[text]:
             return (f"lifting `{site.kernel_name}` would change {what}; what the calls of `{name}` share must "
                     "stay as it is: the other kernels would run with this kernel's grid or BlockSpecs. Pass the grid and "
@@ -186,17 +194,43 @@ def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
     that binds the same name is one no lift of this kernel changes anyway."""
     first = ctx.statement_of(call)
     found: list[cst.CSTNode] = [first] if first is not None else []
-    todo, seen = list(free_names(call)), set()
+    todo, seen = [(n, call) for n in free_names(call)], set()
     while todo:
-        name = todo.pop()
-        if name in seen:
+        name, reader = todo.pop()
+        scopes = ctx.scope_chain(reader)
+        if (name, id(scopes[0])) in seen:
             continue
-        seen.add(name)
+        seen.add((name, id(scopes[0])))
         for stmt in _builders(ctx, name):
-            if all(stmt is not f for f in found):
+            if _visible(ctx, stmt, name, scopes) and all(stmt is not f for f in found):
                 found.append(stmt)
-                todo += list(free_names(stmt))
+                todo += [(n, stmt) for n in free_names(stmt)]
     return found
+
+
+def _own_call_statement(ctx: ModuleContext, call: cst.Call) -> Optional[cst.CSTNode]:
+    """The statement holding `call` when it is nothing but that call, its value bound to plain
+    names, returned or dropped (`s = _call(...)`); None otherwise."""
+    stmt = ctx.statement_of(call)
+    body = stmt.body if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else ()
+    small = body[0] if body else None
+    if isinstance(small, cst.Assign) and small.value is call and all(
+            isinstance(t.target, cst.Name) or (isinstance(t.target, cst.Tuple) and all(isinstance(e.value, cst.Name) for e in t.target.elements))
+            for t in small.targets):
+        return stmt
+    if isinstance(small, (cst.Return, cst.Expr)) and small.value is call:
+        return stmt
+    return None
+
+
+def _visible(ctx: ModuleContext, stmt: cst.CSTNode, name: str, scopes: list) -> bool:
+    """Can `stmt`'s binding of `name` be what a read in the innermost of `scopes` sees? Not when
+    it stands in another function (its locals are its own) that declares no `global` or
+    `nonlocal` of the name."""
+    scope = ctx.scope_of(stmt)
+    if any(scope is s for s in scopes):
+        return True
+    return any(isinstance(n, (cst.Global, cst.Nonlocal)) and any(a.name.value == name for a in n.names) for n in walk(scope))
 
 
 def _builders(ctx: ModuleContext, name: str) -> Iterator[cst.SimpleStatementLine]:

@@ -30,7 +30,9 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.passed_in import passed_for
 from pallas_fix.core import names as N
+from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
 from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -133,12 +135,14 @@ def _is_len_of_name(node: cst.BaseExpression) -> bool:
     )
 
 
-def call_entries(ctx: ModuleContext, inv: cst.Call) -> list[Entry]:
+def call_entries(ctx: ModuleContext, inv: cst.Call, site: Optional[KernelSite] = None) -> list[Entry]:
     """The operands of the kernel call `inv`, each with the `if` it is appended under: a
-    positional argument, or the items of `*operands` (see starred_entries)."""
+    positional argument, or the items of `*operands` (see starred_entries, passed_entries)."""
     out: list[Entry] = []
     for a in inv.args:
-        entries = starred_entries(ctx, a.value, inv) if a.star == "*" and a.keyword is None else None
+        entries = passed_entries(ctx, site, a) if site is not None and site.forwarded else None
+        if entries is None and a.star == "*" and a.keyword is None:
+            entries = starred_entries(ctx, a.value, inv)
         if entries is not None:
             out += entries
         elif a.star or a.keyword is not None:
@@ -149,6 +153,17 @@ def call_entries(ctx: ModuleContext, inv: cst.Call) -> list[Entry]:
         else:
             out.append(Entry(a.value))
     return out
+
+
+def passed_entries(ctx: ModuleContext, site: KernelSite, arg: cst.Arg) -> Optional[list[Entry]]:
+    """`)(*args)` in a helper each of whose calls passes its kernel with its own specs
+    (KernelSite.forwarded), `args` a parameter it hands on untouched: the items of the tuple
+    literal that call passes for it (`_call(kernel, (q, k, v), ...)`), read where that call stands."""
+    if arg.star != "*" or arg.keyword is not None:
+        return None
+    passed = passed_for(ctx, site, arg.value)
+    items = elements(passed) if passed is not None else None
+    return [Entry(i) for i in items] if items is not None else None
 
 
 def starred_entries(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> Optional[list[Entry]]:

@@ -18,6 +18,7 @@ from pallas_fix.analysis.discovery.discovery import splatted_settings
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
+from pallas_fix.analysis.discovery.passed_in import passed_for
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim
@@ -26,7 +27,7 @@ from pallas_fix.rewrite.callsite.call_params import dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.forwarded import copy_read, shadowed_read
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
-from pallas_fix.rewrite.text.imports import PALLAS, spelling
+from pallas_fix.rewrite.text.imports import pallas_alias
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, absent_spec, local_index_def
@@ -58,8 +59,7 @@ class CallSite(CallTiming):
         self.in_specs_expr = self._spec_container("in_specs")
         self.out_specs_expr = self._spec_container("out_specs")
         self.grid = self._grid()
-        # param -> (rank, the examples that showed it), taken from the examples' trace
-        # (core.traced_facts): the plan is unsafe, and checks it in the wrapper (proofs.rank_guards).
+        # param -> (rank, the examples that showed it), from their trace: checked (proofs.rank_guards)
         self.hypotheses: dict[str, tuple[int, str]] = {}
 
     @property
@@ -80,7 +80,7 @@ class CallSite(CallTiming):
     def _invocation_args(self) -> list[cst.BaseExpression]:
         """The call's operands; `*operands` of a local tuple literal or list built under `if`s: its items."""
         assert self.site.invocation is not None
-        self.operand_entries = call_entries(self.ctx, self.site.invocation)
+        self.operand_entries = call_entries(self.ctx, self.site.invocation, self.site)
         self.args_expanded = any(a.star for a in self.site.invocation.args)
         self.conditional = any(e.variable for e in self.operand_entries)  # lists in all-present numbering
         self.default_tail = None  # no in_specs for such operands: see operand_groups.whole_tail_specs
@@ -145,7 +145,9 @@ class CallSite(CallTiming):
         if grid is None:
             return []
         self._refuse_if_mutated(grid, "grid")
-        return read_grid(self.ctx, grid, self.anchor(grid), self._array_rank)
+        items = read_grid(self.ctx, grid, self.anchor(grid), self._array_rank)
+        # A helper's `grid=(num_programs,)`: what this kernel's call passes (KernelSite.forwarded).
+        return [passed_for(self.ctx, self.site, e) or e for e in items] if self.site.forwarded else items
 
     def _array_rank(self, array: cst.BaseExpression) -> Optional[int]:
         """The rank of an operand array named in the wrapper (for `x.shape` in a built grid)."""
@@ -392,9 +394,3 @@ class CallSite(CallTiming):
 
     def backend(self) -> Backend:
         return self.site.backend
-
-
-def pallas_alias(ctx: ModuleContext) -> str:
-    """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
-    return spelling(ctx, PALLAS).text
-

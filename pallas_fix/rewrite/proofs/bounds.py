@@ -69,7 +69,7 @@ class Bounds:
 
     def _read_call_facts(self, facts: Facts) -> None:
         """Checks that run before the pallas_call: earlier statements of every enclosing scope."""
-        ctx, call = self.cs.ctx, self.cs.site.call
+        ctx, call = self.cs.ctx, self.cs.anchor()  # the pallas_call, or the helper's call passing its specs
         for scope in ctx.scope_chain(call):
             stmts = ctx.body_statements(scope)
             holder = next((s for s in stmts if s is call or any(a is s for a in ctx.ancestors(call))), None)
@@ -85,11 +85,11 @@ class Bounds:
             return
         translator = Translator(self.cs.ctx, self.cs.site, self.cs.kernel_shape_dim, self.cs.kernel_rank)
         stmts = self.cs.ctx.body_statements(kernel)
-        read_facts(self.symbols, stmts, self.cs.site.call, facts, lambda e: _translated(translator, e, env))
+        read_facts(self.symbols, stmts, self.cs.anchor(), facts, lambda e: _translated(translator, e, env))
 
     def poly(self, expr: cst.BaseExpression) -> Poly:
         """A call-site expression (as written there, or translated to mean the same there)."""
-        return self.symbols.poly(expr, self.cs.site.call)
+        return self.symbols.poly(expr, self.cs.anchor())
 
     # -- the checks -------------------------------------------------------------------------------
     def check_blocks(self, blocks: list[RefBlock], trip: Optional[cst.BaseExpression], witnesses: list[RefBlock] = ()) -> None:
@@ -191,8 +191,9 @@ class Bounds:
         otherwise, naming the guard an example broke."""
         broken = []
         self.too_strong = False
-        traced = traced_names(self.cs.ctx, self.cs.site.enclosing)
-        places = [self.cs.site.call, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
+        at = self.cs.anchor()
+        traced = traced_names(self.cs.ctx, self.cs.ctx.enclosing_function(at))
+        places = [at] if at is not self.cs.site.call else [at, *([self.cs.site.invocation] if self.cs.site.invocation is not None else [])]
         optional = optional_operands(self.cs)  # `b.shape` raises where the caller passes b=None
         for combo in combos:
             guards = [as_guard(self.symbols, fact, places, traced) for fact in combo]
@@ -206,7 +207,7 @@ class Bounds:
             if rejects_a_good_call(self.symbols, self.prover.facts, bound, guards) is not None:
                 self.too_strong = True
                 continue  # too strong: it would reject a call whose windows all fit (rewrite.proofs.necessity)
-            how = [b for b in (breaks_example(self.symbols, g, example_values(self.cs.ctx, self.cs.site.call), evaluate) for g in guards) if b]
+            how = [b for b in (breaks_example(self.symbols, g, example_values(self.cs.ctx, self.cs.anchor()), evaluate) for g in guards) if b]
             if how:
                 broken.extend(how)
                 continue

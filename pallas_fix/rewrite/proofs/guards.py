@@ -284,6 +284,10 @@ def placement(ctx, site) -> Optional[cst.SimpleStatementLine]:
     exist there), a plain statement of the wrapper function, after the statement that builds the
     call when the two differ and stand in one block. None when there is no such place: the
     decorator form, a call at module level, or one built and run in different blocks."""
+    if site.forwarded and site.passed_by is not None:
+        # The sizes the lift reads are those the helper's call passes, where that call stands.
+        holder = _statement_of(ctx, site.passed_by)
+        return holder if holder is not None and ctx.enclosing_function(holder) is not None else None
     if site.enclosing is None or site.decorated is not None:
         return None
     holders = [_statement_of(ctx, n) for n in (site.call, site.invocation) if n is not None]

@@ -50,7 +50,7 @@ def _values(bounds: Bounds, size: Optional[cst.BaseExpression], whole: cst.BaseE
     whole_poly = bounds.poly(whole)
     s0 = size_poly.constant() if size_poly is not None else 1
     yield "", s0, whole_poly.constant()
-    for example, values in example_values(bounds.cs.ctx, bounds.cs.site.call):
+    for example, values in example_values(bounds.cs.ctx, bounds.cs.anchor()):
         s = evaluate(bounds.symbols, size_poly, values) if size_poly is not None else 1
         yield example, s, evaluate(bounds.symbols, whole_poly, values)
 

@@ -31,6 +31,12 @@ class NodeReplacer(cst.CSTTransformer):
         return edit(updated_node)
 
 
+def chain(edits: dict[cst.CSTNode, Edit], node: cst.CSTNode, edit: Edit) -> None:
+    """Give `node` the edit `edit`, after whatever edit it has already."""
+    existing = edits.get(node)
+    edits[node] = edit if existing is None else (lambda updated: edit(existing(updated)))
+
+
 class EditFailed(Exception):
     pass
 

@@ -186,3 +186,8 @@ def _top_level(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
 def name_is_free(ctx: ModuleContext, name: str) -> bool:
     """No node of the module spells `name`: a new import of it shadows nothing."""
     return not any(isinstance(n, cst.Name) and n.value == name for n in walk(ctx.module))
+
+
+def pallas_alias(ctx: ModuleContext) -> str:
+    """How this module spells `jax.experimental.pallas`: its alias, the dotted path, or `pl`."""
+    return spelling(ctx, PALLAS).text

@@ -20,7 +20,7 @@ from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.same_value import same_value_at
-from pallas_fix.rewrite.callsite.call_timing import closure_change
+from pallas_fix.rewrite.callsite.call_timing import call_anchor, closure_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 def grid_placeholder(axis: int) -> str:
@@ -38,7 +38,10 @@ class Translator:
         self.ref_shape = ref_shape
         self.ref_rank = ref_rank  # ref param -> rank of the kernel's view, when known
         self.ref_dtype = ref_dtype  # ref param -> its dtype written at the call site, when known
-        self.call_scopes = ctx.scope_chain(site.call)
+        # Where the text is written and run: the pallas_call, or the helper's call that passes
+        # this kernel its own specs (KernelSite.forwarded).
+        self.at = call_anchor(ctx, site)
+        self.call_scopes = ctx.scope_chain(self.at)
         self.program_ids = False  # grid_expression: pl.program_id(k) becomes grid_placeholder(k)
 
     def grid_expression(self, expr: cst.BaseExpression, env: Env) -> Optional[cst.BaseExpression]:
@@ -126,7 +129,7 @@ class Translator:
                 return None
             if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
                 # written at the call site already, unless a name in it was rebound since the partial
-                return bound if same_value_at(self.ctx, bound, self.site.call) else None
+                return bound if same_value_at(self.ctx, bound, self.at) else None
             return self(bound, owner.parent or owner, depth + 1)  # a default value
         value = single_binding(owner.bindings().get(name.value, []))
         if value is None:

@@ -1,0 +1,80 @@
+"""Spec parameters threaded through a helper that holds one pallas_call for several kernels.
+
+    def _call(kernel, args, out_shapes, num_programs):
+        return pl.pallas_call(kernel, grid=(num_programs,), out_shape=out_shapes)(*args)
+
+    y = _call(functools.partial(_fwd_kernel, heads=heads), (r, k), ..., batch * heads)
+    dr = _call(functools.partial(_bwd_kernel, heads=heads), (r, k, dy), ..., batch * heads)
+
+The kernels window their operands differently, so no one set of BlockSpecs written in `_call`
+serves them both. A Pallas author gives the helper spec parameters and each call its own specs:
+
+    def _call(kernel, args, out_shapes, num_programs, in_specs=pl.no_block_spec, out_specs=pl.no_block_spec):
+        return pl.pallas_call(kernel, grid=(num_programs,), in_specs=in_specs, out_specs=out_specs, ...)
+
+    y = _call(..., batch * heads, in_specs=[...], out_specs=[...])
+
+`pl.no_block_spec` is what the pallas_call takes without the keyword (every operand whole), so a
+call that passes none, in this module or another, runs as before. The lift of one kernel writes
+the parameters (discovery marks the keywords: KernelSite.thread) and its own call's specs; the
+next round finds the parameters and lifts the other call the same way. What the calls still
+share is screened against the helper with its new parameters (rewrite.callsite.forwarded).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.core.model import KernelSite
+from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
+from pallas_fix.rewrite.text.edits import Edit, apply_edits
+from pallas_fix.rewrite.text.imports import PALLAS, spelling
+
+
+def thread_edits(ctx: ModuleContext, site: KernelSite) -> dict[cst.CSTNode, Edit]:
+    """The edits that give the helper holding `site.call` a parameter per keyword in
+    `site.thread`, defaulting to `pl.no_block_spec`, and pass it on to its pallas_call."""
+    helper = ctx.enclosing_function(site.call)
+    if not site.thread or helper is None:
+        return {}
+    default = f"{spelling(ctx, PALLAS).text}.no_block_spec"
+    keys = list(site.thread)
+
+    def add_params(node: cst.FunctionDef) -> cst.FunctionDef:
+        params = node.params
+        new = [cst.Param(cst.Name(k), default=cst.parse_expression(default),
+                         equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))) for k in keys]
+        if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
+            # after `*args` (or a bare `*`) a parameter is keyword-only
+            return node.with_changes(params=params.with_changes(kwonly_params=[*_with_commas(params.kwonly_params), *new]))
+        return node.with_changes(params=params.with_changes(params=[*_with_commas(params.params), *new]))
+
+    def pass_on(node: cst.Call) -> cst.Call:
+        return insert_keywords(node, [(k, k) for k in keys], "out_shape")
+
+    return {helper: add_params, site.call: pass_on}
+
+
+def threaded_module(ctx: ModuleContext, site: KernelSite) -> cst.Module:
+    """The module with only the helper's new spec parameters: what the helper's calls share
+    once the lift is applied, to screen the lift against (its other changes must leave it so)."""
+    edits = thread_edits(ctx, site)
+    return apply_edits(ctx.module, edits)[0] if edits else ctx.module
+
+
+def threaded_helper(ctx: ModuleContext, site: KernelSite) -> cst.FunctionDef:
+    """The helper holding `site.call` with its new spec parameters (as it is, when none)."""
+    helper = ctx.enclosing_function(site.call)
+    edits = thread_edits(ctx, site)
+    if not edits:
+        return helper
+    return apply_edits(cst.Module(body=[helper]), edits)[0].body[0]
+
+
+def _with_commas(params) -> list[cst.Param]:
+    """The parameters with a comma after the last, so that new ones follow it."""
+    out = list(params)
+    if out and out[-1].comma is cst.MaybeSentinel.DEFAULT:
+        out[-1] = out[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    return out
