@@ -226,7 +226,7 @@ def apply_plan(module: cst.Module, plan: FixPlan) -> str:
     as Python, so that no front end ever offers or writes a broken file."""
     new_module = plan.rewrite(module)
     if plan.site is not None and plan.site.kernel is not None:
-        new_module = drop_dead_params(module, new_module, plan.site.kernel.name.value)
+        new_module = drop_dead_params(module, new_module, plan.site.kernel.name.value, plan.site.passed_by is not None)
     new_source = fit_width(module.code, new_module.code)
     ast.parse(new_source)
     return new_source

@@ -46,12 +46,14 @@ def _pure(expr: cst.BaseExpression) -> bool:
     return False
 
 
-def drop_dead_params(before: cst.Module, after: cst.Module, kernel: str) -> cst.Module:
-    """`after` without the parameters of `kernel` the rewrite made dead (see the module doc)."""
+def drop_dead_params(before: cst.Module, after: cst.Module, kernel: str, passed: bool = False) -> cst.Module:
+    """`after` without the parameters of `kernel` the rewrite made dead (see the module doc).
+    `passed`: the kernel reaches its pallas_call as an argument of a helper's call (discovery
+    followed it there), so a partial passed as a call's argument is what that pallas_call runs."""
     old_def, new_def = _only_def(before, kernel), _only_def(after, kernel)
     if old_def is None or new_def is None:
         return after
-    partial = _only_partial(after, kernel)
+    partial = _only_partial(after, kernel, passed)
     if partial is None:
         return after
     bound = {a.keyword.value: a for a in partial.args[1:] if a.keyword is not None}
@@ -108,7 +110,7 @@ def _only_def(module: cst.Module, name: str) -> Optional[cst.FunctionDef]:
     return found[0] if len(found) == 1 else None
 
 
-def _only_partial(module: cst.Module, name: str) -> Optional[cst.Call]:
+def _only_partial(module: cst.Module, name: str, passed: bool = False) -> Optional[cst.Call]:
     """The one `functools.partial(name, ...)` / `partial(name, ...)` call, when `name` is read
     nowhere else."""
     reads = [n for n in _walk(module) if isinstance(n, cst.Name) and n.value == name]
@@ -117,7 +119,12 @@ def _only_partial(module: cst.Module, name: str) -> Optional[cst.Call]:
     defs = [n for n in _walk(module) if isinstance(n, cst.FunctionDef) and n.name.value == name]
     if len(calls) != 1 or len(reads) != len(defs) + 1:
         return None
-    return calls[0] if _runs_as_the_kernel(module, calls[0]) else None
+    return calls[0] if _runs_as_the_kernel(module, calls[0]) or (passed and _an_argument(module, calls[0])) else None
+
+
+def _an_argument(module: cst.Module, partial: cst.Call) -> bool:
+    """The partial is written as an argument of a call (the helper's, that runs it)."""
+    return any(isinstance(c, cst.Call) and any(a.value is partial for a in c.args) for c in _walk(module))
 
 
 def _runs_as_the_kernel(module: cst.Module, partial: cst.Call) -> bool:
