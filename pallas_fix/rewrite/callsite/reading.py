@@ -165,7 +165,7 @@ class CallSite(CallTiming):
         if spec is None:
             return None
         value = self.ctx.resolve_value(spec, self.anchor(spec))
-        built = built_items(self.ctx, spec, self.anchor(spec))
+        built = built_items(self.ctx, spec, spec)  # read up to where it is taken (a grid spec before the call)
         if built is not None and (built[1] or not isinstance(value, cst.List)):
             items, reads, parts = built
             for part in parts:

@@ -70,8 +70,10 @@ def _is_bare_loop_statement(stmt: cst.BaseStatement, call: cst.Call) -> bool:
     return ok and (t is None or (isinstance(t, cst.Name) and t.value == "_"))
 
 
-def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body) -> list[cst.CSTNode]:
-    """Kernel-local defs called from the loop body and from nowhere else."""
+def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body, touches_refs=lambda fn: True) -> list[cst.CSTNode]:
+    """Kernel-local defs called from the loop body and from nowhere else. A def that touches no
+    ref (`touches_refs`: a pure function of values, `resize(x, n)`) may be called elsewhere too:
+    the lift changes nothing in it, and it stays where it is."""
     local = {s.name.value: s for s in body_statements(kernel) if isinstance(s, cst.FunctionDef) and s is not body}
     found: list[cst.CSTNode] = []
     frontier = [body]
@@ -83,12 +85,18 @@ def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body) -> list[cst.
                 if helper not in found:
                     found.append(helper)
                     frontier.append(helper)
+    found = [h for h in found if touches_refs(h) or not _called_outside(ctx, kernel, body, h, found)]
     for helper in found:
         for node in walk(kernel):
             if isinstance(node, cst.Name) and node.value == helper.name.value and node is not helper.name:
                 if not any(a is body or a in found for a in ctx.ancestors(node)):
                     raise Refuse(f"helper `{helper.name.value}` is also used outside the loop")
     return found
+
+
+def _called_outside(ctx: ModuleContext, kernel: cst.FunctionDef, body, helper, found: list) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == helper.name.value and n is not helper.name
+               and not any(a is body or a in found for a in ctx.ancestors(n)) for n in walk(kernel))
 
 
 def check_signature(ctx: ModuleContext, loop: LoopInfo) -> None:

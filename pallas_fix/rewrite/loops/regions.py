@@ -309,7 +309,7 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     after = (inner[index + 1 :] if container is not None else []) + stmts[outer + 1 :]
     region.before = [s for s in before if s is not body_def_stmt]
     region.after = [s for s in after if not _is_trivial(s)]
-    region.functions = [body] + loop_helpers(ctx, kernel, body)
+    region.functions = [body] + loop_helpers(ctx, kernel, body, lambda fn: _touches_refs(analysis, fn))
     if not reduction:  # R2 keeps its own model of the refs a reduction touches
         region.ref_helpers = ref_helpers(analysis, site, loop, region.functions)
         region.functions += [h.fn for h in region.ref_helpers if h.fn not in region.functions]
@@ -332,3 +332,17 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
         check_writes_before_loop(analysis, region)
         check_before_loop(ctx, region.before, region.bound_stmts, region.after, region.functions)
     return region
+
+
+def _touches_refs(analysis, fn: cst.FunctionDef) -> bool:
+    """Does `fn` subscript a ref or call anything with one (as its analysed environment sees
+    them)? Unanalysed: taken to."""
+    env = analysis.detection.envs.get(fn) if analysis.detection is not None else None
+    if env is None:
+        return True
+    for node in walk(fn):
+        if isinstance(node, cst.Subscript) and env.value(node.value).is_ref:
+            return True
+        if isinstance(node, cst.Call) and any(env.value(a.value).is_ref for a in node.args):
+            return True
+    return False
