@@ -58,7 +58,7 @@ class CallEdits:
         self.ngrid = len(cs.grid)
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
-        self.grid_params = GridParams.of(cs, new_axis)
+        self.grid_params = GridParams.of(cs, new_axis, frozenset().union(*(b.index.read_names() for b in blocks)))
         self.bounds = Bounds(cs, partial_ok, guarding)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None
