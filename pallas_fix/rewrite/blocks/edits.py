@@ -21,12 +21,13 @@ from pallas_fix.core import names as N
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
+from pallas_fix.rewrite.proofs.aliases import check_aliased_blocks
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit
-from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
+from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics, touches
 from pallas_fix.rewrite.callsite.forwarded import copied_slot, set_before
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
 from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
@@ -58,6 +59,7 @@ class CallEdits:
         self.ngrid = len(cs.grid)
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
+        check_aliased_blocks(cs, self.blocks, lambda param: touches(cs, param))
         self.grid_params = GridParams.of(cs, new_axis, frozenset().union(*(b.index.read_names() for b in blocks)))
         self.bounds = Bounds(cs, partial_ok, guarding)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)

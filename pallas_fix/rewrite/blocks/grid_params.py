@@ -146,7 +146,7 @@ def new_axis_semantics(cs: CallSite, new_axis: NewAxis, blocked: set[str]) -> st
     if new_axis.semantics != "parallel":
         return new_axis.semantics
     resident = [s.param for s in cs.slots.values() if s.kind == "out" and s.param not in blocked]
-    touched = [p for p in resident if _touched(cs, p)]
+    touched = [p for p in resident if touches(cs, p)]
     if not touched:
         return "parallel"
     backend = cs.backend()
@@ -160,7 +160,7 @@ def new_axis_semantics(cs: CallSite, new_axis: NewAxis, blocked: set[str]) -> st
     )
 
 
-def _touched(cs: CallSite, param: str) -> bool:
+def touches(cs: CallSite, param: str) -> bool:
     """Does the kernel mention the ref other than for its dtype, rank or shape?"""
     kernel = cs.site.kernel
     assert kernel is not None
