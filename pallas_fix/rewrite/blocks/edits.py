@@ -18,7 +18,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
-from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock, skipped_reads
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.aliases import check_aliased_blocks
@@ -60,7 +60,8 @@ class CallEdits:
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
         check_aliased_blocks(cs, self.blocks, lambda param: touches(cs, param))
-        self.grid_params = GridParams.of(cs, new_axis, frozenset().union(*(b.index.read_names() for b in blocks)))
+        reads = skipped_reads(new_axis).union(*(b.index.read_names() for b in blocks))
+        self.grid_params = GridParams.of(cs, new_axis, frozenset(reads))
         self.bounds = Bounds(cs, partial_ok, guarding)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None

@@ -135,6 +135,15 @@ class NewAxis:
 NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index
 
 
+def skipped_reads(new_axis: Optional["NewAxis"]) -> set[str]:
+    """The wrapper's names NewAxis.skipped_index reads (its grid placeholders and NEW_INDEX aside):
+    like a block index's, they must not be hidden by an index_map parameter."""
+    if new_axis is None or new_axis.skipped_index is None:
+        return set()
+    names = variable_names(cst.parse_expression(new_axis.skipped_index))
+    return {n for n in names if n != NEW_INDEX and not re.fullmatch(r"__grid\d+__", n)}
+
+
 def name_grid_indices(text: str, grid: list[str]) -> str:
     """`text` with NEW_INDEX and each grid placeholder replaced by the index_map's parameter."""
     text = re.sub(r"\b__grid(\d+)__\b", lambda m: grid[int(m.group(1))], text)
