@@ -226,3 +226,15 @@ def test_effect_before_a_read_keeps_its_place():
     if result.changed:
         verdicts = verify_sources(src, result.source, collect_examples(path, src, pyproject=False), path=str(path))
         assert [v.status for v in verdicts] == ["verified"], [v.message for v in verdicts]
+
+
+def test_names_a_skipped_steps_block_reads_are_kept_clear_of_index_map_parameters():
+    # A causal trip count's skipped steps ask for `jnp.where(k < upper, k, 0)`, `upper` written with
+    # the wrapper's names: an index_map parameter of one of those names would hide it (redteam9).
+    import libcst as cst
+
+    from pallas_fix.rewrite.blocks.plan import NewAxis, skipped_reads
+
+    axis = NewAxis(cst.Name("n"), "k", "arbitrary", skipped_index="jnp.where(__new__ < (__grid0__ + 1) * bq // k, __new__, 0)")
+    assert skipped_reads(axis) == {"jnp", "bq", "k"}
+    assert skipped_reads(NewAxis(cst.Name("n"), "k", "arbitrary")) == set()

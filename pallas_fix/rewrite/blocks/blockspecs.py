@@ -21,6 +21,18 @@ from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, S
 from pallas_fix.rewrite.text.syntax import code, is_zero, names_in, paren_text
 
 
+def _refuse_hidden_reads(param: str, block: RefBlock, index: str, params: list[str]) -> None:
+    """The block index reads the wrapper's names (`k // bk - 1 - kk`, `i // H`) inside the
+    index_map, where a parameter of the same name hides them: pallas-fix names its own parameters
+    clear of them (GridParams), so this is an index_map whose parameters the user named."""
+    hidden = sorted(block.index.read_names() & {p.lstrip("*") for p in params})
+    if hidden:
+        raise CallSiteError(
+            f"the block index of `{param}` would be `{index}`, which reads the wrapper's `{hidden[0]}`, but inside "
+            f"the index_map `{hidden[0]}` is a parameter (a grid index) and hides it; rename that parameter of the "
+            "call's index_maps")
+
+
 def _tuple_text(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
@@ -80,6 +92,7 @@ class SpecWriter:
             names["new"] = name_grid_indices(skipped, grid) if skipped is not None and slot.kind == "in" else grid[-1]
         dims = _Dims(slot, spec, block, visible[block.dim], block.index.render(names),
                      {visible[d]: names[axis] for d, axis in block.squeezed.items() if d < len(visible)})
+        _refuse_hidden_reads(slot.param, block, dims.new_index, grid + rest)
         entries = [self._dim_entry(dims, e) for e in range(rank)]
         new = {e: None for e in dims.squeezed}
         new[dims.array_dim] = None if block.squeeze else block.size

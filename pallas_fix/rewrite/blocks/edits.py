@@ -18,15 +18,16 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
-from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock, skipped_reads
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
+from pallas_fix.rewrite.proofs.aliases import check_aliased_blocks
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
 from pallas_fix.rewrite.proofs.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit, chain
-from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics
+from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics, touches
 from pallas_fix.rewrite.callsite.forwarded import copied_slot, set_before
 from pallas_fix.rewrite.callsite.spec_params import thread_edits
 from pallas_fix.rewrite.callsite.grid_shape import extended_grid
@@ -59,7 +60,9 @@ class CallEdits:
         self.ngrid = len(cs.grid)
         self.edits: dict[cst.CSTNode, Edit] = {}
         self.new_keywords: list[tuple[str, str]] = []  # (keyword, code) added to the call
-        self.grid_params = GridParams.of(cs, new_axis)
+        check_aliased_blocks(cs, self.blocks, lambda param: touches(cs, param))
+        reads = skipped_reads(new_axis).union(*(b.index.read_names() for b in blocks))
+        self.grid_params = GridParams.of(cs, new_axis, frozenset(reads))
         self.bounds = Bounds(cs, partial_ok, guarding)
         self.specs = SpecWriter(cs, self.grid_params, cs.pl_alias(), self.bounds)
         self.semantics = new_axis_semantics(cs, new_axis, set(self.blocks)) if new_axis is not None else None

@@ -31,14 +31,18 @@ class GridParams:
     adds_axis: bool
     skipped_index: Optional[str] = None  # NewAxis.skipped_index
     undo_strip_mines: bool = False  # NewAxis.undo_strip_mines
+    avoid: frozenset = frozenset()  # names the new block indices read: no parameter we name may hide them
 
     @classmethod
-    def of(cls, cs: CallSite, new_axis: Optional[NewAxis]) -> "GridParams":
+    def of(cls, cs: CallSite, new_axis: Optional[NewAxis], avoid: frozenset = frozenset()) -> "GridParams":
+        """`avoid`: the wrapper's names the plan's block indices read (`k` in `k // bk - 1 - kk`); the
+        parameters pallas-fix names itself stay clear of them (a user's own names are kept, and
+        SpecWriter.lifted refuses where one of them would hide such a name)."""
         ngrid = len(cs.grid)
+        names = _axis_names(cs, ngrid, new_axis, avoid)
         if new_axis is None:
-            return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, False)
-        return cls(ngrid, _axis_names(cs, ngrid, new_axis), cs.num_prefetch, True, new_axis.skipped_index,
-                   new_axis.undo_strip_mines)
+            return cls(ngrid, names, cs.num_prefetch, False, avoid=avoid)
+        return cls(ngrid, names, cs.num_prefetch, True, new_axis.skipped_index, new_axis.undo_strip_mines, avoid)
 
     def for_spec(self, spec: Spec) -> tuple[list[str], list[str]]:
         """(grid params, prefetch params) for a rebuilt index_map."""
@@ -71,7 +75,7 @@ class GridParams:
             return param
         name = self.names.get(axis, "i")
         for cand in (name, *_DEFAULT_NAMES):
-            if cand.strip("_") and cand not in taken:
+            if cand.strip("_") and cand not in taken and cand not in self.avoid:
                 taken.add(cand)
                 return cand
         return param
@@ -101,7 +105,7 @@ def _reads(spec: Spec, param: str) -> bool:
     return any(param in names_in(e) for e in (*exprs, *(spec.index_exprs or [])))
 
 
-def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[object, str]:
+def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis], avoid: frozenset = frozenset()) -> dict[object, str]:
     names: dict[object, str] = {}
     for kind in ("in", "out"):
         for expr in cs.spec_list(kind) or []:
@@ -117,17 +121,19 @@ def _axis_names(cs: CallSite, ngrid: int, new_axis: Optional[NewAxis]) -> dict[o
                     for n in range(ngrid):
                         if lam.params.params[n].name.value.strip("_"):  # `_`: no name for the axis
                             names.setdefault(n, lam.params.params[n].name.value)
-    taken = set(names.values())
+    # Names pallas-fix picks itself stay clear of what the new block indices read: a parameter `k`
+    # would hide the wrapper's `k` in `lambda i, j, k, kk: (i, k // bk - 1 - kk, j)`.
+    taken = set(names.values()) | set(avoid)
     preferred = new_axis.name if new_axis else None
     if preferred and preferred in taken:
         preferred = None
     for n in range(ngrid):
         if n not in names:
-            cand = next(p for p in _DEFAULT_NAMES if p not in taken and p != preferred)
+            cand = next((p for p in _DEFAULT_NAMES if p not in taken and p != preferred), f"ax{n}")
             names[n] = cand
             taken.add(cand)
     if new_axis is not None:
-        names["new"] = preferred or next(p for p in _DEFAULT_NAMES + ["ax"] if p not in taken)
+        names["new"] = preferred or next((p for p in _DEFAULT_NAMES + ["ax"] if p not in taken), "ax_new")
     return names
 
 
@@ -140,7 +146,7 @@ def new_axis_semantics(cs: CallSite, new_axis: NewAxis, blocked: set[str]) -> st
     if new_axis.semantics != "parallel":
         return new_axis.semantics
     resident = [s.param for s in cs.slots.values() if s.kind == "out" and s.param not in blocked]
-    touched = [p for p in resident if _touched(cs, p)]
+    touched = [p for p in resident if touches(cs, p)]
     if not touched:
         return "parallel"
     backend = cs.backend()
@@ -154,7 +160,7 @@ def new_axis_semantics(cs: CallSite, new_axis: NewAxis, blocked: set[str]) -> st
     )
 
 
-def _touched(cs: CallSite, param: str) -> bool:
+def touches(cs: CallSite, param: str) -> bool:
     """Does the kernel mention the ref other than for its dtype, rank or shape?"""
     kernel = cs.site.kernel
     assert kernel is not None

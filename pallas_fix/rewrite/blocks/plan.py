@@ -9,6 +9,8 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.rewrite.text.syntax import variable_names
+
 
 @dataclass
 class BlockIndexExpr:
@@ -27,6 +29,12 @@ class BlockIndexExpr:
     def grid_axes(self) -> set[int]:
         """The existing grid axes the index reads, whole or folded."""
         return {a for a in self.axes if isinstance(a, int)} | {axis for _, axis, _, _ in self.folds}
+
+    def read_names(self) -> set[str]:
+        """The variable names the symbolic terms and divisors read (call-side once `translated`):
+        an index_map's parameter of the same name would hide them."""
+        exprs = [e for _, e in self.symbolic] + [d for _, _, _, d in self.folds]
+        return set().union(*(variable_names(e) for e in exprs))
 
     def render(self, names: dict[object, str]) -> str:
         if self.symbolic:
@@ -125,6 +133,15 @@ class NewAxis:
 
 
 NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index
+
+
+def skipped_reads(new_axis: Optional["NewAxis"]) -> set[str]:
+    """The wrapper's names NewAxis.skipped_index reads (its grid placeholders and NEW_INDEX aside):
+    like a block index's, they must not be hidden by an index_map parameter."""
+    if new_axis is None or new_axis.skipped_index is None:
+        return set()
+    names = variable_names(cst.parse_expression(new_axis.skipped_index))
+    return {n for n in names if n != NEW_INDEX and not re.fullmatch(r"__grid\d+__", n)}
 
 
 def name_grid_indices(text: str, grid: list[str]) -> str:
