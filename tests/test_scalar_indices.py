@@ -311,7 +311,7 @@ def scale_channels(x):
         ("unknown", "c", "kept"),  # held to TPU's rules
         ("triton", "c", "squeezed"),  # GPU backends squeeze any dim
         ("tpu", "b", "refused"),  # kept whole, the block would be copied again on every batch step
-        ("unknown", "b", "squeezed"),  # as unknown backends always have
+        ("unknown", "b", "refused"),  # held to TPU's rules, as every unknown backend
     ],
 )
 def test_a_scalar_beside_the_lifted_dim_stays_in_a_whole_dim(backend, inner, expect):

@@ -170,7 +170,8 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
     visible = spec.visible_dims() if spec.dims is not None else list(range(rank))
     array_dim = visible[dim] if dim < len(visible) else dim
     if array_dim >= rank - 2:
-        unknown = " (the backend is unknown, so pallas-fix holds it to TPU's rules)" if cs.backend() is Backend.UNKNOWN else ""
+        unknown = (" (the backend is unknown, so pallas-fix holds it to TPU's rules; `--backend triton` or the "
+                   "call's compiler_params say otherwise)") if cs.backend() is Backend.UNKNOWN else ""
         return (f"{TPU_SQUEEZE} (dim {array_dim} of the {rank}-D `{ref}`){unknown}")
     return None
 
@@ -248,8 +249,8 @@ def split_squeezable(cs: CallSite, ref: str, dims: dict[int, int], index_axes: s
     keeps indexing it by the scalar (`x_ref[c, pl.ds(...)]` of a `(None, C, bt)` block): a partial
     lift, which Mosaic's tiling rule accepts since the dim is whole. Only where the block stays put
     while the kept axes run, each kept axis inner to `index_axes` (the axes the block index reads):
-    otherwise every step would copy the block again (an input), or revisit it (an output). Then a
-    known TPU backend refuses, and an unknown one squeezes as it always has. An output keeps a dim
+    otherwise every step would copy the block again (an input), or revisit it (an output). Then
+    TPU, and an unknown backend held to its rules, refuse; a GPU backend squeezes. An output keeps a dim
     whole only off "parallel" axes: a chip with two cores splits those, and each core would write
     its copy of the shared block back."""
     squeezed, kept = {}, {}
@@ -259,7 +260,7 @@ def split_squeezable(cs: CallSite, ref: str, dims: dict[int, int], index_axes: s
         return squeezed, kept
     used = index_axes | set(squeezed.values())
     if min(kept.values()) < max(used, default=-1):
-        if cs.backend() is not Backend.TPU:
+        if cs.backend() in (Backend.TRITON, Backend.MOSAIC_GPU):  # no tiling rule: squeezed anywhere
             return dict(dims), {}
         dim = min(kept)
         raise Refuse(f"`{ref}`'s dim {dim} would become a squeezed (None) block dim: {squeeze_blocker(cs, ref, dim)}; "
