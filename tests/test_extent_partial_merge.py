@@ -59,3 +59,21 @@ def test_a_partial_bound_twice_is_not_joined():
         "        kernel = functools.partial(frac_kernel, scale=1.0)\n")
     out = fix_source(source, "share.py").source
     assert MERGED not in out, out
+
+
+@pytest.mark.parametrize("signature, expected", [
+    # hanging, black's one-line body: the break before `)` stays before `)`
+    ("def k(\n    a_ref, o_ref, *, bm\n):\n", "def k(\n    a_ref, o_ref, *, bm, rows, cols\n):\n"),
+    ("def k(\n    a_ref,\n    o_ref,\n):\n", "def k(\n    a_ref,\n    o_ref,\n    *,\n    rows,\n    cols,\n):\n"),
+    ("def k(a_ref, o_ref):\n", "def k(a_ref, o_ref, *, rows, cols):\n"),
+])
+def test_new_keyword_parameters_keep_the_signatures_layout(signature, expected):
+    """Sizes a lift adds as keyword-only parameters (`rows`, `cols`) go before the `)` wherever the
+    signature puts it: a hanging one keeps its line break before `)` (redteam9 found `b_cols):` at
+    column 0 once a second round added a parameter to a signature the first had hung)."""
+    import libcst as cst
+    from pallas_fix.rewrite.kernel.extent_params import _with_kwonly
+
+    fn = cst.parse_module(signature + "    pass\n").body[0]
+    new = fn.with_changes(params=_with_kwonly(fn.params, ["rows", "cols"]))
+    assert cst.Module(body=[new]).code == expected + "    pass\n"

@@ -47,8 +47,8 @@ def thread_edits(ctx: ModuleContext, site: KernelSite) -> dict[cst.CSTNode, Edit
                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))) for k in keys]
         if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
             # after `*args` (or a bare `*`) a parameter is keyword-only
-            return node.with_changes(params=params.with_changes(kwonly_params=[*_with_commas(params.kwonly_params), *new]))
-        return node.with_changes(params=params.with_changes(params=[*_with_commas(params.params), *new]))
+            return node.with_changes(params=params.with_changes(kwonly_params=_appended(params.kwonly_params, new)))
+        return node.with_changes(params=params.with_changes(params=_appended(params.params, new)))
 
     def pass_on(node: cst.Call) -> cst.Call:
         return insert_keywords(node, [(k, k) for k in keys], "out_shape")
@@ -72,9 +72,14 @@ def threaded_helper(ctx: ModuleContext, site: KernelSite) -> cst.FunctionDef:
     return apply_edits(cst.Module(body=[helper]), edits)[0].body[0]
 
 
-def _with_commas(params) -> list[cst.Param]:
-    """The parameters with a comma after the last, so that new ones follow it."""
+def _appended(params, new: list[cst.Param]) -> list[cst.Param]:
+    """The parameters, a comma after the last, then `new`: the line break before a hanging
+    signature's `)` (after the old last) moves to the new last."""
     out = list(params)
-    if out and out[-1].comma is cst.MaybeSentinel.DEFAULT:
+    if not out:
+        return new
+    tail = out[-1].whitespace_after_param
+    if out[-1].comma is cst.MaybeSentinel.DEFAULT:
         out[-1] = out[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    return out
+    out[-1] = out[-1].with_changes(whitespace_after_param=cst.SimpleWhitespace(""))
+    return [*out, *new[:-1], new[-1].with_changes(whitespace_after_param=tail)]

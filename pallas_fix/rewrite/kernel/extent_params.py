@@ -191,26 +191,31 @@ def _with_kwonly(ps: cst.Parameters, names: list[str]) -> cst.Parameters:
     commas = [p.comma for p in [*params, *kwonly] if isinstance(p.comma, cst.Comma)]
     sep = uncommented(commas[0]) if commas else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     trailing: object = cst.MaybeSentinel.DEFAULT
+    tail = cst.SimpleWhitespace("")
     if ps.star_kwarg is None:  # the comma of what was last (a trailing comma stays trailing)
         if kwonly:
-            trailing, kwonly[-1] = _kept_comma(kwonly[-1], sep)
+            trailing, kwonly[-1], tail = _kept_comma(kwonly[-1], sep)
         elif not isinstance(star, cst.MaybeSentinel):
-            trailing, star = _kept_comma(star, sep)
+            trailing, star, tail = _kept_comma(star, sep)
         elif params:
-            trailing, params[-1] = _kept_comma(params[-1], sep)
+            trailing, params[-1], tail = _kept_comma(params[-1], sep)
     if isinstance(star, cst.MaybeSentinel):
         star = cst.ParamStar(comma=sep)
     new = [cst.Param(cst.Name(n), comma=sep) for n in names]
-    new[-1] = new[-1].with_changes(comma=trailing)
+    new[-1] = new[-1].with_changes(comma=trailing, whitespace_after_param=tail)
     return ps.with_changes(params=params, star_arg=star, kwonly_params=kwonly + new)
 
 
 def _kept_comma(node, sep: cst.Comma):
-    """(the comma the new last parameter takes, `node` followed by a comma): a comma `node`
-    has stays, with any comment after it; the new one copies it without the comment."""
+    """(the comma the new last parameter takes, `node` followed by a comma, what followed `node`
+    before the `)`): a comma `node` has stays, with any comment after it; the new one copies it
+    without the comment; the line break before a hanging signature's `)` moves to the new last."""
+    tail = getattr(node, "whitespace_after_param", cst.SimpleWhitespace(""))
+    if isinstance(node, cst.Param):
+        node = node.with_changes(whitespace_after_param=cst.SimpleWhitespace(""))
     if isinstance(node.comma, cst.Comma):
-        return uncommented(node.comma), node.with_changes(comma=followed_comma(node.comma, sep))
-    return node.comma, node.with_changes(comma=sep)
+        return uncommented(node.comma), node.with_changes(comma=followed_comma(node.comma, sep)), tail
+    return node.comma, node.with_changes(comma=sep), tail
 
 
 def _with_keywords(call: cst.Call, kws: list[tuple[str, str]]) -> cst.Call:
