@@ -339,3 +339,42 @@ def test_a_kernel_parameter_assigned_only_under_an_if_is_not_that_assignment():
     assert not analyze_source(_DEFAULT_KERNEL.format(rebind="    pass"), "k.py").findings  # whatever the caller passes
     findings = analyze_source(_DEFAULT_KERNEL.format(rebind="    kernel = _fast_kernel"), "k.py").findings
     assert [f.fixable for f in findings] == [True, True], [f.refusal for f in findings]
+
+
+_RELAYED = '''
+import jax
+from jax.experimental import pallas as pl
+
+BS = 16
+
+
+def _scale_kernel(x_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * BS, BS), :] = x_ref[pl.ds(i * BS, BS), :] * 2.0
+
+
+def make_call(kernel, out_shape, grid):
+    return pl.pallas_call(kernel, out_shape=out_shape, grid=grid)
+
+
+def launch(kernel, x):
+    return make_call(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), (x.shape[0] // BS,))(x)
+
+
+def scale(x):
+    return launch(_scale_kernel, x)
+'''
+
+
+def test_a_kernel_handed_on_through_two_helpers_is_analysed_and_refused():
+    """`launch(kernel)` passes its parameter on to `make_call(kernel)`, which holds the pallas_call
+    (rwkv_ops' launcher): the kernel is found through both, its windows reported, their fixes
+    refused naming the chain; a kernel passed through one helper stays as it was."""
+    findings = analyze_source(_RELAYED, "k.py").findings
+    assert [f.kernel for f in findings] == ["_scale_kernel"] * 2, [f.kernel for f in findings]
+    assert all(not f.fixable and f.refusal.startswith(
+        "kernel `_scale_kernel` reaches its pallas_call through `launch` (line 22) then `make_call` (line 18)")
+        for f in findings), [f.refusal for f in findings]
+    # `launch` rebinding its parameter says nothing of which kernel runs: nothing is followed.
+    rebound = _RELAYED.replace("def launch(kernel, x):\n", "def launch(kernel, x):\n    kernel = jax.named_call(kernel)\n")
+    assert analyze_source(rebound, "k.py").findings == []

@@ -46,15 +46,6 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     "cax__sph_moments.py": ({100, 136, 137}, set()),
     "cax__sph_moments_vjp.py": (set(range(144, 153)), set()),
     "maxtext__rwkv7_wkv_gpu.py": (set(), {38}),
-    # part h (added with the files, from the test's own output; the planners were not read): every
-    # scalar program-id index of the rwkv_ops kernels (`q_ref[b, h, t, :]`, `h0_ref[b, h]`,
-    # `chkp_ref[b, h, c]`, ...), whose pallas_call is built by the helpers `launch(name, kernel,
-    # out_shape, grid, args)` -> `make_pallas_call(...)` from a kwargs dict
-    # (`pl.pallas_call(kernel, interpret=INTERPRET, **kwargs)`) with specs from `whole_specs(...)`.
-    "rwkv_ops__gdn_recurrent_inf.py": (set(), {96, 99, 100, 101, 102, 103, 116, 120}),
-    "rwkv_ops__gdn_single_step.py": (set(), {83, 85, 86, 87, 88, 89, 102, 103}),
-    "rwkv_ops__rwkv7.py": (set(), {68, 73, 74, 75, 76, 77, 78, 82, 91, 93, 122, 126, 129, 130, 131,
-                                   132, 133, 134, 135, 136, 142, 158, 159, 160, 161, 162, 168}),
 }
 # Where jax names an access away from the kernel line the detector reports it at: file -> {the
 # oracle's line: the kernel lines it stands for}. The backward rule of a custom_vjp is traced

@@ -146,10 +146,14 @@ class KernelSite:
     # the pallas_call keywords whose value is a parameter the passing call supplies; `keywords`
     # then holds that call's argument, so the lift reads and edits it there (discovery.passed_in)
     forwarded: tuple[str, ...] = ()
+    # `launch(kernel=_fwd)` whose `launch` hands its parameter on to `make_call(kernel)`, which
+    # holds the pallas_call: the outer calls the kernel came through, outermost first (`passed_by`
+    # is the innermost); such a kernel is analysed, its fixes refused (kernel_entry)
+    relayed_by: tuple[cst.Call, ...] = ()
     # `def _call(kernel, args): return pl.pallas_call(kernel, grid=...)(*args)`, called with kernels
     # whose windows differ: the spec keywords (among `forwarded`, absent from `keywords`) that the
     # lift threads through the helper as parameters defaulting to `pl.no_block_spec`, so each call
-    # passes its own (rewrite.callsite.threading)
+    # passes its own (rewrite.callsite.spec_params)
     thread: tuple[str, ...] = ()
     # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
     # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)

@@ -9,7 +9,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels
+from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels, relayed
 from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded_call
 from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.core.model import Backend, KernelSite
@@ -51,12 +51,14 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
     found: list[KernelSite] = []
     passes = 0
     for call, arg in passed_kernels(ctx, site):
-        each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
-                                   partial_args=list(site.partial_args), passed_by=call)
-        _resolve_kernel(ctx, each, arg, call)
-        passes += 1
-        if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
-            found.append(each)
+        # `launch(kernel=_fwd)` handing its parameter on to the helper's call: through each relay
+        for calls, value in relayed(ctx, call, arg) or [((), arg)]:
+            each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
+                                       partial_args=list(site.partial_args), passed_by=call, relayed_by=calls[::-1])
+            _resolve_kernel(ctx, each, value, calls[-1] if calls else call)
+            passes += 1
+            if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
+                found.append(each)
     if len(found) > 1 and len(found) == passes:  # a kernel two calls pass would get one call's grid
         for each in found:
             forward_keywords(ctx, each)

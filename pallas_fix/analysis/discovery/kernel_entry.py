@@ -86,6 +86,14 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "assigns it only on some runs; on the others the same pallas_call runs the caller's kernel with the "
             f"BlockSpecs written for `{kernel.name.value}`. Give it its own pallas_call that names it to get this fix"
         )
+    if site.relayed_by:
+        chain = " then ".join(f"`{ctx.code(c.func)}` (line {ctx.span(c).line})" for c in (*site.relayed_by, site.passed_by))
+        return (
+            f"kernel `{kernel.name.value}` reaches its pallas_call through {chain}, helpers that hand it on as a "
+            "parameter; the grid and specs a lift writes would serve every kernel those helpers pass. pallas-fix "
+            "lifts a kernel passed through one helper at most: give the kernel its own pallas_call, or pass it (and "
+            "its specs) straight to the function holding the pallas_call, to get this fix"
+        )
     if site.passed_by is not None:
         problem = _passed_problem(analysis, site)
         if problem is not None:

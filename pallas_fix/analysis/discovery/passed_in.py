@@ -25,6 +25,27 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 
 
+def relayed(ctx: ModuleContext, call: cst.Call, arg: cst.BaseExpression,
+            depth: int = 3) -> list[tuple[tuple[cst.Call, ...], cst.BaseExpression]]:
+    """`make_call(kernel)` inside `def launch(name, kernel, ...)`: the argument passed on is
+    launch's own parameter, so the kernels are what launch's calls pass for it, followed up to
+    `depth` helpers out: (the calls they came through, outermost first; what the outermost
+    passes). Empty when `arg` is no such parameter or some call hides what it passes."""
+    fn = ctx.enclosing_function(call)
+    if depth == 0 or fn is None or not isinstance(arg, cst.Name) or arg.value not in param_names(fn):
+        return []
+    if _rebinding(ctx, fn, arg.value) is not None:
+        return []
+    out: list[tuple[tuple[cst.Call, ...], cst.BaseExpression]] = []
+    for outer in _calls_of(ctx, fn):
+        passed = _argument_for(fn, outer, arg.value)
+        if passed is None:
+            return []
+        further = relayed(ctx, outer, passed, depth - 1)
+        out += [((*calls, outer), value) for calls, value in further] if further else [((outer,), passed)]
+    return out
+
+
 def passed_kernels(ctx: ModuleContext, site: KernelSite) -> list[tuple[cst.Call, cst.BaseExpression]]:
     """(call of the function holding the pallas_call, the expression it passes as the kernel)
     for each call in the module, when the site's kernel is a parameter of that function."""
