@@ -590,3 +590,15 @@ def test_no_check_reads_the_shape_of_an_operand_the_caller_may_pass_as_none():
     assert "b.shape[0] <" not in result.source and "x_ref.at[i" not in result.source, result.source
     (left,) = [f for f in result.remaining if "b_ref" in f.message]
     assert left.refusal and "b.shape" not in (left.fix_after or "")
+
+
+def test_no_check_before_a_pallas_call_that_runs_only_in_one_branch():
+    """`pallas_call(...)(x, residual) if fused else ...` or `not fused or pallas_call(...)`: a
+    check before the statement would reject a call that never runs the pallas_call (redteam10)."""
+    run = "    )(x, residual)\n"
+    branches = ("    )(x, residual) if fused else (x, residual)\n", run)
+    for tail, head in ((branches[0], "    return pl.pallas_call("), (run, "    return not fused or pl.pallas_call(")):
+        wrapper = _WRAPPER.replace("rows=16):", "rows=16, fused=True):").replace(run, tail).replace("    return pl.pallas_call(", head)
+        source = _source(wrapper=wrapper)
+        assert not _guarded_plans(source)
+        assert "raise ValueError" not in fix_source(source, "k.py", unsafe=True).source

@@ -219,3 +219,16 @@ def test_a_shared_list_another_pallas_call_copies_is_not_edited_for_one_kernel()
         "which the pallas_call on line 62 reads"), told
     fixed = fix_source(src, "k.py", unsafe=True)
     assert not fixed.error and "    specs = [pl.BlockSpec((1, m), lambda i: (0, 0))]  # w, whole in both kernels\n" in fixed.source
+
+
+def test_no_check_before_a_helper_call_that_runs_only_in_one_branch():
+    """`_call(...) if y.shape[0] == heads else s`: a check written before the statement would run
+    where the helper's call does not, rejecting a call the original returns `s` for (redteam10)."""
+    src = (FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_threaded_specs_before.py").read_text()
+    call = "    return _call(functools.partial(_mix_kernel, heads=heads), (s, y), jax.ShapeDtypeStruct(s.shape, s.dtype), batch * heads)"
+    assert call in src
+    for branch in (call + " if y.shape[0] == heads else s", call.replace("return _call", "return y.shape[0] != heads or _call")):
+        varied = src.replace(call, branch).replace("    assert y.shape == (heads, batch, rows, n)\n", "")
+        fixed = fix_source(varied, "k.py", unsafe=True)
+        assert not fixed.error and "raise ValueError" not in fixed.source, fixed.source
+        assert "(s, y)," in fixed.source and "_mix_kernel" in fixed.source

@@ -327,13 +327,24 @@ def written_before(ctx, anchor: cst.CSTNode) -> set[str]:
 def _statement_of(ctx, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine]:
     """The plain statement `node` runs in, where a check written before it reads the names
     `node` reads; None inside a function, a lambda or a comprehension (`[call(x) for x in xs]`:
-    `x` is bound only in there) or a compound statement."""
+    `x` is bound only in there), a compound statement, or a branch the statement may not run
+    (`call(x) if fast else x`, `skip or call(x)`): a check before it would reject a call whose
+    branch never runs the pallas_call."""
     for a in (node, *ctx.ancestors(node)):
         if isinstance(a, cst.SimpleStatementLine):
             return a
-        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement, *_COMPREHENSIONS)):
+        if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.BaseCompoundStatement, *_COMPREHENSIONS)) or _conditional(ctx, a):
             return None
     return None
+
+
+def _conditional(ctx, node: cst.CSTNode) -> bool:
+    """Does `node` run only on some evaluations of its parent: a branch of `a if c else b`, or
+    an operand of `and` / `or` after the first?"""
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.IfExp):
+        return node is parent.body or node is parent.orelse
+    return isinstance(parent, cst.BooleanOperation) and node is parent.right
 
 
 _COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
