@@ -62,13 +62,13 @@ def planner(analysis) -> dict:
     out: dict = {}
     by_site: dict[int, Optional[Outcome]] = {}
     for site in analysis.sites:
-        by_site[id(site.call)] = outcome = attempt(NAME, _plan, analysis, site)
+        by_site[id(site)] = outcome = attempt(NAME, _plan, analysis, site)
         if outcome is not None:
             out[site_key(site)] = outcome
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kernel_site is None:
             continue
-        outcome = by_site.get(id(use.kernel_site.call))
+        outcome = by_site.get(id(use.kernel_site))
         if outcome is not None:
             out[use_key(use)] = outcome
     return out

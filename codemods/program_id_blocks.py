@@ -98,7 +98,7 @@ def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
         if not isinstance(base, cst.Name):
             continue
         ref = use_ref(analysis, use) or base.value  # through a ref helper's parameter too (rewrite.kernel.pid_helpers)
-        groups.setdefault((id(use.kernel_site.call), ref, use.dim), []).append(use)
+        groups.setdefault((id(use.kernel_site), ref, use.dim), []).append(use)  # per kernel: a helper's one pallas_call may run several
     return groups
 
 

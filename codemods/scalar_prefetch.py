@@ -101,7 +101,7 @@ def _gathered_refs(analysis) -> dict[tuple[int, str], list[IndexUse]]:
         base = ref_base(use.subscript)
         if use.kernel_site is None or base is None:
             continue
-        groups.setdefault((id(use.kernel_site.call), base.value), []).append(use)
+        groups.setdefault((id(use.kernel_site), base.value), []).append(use)  # per kernel (passed-in kernels share a call)
     return groups
 
 

@@ -378,3 +378,39 @@ def test_a_kernel_handed_on_through_two_helpers_is_analysed_and_refused():
     # `launch` rebinding its parameter says nothing of which kernel runs: nothing is followed.
     rebound = _RELAYED.replace("def launch(kernel, x):\n", "def launch(kernel, x):\n    kernel = jax.named_call(kernel)\n")
     assert analyze_source(rebound, "k.py").findings == []
+
+
+def test_each_kernel_passed_to_one_pallas_call_is_planned_on_its_own():
+    """Kernels passed to one helper share its pallas_call node; their refs of one name (`o_ref`,
+    `x_ref`) are planned per kernel, and each refusal names its own kernel (redteam10 found
+    `_swap_kernel`'s findings refused in `_scale_kernel`'s name)."""
+    src = '''
+import functools
+
+import jax
+from jax.experimental import pallas as pl
+
+
+def _scale_kernel(x_ref, o_ref, *, factor):
+    i = pl.program_id(0)
+    o_ref[i] = x_ref[i] * factor
+
+
+def _swap_kernel(x_ref, y_ref, o_ref):
+    i = pl.program_id(0)
+    o_ref[i] = x_ref[i] + y_ref[0, i]
+
+
+def _call(kernel, args, out_shape, n):
+    return pl.pallas_call(kernel, grid=(n,), out_shape=out_shape)(*args)
+
+
+def run(x, y):
+    a = _call(functools.partial(_scale_kernel, factor=2.0), (x,), jax.ShapeDtypeStruct(x.shape, x.dtype), x.shape[0])
+    b = _call(functools.partial(_scale_kernel, factor=3.0), (y[0],), jax.ShapeDtypeStruct(y[0].shape, y.dtype), y.shape[1])
+    return _call(_swap_kernel, (a, y), jax.ShapeDtypeStruct(a.shape, a.dtype), a.shape[0]), b
+'''
+    findings = analyze_source(src, "k.py").findings
+    assert {f.kernel for f in findings} == {"_scale_kernel", "_swap_kernel"}
+    assert all(not f.fixable and f.refusal.startswith(f"kernel `{f.kernel}` reaches its pallas_call") for f in findings), \
+        [(f.kernel, f.refusal) for f in findings]
