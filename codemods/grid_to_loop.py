@@ -60,15 +60,15 @@ def planner(analysis) -> dict:
     if not targeted(analysis):
         return {}
     out: dict = {}
-    by_site: dict[int, Optional[Outcome]] = {}
+    by_site: dict[tuple[int, int], Optional[Outcome]] = {}
     for site in analysis.sites:
-        by_site[id(site)] = outcome = attempt(NAME, _plan, analysis, site)
+        by_site[id(site.call), id(site.kernel)] = outcome = attempt(NAME, _plan, analysis, site)
         if outcome is not None:
             out[site_key(site)] = outcome
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kernel_site is None:
             continue
-        outcome = by_site.get(id(use.kernel_site))
+        outcome = by_site.get((id(use.kernel_site.call), id(use.kernel_site.kernel)))
         if outcome is not None:
             out[use_key(use)] = outcome
     return out

@@ -67,7 +67,7 @@ def planner(analysis) -> dict:
     return {**program_id_scalar_refusals(NAME, analysis), **outcomes}
 
 
-def _attempt(analysis, groups: dict, key: tuple[int, str, int], uses: list[IndexUse]) -> Outcome:
+def _attempt(analysis, groups: dict, key: tuple[tuple[int, int], str, int], uses: list[IndexUse]) -> Outcome:
     try:
         return _plan(analysis, key[1], key[2], uses)
     except ResidentOutput as exc:
@@ -76,7 +76,7 @@ def _attempt(analysis, groups: dict, key: tuple[int, str, int], uses: list[Index
         return Refusal(NAME, str(exc), getattr(exc, "waits_for", ()))
 
 
-def _windows_over(groups: dict, key: tuple[int, str, int], axes: frozenset[int]) -> tuple:
+def _windows_over(groups: dict, key: tuple[tuple[int, int], str, int], axes: frozenset[int]) -> tuple:
     """The windows of the same ref along another dim whose program ids cover `axes`: once they
     are in its BlockSpec, the output's block follows those axes and is resident across none."""
     out = []
@@ -86,9 +86,10 @@ def _windows_over(groups: dict, key: tuple[int, str, int], axes: frozenset[int])
     return tuple(out)
 
 
-def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
-    """(id of the pallas_call, ref, dim) -> the program_id `pl.ds` windows on the ref along dim."""
-    groups: dict[tuple[int, str, int], list[IndexUse]] = {}
+def _windowed_refs(analysis) -> dict[tuple[tuple[int, int], str, int], list[IndexUse]]:
+    """((ids of the pallas_call and the kernel), ref, dim) -> the program_id `pl.ds` windows on the
+    ref along dim; per kernel, since a helper's one pallas_call may run several passed in."""
+    groups: dict[tuple[tuple[int, int], str, int], list[IndexUse]] = {}
     for use in analysis.uses:
         if use.provenance.origin is not Origin.PROGRAM_ID or use.kind not in ("ds", "scalar") or use.kernel_site is None:
             continue
@@ -98,7 +99,7 @@ def _windowed_refs(analysis) -> dict[tuple[int, str, int], list[IndexUse]]:
         if not isinstance(base, cst.Name):
             continue
         ref = use_ref(analysis, use) or base.value  # through a ref helper's parameter too (rewrite.kernel.pid_helpers)
-        groups.setdefault((id(use.kernel_site), ref, use.dim), []).append(use)  # per kernel: a helper's one pallas_call may run several
+        groups.setdefault(((id(use.kernel_site.call), id(use.kernel_site.kernel)), ref, use.dim), []).append(use)
     return groups
 
 
@@ -203,8 +204,8 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
     """The program_id blocks of the kernel's other refs: read in the same steps, they vouch for
     the extent of an input read in lockstep with them (Bounds.check_blocks)."""
     out = []
-    for (call_id, other, dim), uses in _windowed_refs(analysis).items():
-        if call_id != id(cs.site.call) or other == ref:
+    for (owner, other, dim), uses in _windowed_refs(analysis).items():
+        if owner != (id(cs.site.call), id(cs.site.kernel)) or other == ref:
             continue
         try:
             window = _shared_window(analysis, cs, other, dim, uses)

@@ -93,15 +93,16 @@ def planner(analysis) -> dict:
     return out
 
 
-def _gathered_refs(analysis) -> dict[tuple[int, str], list[IndexUse]]:
-    groups: dict[tuple[int, str], list[IndexUse]] = {}
+def _gathered_refs(analysis) -> dict[tuple[tuple[int, int], str], list[IndexUse]]:
+    """((ids of the pallas_call and the kernel), ref) -> the ref's data-dependent windows."""
+    groups: dict[tuple[tuple[int, int], str], list[IndexUse]] = {}
     if analysis.ctx is None:
         return groups
     for use in reported_uses(analysis, "PF105"):
         base = ref_base(use.subscript)
         if use.kernel_site is None or base is None:
             continue
-        groups.setdefault((id(use.kernel_site), base.value), []).append(use)  # per kernel (passed-in kernels share a call)
+        groups.setdefault(((id(use.kernel_site.call), id(use.kernel_site.kernel)), base.value), []).append(use)
     return groups
 
 
