@@ -82,7 +82,7 @@ def forward_keywords(ctx: ModuleContext, site: KernelSite) -> None:
         return
     if ctx.scope_of(call) is not ctx.scope_of(helper) and not _threaded(ctx, site, helper):
         return
-    shadowing = set(param_names(helper)) | set(scope_names(ctx, helper))
+    shadowing = own_names(ctx, helper)
     keywords, forwarded, thread = dict(site.keywords), [], []
     for key in FORWARDABLE:
         arg = keywords.get(key)
@@ -134,8 +134,7 @@ def _threadable(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, k
         return False
     if any(a.star == "**" for a in site.call.args) or not ctx.imports.is_(site.call.func, N.PALLAS_CALL):
         return False
-    return key not in param_names(helper) and key not in scope_names(ctx, helper) and all(
-        not a.star for a in site.passed_by.args)
+    return key not in own_names(ctx, helper) and all(not a.star for a in site.passed_by.args)
 
 
 def _defaults_to_whole(ctx: ModuleContext, helper: cst.FunctionDef, call: cst.Call, param: str) -> bool:
@@ -171,6 +170,11 @@ def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name) -> b
         if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (isinstance(parent, cst.Arg) and parent.keyword is node):
             return True
     return False
+
+
+def own_names(ctx: ModuleContext, fn: cst.FunctionDef) -> set[str]:
+    """The names `fn` binds, its parameters and locals: they mean something else outside it."""
+    return set(param_names(fn)) | set(scope_names(ctx, fn))
 
 
 def free_names(node: cst.CSTNode) -> set[str]:

@@ -168,7 +168,7 @@ class CallEdits:
                 refuse_shared_tail(self.cs, kind, s.index)  # `[pl.BlockSpec()] * (len(operands) - 1)`: one node, many slots
                 copied = copied_slot(self.cs, kind, s.index)  # an item of a list the helper's calls copy: set on this call's copy
                 if copied is not None:
-                    self.edits[copied[0]] = set_before(self.edits.get(copied[0]), f"{copied[1]}[{s.index}] = {c}")
+                    chain(self.edits, copied[0], set_before(f"{copied[1]}[{s.index}] = {c}"))
                     continue
                 self.edits[own_spec_node(self.cs, exprs[s.index])] = _replace_with(c)
         drop_unused_spec_names(self.cs, self.edits)
@@ -296,7 +296,7 @@ class CallEdits:
             assert not self.guards  # Bounds guards only where there is a place
             return
         use_assert = uses_asserts(self.cs.ctx, self.cs.ctx.enclosing_function(anchor))
-        self.edits[anchor] = guard_edit(checks, use_assert, self.edits.get(anchor))
+        chain(self.edits, anchor, guard_edit(checks, use_assert))
 
     def renumber_axes(self) -> None:
         """Negative grid axes in the kernel keep naming the axes they named (rewrite.blocks.axis_numbers)."""

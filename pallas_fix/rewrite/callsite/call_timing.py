@@ -19,9 +19,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.passed_in import free_names
-from pallas_fix.analysis.effects.evaluator import scope_names
-from pallas_fix.analysis.effects.syntax import param_names
+from pallas_fix.analysis.discovery.passed_in import free_names, own_names
 from pallas_fix.analysis.values.same_value import Change, bound_after, name_change, value_change
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -106,7 +104,7 @@ def copied_change(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression
     # pallas_call evaluated, where that call stands.
     at = call_anchor(ctx, site)
     helper = ctx.enclosing_function(site.call) if at is not site.call else None
-    if helper is not None and free_names(expr) & {*param_names(helper), *scope_names(ctx, helper)}:
+    if helper is not None and free_names(expr) & own_names(ctx, helper):
         return (f"`{_text(ctx, expr)}` in {what} (line {_line(ctx, expr)}) reads names of `{helper.name.value}`, and the "
                 f"specs of this kernel are written at its call (line {_line(ctx, at)}), where the helper's names mean "
                 f"nothing or something else; build {what} from values the call passes in to get this fix")

@@ -31,12 +31,12 @@ from typing import Callable, Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import free_names
+from pallas_fix.analysis.discovery.passed_in import free_names, own_names
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
-from pallas_fix.rewrite.callsite.spec_params import threaded_helper, threaded_module
+from pallas_fix.rewrite.callsite.spec_params import threaded_helper
 from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
 
 # Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
@@ -89,12 +89,12 @@ def copied_slot(cs, kind: str, index: int) -> Optional[tuple[cst.SimpleStatement
     return anchor, passed.value
 
 
-def set_before(existing, statement: str):
-    """An edit of a statement that puts `statement` before it (after any put there already)."""
+def set_before(statement: str):
+    """An edit of a statement that puts `statement` before it (after any an earlier edit put
+    there: chained, it gets that edit's FlattenSentinel)."""
     line = cst.parse_statement(statement)
 
-    def edit(node: cst.CSTNode) -> cst.CSTNode:
-        out = existing(node) if existing is not None else node
+    def edit(out: cst.CSTNode) -> cst.CSTNode:
         rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
         # the statement's comments and blank lines stay above what is put before it
         first = line.with_changes(leading_lines=rest[-1].leading_lines)
@@ -137,9 +137,11 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
     name = helper.name.value
     # The helper as every call shares it once the lift is applied: with the spec parameters the
     # lift threads through it (rewrite.callsite.spec_params), else as it is.
-    base = threaded_module(ctx, site)
-    shared = _text(threaded_helper(ctx, site))
-    old_lines, new_lines = Counter(_statements(base)), Counter(_statements(new))
+    threaded = threaded_helper(ctx, site)
+    shared = _text(threaded)
+    old_lines = Counter(_statements(ctx.module)) - Counter(_statements(cst.Module(body=[helper]))) \
+        + Counter(_statements(cst.Module(body=[threaded])))
+    new_lines = Counter(_statements(new))
     others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
     protected = [(shared, f"`{name}` (line {ctx.span(helper).line}), whose pallas_call runs every kernel passed in")]
     # This kernel's own call may take its specs even where another call reads what it returns
@@ -171,7 +173,7 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
     old_texts, new_texts = _statement_nodes(ctx.module), _statement_nodes(new)
     added = [n for t, n in new_texts.items() if t not in old_texts]
     removed = [n for t, n in old_texts.items() if t not in new_texts]
-    local = set(param_names(helper)) | set(scope_names(ctx, helper))
+    local = own_names(ctx, helper)
     written = set().union(*map(free_names, added)) - set().union(*map(free_names, removed))
     written &= local
     if written:

@@ -56,15 +56,9 @@ def thread_edits(ctx: ModuleContext, site: KernelSite) -> dict[cst.CSTNode, Edit
     return {helper: add_params, site.call: pass_on}
 
 
-def threaded_module(ctx: ModuleContext, site: KernelSite) -> cst.Module:
-    """The module with only the helper's new spec parameters: what the helper's calls share
-    once the lift is applied, to screen the lift against (its other changes must leave it so)."""
-    edits = thread_edits(ctx, site)
-    return apply_edits(ctx.module, edits)[0] if edits else ctx.module
-
-
 def threaded_helper(ctx: ModuleContext, site: KernelSite) -> cst.FunctionDef:
-    """The helper holding `site.call` with its new spec parameters (as it is, when none)."""
+    """The helper holding `site.call` with its new spec parameters (as it is, when none): what the
+    helper's calls share once the lift is applied, to screen the lift against."""
     helper = ctx.enclosing_function(site.call)
     edits = thread_edits(ctx, site)
     if not edits:

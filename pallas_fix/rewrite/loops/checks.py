@@ -70,7 +70,7 @@ def _is_bare_loop_statement(stmt: cst.BaseStatement, call: cst.Call) -> bool:
     return ok and (t is None or (isinstance(t, cst.Name) and t.value == "_"))
 
 
-def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body, touches_refs=lambda fn: True) -> list[cst.CSTNode]:
+def loop_helpers(ctx: ModuleContext, kernel: cst.FunctionDef, body, touches_refs) -> list[cst.CSTNode]:
     """Kernel-local defs called from the loop body and from nowhere else. A def that touches no
     ref (`touches_refs`: a pure function of values, `resize(x, n)`) may be called elsewhere too:
     the lift changes nothing in it, and it stays where it is."""

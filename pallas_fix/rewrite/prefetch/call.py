@@ -21,7 +21,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.prefetch.call_layout import kwarg, laid_out, layout, move_param, moved, without
 from pallas_fix.rewrite.callsite.reading import CallSite
-from pallas_fix.rewrite.text.edits import Edit
+from pallas_fix.rewrite.text.edits import Edit, chain
 from pallas_fix.rewrite.blocks.grid_params import GridParams
 from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot
@@ -256,13 +256,7 @@ class PrefetchEdits:
         self.edits[self.site.call] = self._call_with_grid_spec
 
     def _add_keyword(self, node: cst.Call, kw: str, value: str) -> None:
-        inner = self.edits.get(node)
-
-        def edit(n: cst.CSTNode, inner=inner) -> cst.CSTNode:
-            n = inner(n) if inner is not None else n
-            return insert_keywords(n, [(kw, value)], None)  # type: ignore[arg-type]
-
-        self.edits[node] = edit
+        chain(self.edits, node, lambda n: insert_keywords(n, [(kw, value)], None))  # type: ignore[arg-type]
 
     def _to_prefetch_spec(self, node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Call)
@@ -363,16 +357,13 @@ class PrefetchEdits:
         if steps and self.cs.args_expanded:
             raise CallSiteError("the kernel is called with `*operands`; pass the operands by position to move the table first")
         if steps:
-            prev = self.edits.get(inv)
-
-            def move(n: cst.CSTNode, prev=prev) -> cst.CSTNode:
-                n = prev(n) if prev is not None else n
+            def move(n: cst.CSTNode) -> cst.CSTNode:
                 args = list(n.args)  # type: ignore[attr-defined]
                 for src, dst in steps:
                     args = moved(args, src, dst)
                 return n.with_changes(args=args)  # type: ignore[attr-defined]
 
-            self.edits[inv] = move
+            chain(self.edits, inv, move)
 
     def build(self) -> dict[cst.CSTNode, Edit]:
         for slot in self.moving:

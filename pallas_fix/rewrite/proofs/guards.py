@@ -368,12 +368,12 @@ def uses_asserts(ctx, fn: cst.FunctionDef) -> bool:
     return any(isinstance(n, cst.Assert) for n in nodes) and not any(isinstance(n, cst.Raise) for n in nodes)
 
 
-def guard_edit(guards: list[Guard], use_assert: bool, existing=None):
-    """An edit of the anchor statement that puts the guards' checks before it."""
+def guard_edit(guards: list[Guard], use_assert: bool):
+    """An edit of the anchor statement that puts the guards' checks before it (and before what an
+    earlier edit put there: chained, it gets that edit's FlattenSentinel)."""
     checks = [cst.parse_statement(g.statement(use_assert)) for g in guards]
 
-    def edit(node: cst.CSTNode):
-        out = existing(node) if existing is not None else node
+    def edit(out: cst.CSTNode):
         rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
         if rest and hasattr(rest[0], "leading_lines"):  # comments above the call stay above the checks
             checks[0] = checks[0].with_changes(leading_lines=rest[0].leading_lines)
