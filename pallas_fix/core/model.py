@@ -155,6 +155,10 @@ class KernelSite:
     # lift threads through the helper as parameters defaulting to `pl.no_block_spec`, so each call
     # passes its own (rewrite.callsite.spec_params)
     thread: tuple[str, ...] = ()
+    # `kwargs["compiler_params"] = ...` under `if config.backend == "triton":` before
+    # `pl.pallas_call(kernel, **kwargs)`: (keyword, value, the `if` tests) of settings made only on
+    # some runs (analysis.discovery.splat_dict); a test discovery reads as true makes it a keyword
+    conditional_settings: tuple[tuple[str, cst.BaseExpression, tuple[cst.BaseExpression, ...]], ...] = ()
     # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
     # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)
     maybe_argument: Optional[cst.BaseExpression] = None

@@ -12,6 +12,8 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels, relayed
 from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded_call
 from pallas_fix.analysis.discovery.reaching import reaching_value
+from pallas_fix.analysis.discovery.splat_dict import splat_dict, splatted_settings
+from pallas_fix.analysis.discovery.static_test import test_value
 from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
@@ -39,8 +41,28 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
             continue
         site.backend, site.backend_reason = _backend(ctx, site, backend_override)
         for each in _passed_in_sites(ctx, site):
+            if each.conditional_settings:
+                _settle_conditional(ctx, each, backend_override)
             sites += _variant_sites(ctx, each)
     return sites
+
+
+def _settle_conditional(ctx: ModuleContext, site: KernelSite, override: Optional[Backend]) -> None:
+    """Settings the call gets only under an `if` (analysis.discovery.splat_dict): one whose tests
+    the source fixes as true (static_test, through the chain of calls that hands the kernel on) is
+    a keyword; any other leaves the call's settings, and a backend they would name, unknown."""
+    unread = []
+    for key, value, tests in site.conditional_settings:
+        verdicts = [test_value(ctx, site, t) for t in tests]
+        if all(v is True for v in verdicts):
+            site.keywords.setdefault(key, cst.Arg(value=value, keyword=cst.Name(key)))
+        elif not any(v is False for v in verdicts):
+            unread.append((key, tests[0]))
+    site.backend, site.backend_reason = _backend(ctx, site, override)
+    if unread and site.backend is Backend.UNKNOWN:
+        key, test = unread[0]
+        site.backend_reason = (f"{key} is set only under `if {ctx.code(test).strip()}` (line {ctx.span(test).line}), "
+                               "a test pallas-fix cannot read (use --backend)")
 
 
 def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
@@ -59,7 +81,8 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
             passes += 1
             if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
                 found.append(each)
-    if len(found) > 1 and len(found) == passes:  # a kernel two calls pass would get one call's grid
+    relays = any(each.relayed_by for each in found)
+    if (len(found) > 1 or relays) and len(found) == passes:  # a kernel two calls pass would get one call's grid
         for each in found:
             forward_keywords(ctx, each)
     return found or [site]
@@ -158,29 +181,14 @@ def _split_args(args, positional_names) -> tuple[dict[str, cst.Arg], list[cst.Ar
     return keywords, extra
 
 
-def splatted_settings(ctx: ModuleContext, arg: cst.Arg, call: cst.Call) -> Optional[list[cst.Arg]]:
-    """The keyword arguments of `**grid_spec` in `call`, where `grid_spec = dict(grid=..., ...)`
-    is bound once in the call's scope and read nowhere else (so an edit of one of them changes
-    only this call); None for any other `**`."""
-    name = arg.value
-    if arg.star != "**" or not isinstance(name, cst.Name):
-        return None
-    value = ctx.resolve_value(name, call)
-    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"):
-        return None
-    scope = ctx.scope_of(call)
-    mentions = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name.value]
-    if len(ctx.assignments(name.value, scope)) != 1 or len(mentions) != 2 or ctx.scope_of(value) is not scope:
-        return None  # rebound, changed or read elsewhere (`grid_spec["grid"] = ...`)
-    if not all(a.keyword is not None and not a.star for a in value.args):
-        return None
-    return list(value.args)
-
-
 def _direct_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
     keywords, extra = _split_args(call.args, _PALLAS_CALL_POSITIONAL)
+    conditional: tuple = ()
     for arg in extra:
-        for setting in splatted_settings(ctx, arg, call) or []:
+        splat = splat_dict(ctx, arg, call)  # `**kwargs`, a dict literal: its entries, read where written
+        settings = splat.settings if splat is not None else splatted_settings(ctx, arg, call) or []
+        conditional += tuple(splat.conditional) if splat is not None else ()
+        for setting in settings:
             keywords.setdefault(setting.keyword.value, setting)  # `**dict(grid=...)`: read as written there
     kernel_arg = keywords.pop("kernel", None)
     site = KernelSite(
@@ -191,6 +199,7 @@ def _direct_site(ctx: ModuleContext, call: cst.Call) -> Optional[KernelSite]:
         kernel=None,
         keywords=keywords,
         enclosing=ctx.enclosing_function(call),
+        conditional_settings=conditional,
     )
     if kernel_arg is not None:
         site.kernel_expr = kernel_arg.value

@@ -150,6 +150,8 @@ def _defaults_to_whole(ctx: ModuleContext, helper: cst.FunctionDef, call: cst.Ca
 def passed_for(ctx: ModuleContext, site: KernelSite, param: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """What the helper's call `site.passed_by` passes for `param`, a parameter of the helper
     holding the pallas_call that the helper hands on untouched (`)(*args)`), or None."""
+    if site.relayed_by:  # handed on through several helpers: what the outermost call passes
+        return chain_value(ctx, site, param)[0]
     helper = ctx.enclosing_function(site.call)
     if helper is None or site.passed_by is None or not isinstance(param, cst.Name) or param.value not in param_names(helper):
         return None
@@ -159,17 +161,28 @@ def passed_for(ctx: ModuleContext, site: KernelSite, param: cst.BaseExpression) 
     return passed.value if passed is not None else None
 
 
-def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name) -> bool:
+def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name, measured: bool = False) -> bool:
     """Does `fn` read the parameter `value` names other than there, at its pallas_call? A read
     may change the list in place first (`in_specs.reverse()`, `fix(in_specs)`): the pallas_call
-    would not get the list as the call wrote it, item by item."""
+    would not get the list as the call wrote it, item by item. `measured`: `len(value)` changes
+    nothing, and is allowed."""
     for node in walk(fn.body):
         if not isinstance(node, cst.Name) or node.value != value.value or node is value:
             continue
         parent = ctx.parent(node)
+        if measured and _measured(ctx, node):
+            continue
         if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (isinstance(parent, cst.Arg) and parent.keyword is node):
             return True
     return False
+
+
+def _measured(ctx: ModuleContext, node: cst.Name) -> bool:
+    """`len(node)`: a read that changes nothing."""
+    arg = ctx.parent(node)
+    call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+    return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len"
+            and len(call.args) == 1 and not arg.star and arg.keyword is None)
 
 
 def own_names(ctx: ModuleContext, fn: cst.FunctionDef) -> set[str]:
@@ -280,3 +293,44 @@ def _rebinding(ctx: ModuleContext, fn: cst.FunctionDef, name: str) -> Optional[c
                 ctx.enclosing_function(node) is fn:
             return node
     return None
+
+
+def outer_call(site: KernelSite) -> Optional[cst.Call]:
+    """The call where the kernel is passed in by name: the outermost of the helpers it is handed
+    on through (`launch(..., _fwd_kernel, ...)`), or the helper's own call when none relays it."""
+    return site.relayed_by[0] if site.relayed_by else site.passed_by
+
+
+def _chain_callers(ctx: ModuleContext, site: KernelSite) -> dict[int, tuple[cst.FunctionDef, cst.Call]]:
+    """id(function of the chain) -> (that function, the chain's call of it): the helper holding the
+    pallas_call is called by `passed_by`, the function holding `passed_by` by the last relay, and so on."""
+    calls = [*site.relayed_by, site.passed_by] if site.passed_by is not None else []
+    holders = [ctx.enclosing_function(c) for c in calls[1:]] + [ctx.enclosing_function(site.call)]
+    return {id(fn): (fn, call) for fn, call in zip(holders, calls) if fn is not None}
+
+
+def chain_value(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, to_outer: bool = True,
+                reads_ok: bool = False) -> tuple[Optional[cst.BaseExpression], bool]:
+    """What the chain of calls that hands the kernel to its pallas_call passes for `expr`, a
+    parameter of a function of the chain that the function only hands on (or measures with `len`):
+    (the expression, True) once that expression is an argument of the outermost call (`to_outer`:
+    required, else wherever the walk stops); (None, True) when the outermost call leaves it at its
+    default; (None, False) when the walk stops short (rebound, read otherwise, not passed).
+    `reads_ok`: other reads do not stop it (a value read, not a list a lift edits)."""
+    callers = _chain_callers(ctx, site)
+    outer = outer_call(site)
+    while isinstance(expr, cst.Name):
+        fn = ctx.enclosing_function(expr)
+        found = callers.get(id(fn)) if fn is not None else None
+        if found is None or expr.value not in param_names(fn) or _rebinding(ctx, fn, expr.value) is not None:
+            break
+        if not reads_ok and _read_besides(ctx, fn, expr, measured=True):
+            return None, False
+        call = found[1]
+        arg = _arg_for(fn, call, expr.value)
+        if arg is None:
+            return None, call is outer and not any(a.star for a in call.args)
+        expr = arg.value
+        if call is outer:
+            return expr, True
+    return (expr, True) if not to_outer else (None, False)

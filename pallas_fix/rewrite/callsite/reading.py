@@ -14,7 +14,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.discovery import splatted_settings
+from pallas_fix.analysis.discovery.splat_dict import splat_problem
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
@@ -47,8 +47,9 @@ class CallSite(CallTiming):
             raise CallSiteError("the kernel function is not defined in this module")
         if site.invocation is None or site.invocation_issue:
             raise CallSiteError(site.invocation_issue or "the pallas_call's result is not called in this module, so its arguments are unknown")
-        if any(a.star == "**" and splatted_settings(ctx, a, site.call) is None for a in site.call.args):
-            raise CallSiteError("pallas_call gets settings through `**` that pallas-fix cannot read; pass them as keywords, or `**` a `dict(...)` bound once just for this call")
+        problem = splat_problem(ctx, site.call)
+        if problem is not None:
+            raise CallSiteError(problem)
         self.num_prefetch = self._num_prefetch()
         self.args_expanded = False  # some operands come from `*operands` (see _invocation_args)
         self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.callsite.spelling.built_lists)
