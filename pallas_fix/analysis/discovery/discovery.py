@@ -12,6 +12,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels, relayed
 from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded_call
 from pallas_fix.analysis.discovery.reaching import reaching_value
+from pallas_fix.analysis.discovery.relay_chain import forward_chain
 from pallas_fix.analysis.discovery.splat_dict import splat_dict, splatted_settings
 from pallas_fix.analysis.discovery.static_test import test_value
 from pallas_fix.core.model import Backend, KernelSite
@@ -40,9 +41,7 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
         if site is None:
             continue
         site.backend, site.backend_reason = _backend(ctx, site, backend_override)
-        for each in _passed_in_sites(ctx, site):
-            if each.conditional_settings:
-                _settle_conditional(ctx, each, backend_override)
+        for each in _passed_in_sites(ctx, site, backend_override):
             sites += _variant_sites(ctx, each)
     return sites
 
@@ -65,7 +64,7 @@ def _settle_conditional(ctx: ModuleContext, site: KernelSite, override: Optional
                                "a test pallas-fix cannot read (use --backend)")
 
 
-def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
+def _passed_in_sites(ctx: ModuleContext, site: KernelSite, backend_override: Optional[Backend]) -> list[KernelSite]:
     """The site, or one site per kernel def the calls of the function holding the pallas_call
     pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten;
     where each call passes its own kernel, the grid and specs it passes with it are that
@@ -81,10 +80,14 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
             passes += 1
             if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
                 found.append(each)
+    for each in found or [site]:
+        if each.conditional_settings:  # read through the chain that hands the kernel on, where there is one
+            _settle_conditional(ctx, each, backend_override)
     relays = any(each.relayed_by for each in found)
     if (len(found) > 1 or relays) and len(found) == passes:  # a kernel two calls pass would get one call's grid
         for each in found:
-            forward_keywords(ctx, each)
+            # handed on through several helpers: read at the outermost call (analysis.discovery.relay_chain)
+            forward_chain(ctx, each) if each.relayed_by else forward_keywords(ctx, each)
     return found or [site]
 
 

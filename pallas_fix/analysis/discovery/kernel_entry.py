@@ -22,6 +22,7 @@ from pallas_fix.analysis.binders import paired
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
+from pallas_fix.analysis.discovery.relay_chain import chain_problem, passing_chain
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -88,12 +89,19 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         )
     if site.relayed_by:
         chain = " then ".join(f"`{ctx.code(c.func)}` (line {ctx.span(c).line})" for c in (*site.relayed_by, site.passed_by))
-        return (
-            f"kernel `{kernel.name.value}` reaches its pallas_call through {chain}, helpers that hand it on as a "
-            "parameter; the grid and specs a lift writes would serve every kernel those helpers pass. pallas-fix "
-            "lifts a kernel passed through one helper at most: give the kernel its own pallas_call, or pass it (and "
-            "its specs) straight to the function holding the pallas_call, to get this fix"
-        )
+        problem = chain_problem(ctx, site) if site.forwarded else None
+        if not site.forwarded or problem is not None:
+            why = f"{problem}, so the chain may run other kernels" if problem else (
+                "the lift cannot give each kernel its own specs through them (they need every helper to be a plain def "
+                "handing on the grid, out_shape, operands and specs untouched, no `*args` / `**kwargs` in their calls, "
+                "and specs that are absent or whole arrays on Triton)")
+            return (
+                f"kernel `{kernel.name.value}` reaches its pallas_call through {chain}, helpers that hand it on as a "
+                f"parameter, and {why}; the grid and specs a lift writes would serve every kernel those helpers pass. "
+                "Give the kernel its own pallas_call, or pass it (and its specs) straight to the function holding the "
+                "pallas_call, to get this fix"
+            )
+        return None  # each kernel planned against its own outermost call; what the chain shares is screened
     if site.passed_by is not None:
         problem = _passed_problem(analysis, site)
         if problem is not None:
@@ -254,7 +262,9 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
     }
     # A kernel passed in as a parameter of the function holding its pallas_call: the arguments
     # that pass it reach that pallas_call too.
-    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None for arg in passing_arguments(ctx, s, own_specs=bool(s.forwarded))[0]}
+    passed |= {id(arg) for s in sites if s.kernel is kernel and s.passed_by is not None and not s.relayed_by
+               for arg in passing_arguments(ctx, s, own_specs=bool(s.forwarded))[0]}
+    passed |= {id(arg.value) for s in sites if s.kernel is kernel and s.relayed_by for arg in passing_chain(ctx, s)}
     # `lambda *refs: kernel(*refs, bs=8)`: the call the lambda forwards to runs it for that pallas_call.
     passed |= {id(s.forwarder.body.func) for s in sites if s.kernel is kernel and s.forwarder is not None}
     chain = passed | {id(value) for value, _ in aliases.values() if value is not None}

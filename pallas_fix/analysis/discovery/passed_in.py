@@ -178,11 +178,18 @@ def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name, meas
 
 
 def _measured(ctx: ModuleContext, node: cst.Name) -> bool:
-    """`len(node)`: a read that changes nothing."""
+    """`len(node)`, `node is None`: a read that changes nothing."""
     arg = ctx.parent(node)
+    if isinstance(arg, cst.Comparison) and arg.left is node and len(arg.comparisons) == 1 \
+            and isinstance(arg.comparisons[0].operator, (cst.Is, cst.IsNot)) and is_none_literal(arg.comparisons[0].comparator):
+        return True
     call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
     return (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len"
             and len(call.args) == 1 and not arg.star and arg.keyword is None)
+
+
+def is_none_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
 
 
 def own_names(ctx: ModuleContext, fn: cst.FunctionDef) -> set[str]:

@@ -17,6 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.discovery.passed_in import outer_call
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock, skipped_reads
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
@@ -269,7 +270,7 @@ class CallEdits:
         passed = [kw for kw in self.new_keywords if kw[0] in site.forwarded and kw[0] not in site.keywords]
         own = [kw for kw in self.new_keywords if kw not in passed]
         if passed:
-            chain(self.edits, site.passed_by, lambda node: insert_keywords(node, passed, None))
+            chain(self.edits, outer_call(site), lambda node: insert_keywords(node, passed, None))
             for node, edit in thread_edits(self.cs.ctx, site).items():
                 chain(self.edits, node, edit)
         if own:

@@ -19,7 +19,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.passed_in import free_names, own_names
+from pallas_fix.analysis.discovery.passed_in import free_names, outer_call, own_names
 from pallas_fix.analysis.values.same_value import Change, bound_after, name_change, value_change
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -39,6 +39,8 @@ class CallTiming:
         """Can the call's arguments be named where pallas_call is written? (Not in the decorator
         form, nor when a builder function returns the pallas_call for someone else to call.)"""
         inv = self.site.invocation
+        if inv is not None and self.site.relayed_by and self.site.forwarded:
+            return True  # `call(*args)` of a chain: the operands are what the outermost call passes, where specs are written
         return inv is not None and self.ctx.scope_of(inv) is self.ctx.scope_of(self.site.call)
 
     def arg_at_call(self, arg: cst.BaseExpression, *, strict: bool = False) -> bool:
@@ -94,7 +96,7 @@ def call_anchor(ctx: ModuleContext, site: KernelSite, expr: Optional[cst.CSTNode
     helper = ctx.enclosing_function(site.call)
     if expr is not None and helper is not None and any(a is helper for a in ctx.ancestors(expr)):
         return site.call
-    return site.passed_by
+    return outer_call(site)  # through a chain of helpers (KernelSite.relayed_by): the outermost call
 
 
 def copied_change(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpression, what: str) -> Optional[str]:

@@ -31,12 +31,12 @@ from typing import Callable, Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import free_names, own_names
+from pallas_fix.analysis.discovery.passed_in import free_names, outer_call, own_names
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
-from pallas_fix.rewrite.callsite.spec_params import threaded_helper
+from pallas_fix.rewrite.callsite.spec_params import threaded_helpers
 from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
 
 # Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
@@ -134,23 +134,27 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
         new = cst.parse_module(rewritten())
     except Exception:  # noqa: BLE001 - a plan that does not apply is the engine's to report
         return None
-    name = helper.name.value
-    # The helper as every call shares it once the lift is applied: with the spec parameters the
-    # lift threads through it (rewrite.callsite.spec_params), else as it is.
-    threaded = threaded_helper(ctx, site)
-    shared = _text(threaded)
-    old_lines = Counter(_statements(ctx.module)) - Counter(_statements(cst.Module(body=[helper]))) \
-        + Counter(_statements(cst.Module(body=[threaded])))
+    # The helpers as every call shares them once the lift is applied: with the spec parameters the
+    # lift threads through them (rewrite.callsite.spec_params), else as they are; through a chain
+    # of helpers, every one of them (the outermost call's function last).
+    threaded = threaded_helpers(ctx, site)
+    name = threaded[-1][0].name.value
+    old_lines = Counter(_statements(ctx.module))
+    for fn, done in threaded:
+        old_lines += Counter(_statements(cst.Module(body=[done])))
+        old_lines -= Counter(_statements(cst.Module(body=[fn])))
     new_lines = Counter(_statements(new))
     others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
-    protected = [(shared, f"`{name}` (line {ctx.span(helper).line}), whose pallas_call runs every kernel passed in")]
+    protected = [(_text(done), f"`{fn.name.value}` (line {ctx.span(fn).line}), whose pallas_call runs every kernel passed in"
+                  if fn is helper else f"`{fn.name.value}` (line {ctx.span(fn).line}), which hands every kernel on to the pallas_call")
+                 for fn, done in threaded]
     # This kernel's own call may take its specs even where another call reads what it returns
     # (`s = _call(...)` then `_call(..., (s, y), ...)`): the lift keeps the value it binds.
-    own = _own_call_statement(ctx, site.passed_by)
+    own = _own_call_statement(ctx, outer_call(site))
     for other in others:
-        what = f"the call of `{name}` on line {ctx.span(other.passed_by).line} (passing `{other.kernel_name}`) reads"
+        what = f"the call of `{name}` on line {ctx.span(outer_call(other)).line} (passing `{other.kernel_name}`) reads"
         protected += [(_text(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}")
-                      for stmt in _read_statements(ctx, other.passed_by) if stmt is not own]
+                      for stmt in _read_statements(ctx, outer_call(other)) if stmt is not own]
     # Any other pallas_call of the module too: a list both copy (`plain = specs.copy()`) is shared
     # with it as with the helper's calls, and reading.py lets a forwarded site's lift edit it.
     for call in {id(s.call): s.call for s in analysis.sites if s.call is not site.call}.values():
@@ -173,7 +177,7 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
     old_texts, new_texts = _statement_nodes(ctx.module), _statement_nodes(new)
     added = [n for t, n in new_texts.items() if t not in old_texts]
     removed = [n for t, n in old_texts.items() if t not in new_texts]
-    local = own_names(ctx, helper)
+    local = set().union(*(own_names(ctx, fn) for fn, _ in threaded_helpers(ctx, site)))  # every helper of a chain
     written = set().union(*map(free_names, added)) - set().union(*map(free_names, removed))
     written &= local
     if written:
@@ -211,11 +215,15 @@ def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
 
 
 def _own_call_statement(ctx: ModuleContext, call: cst.Call) -> Optional[cst.CSTNode]:
-    """The statement holding `call` when it is nothing but that call, its value bound to plain
-    names, returned or dropped (`s = _call(...)`); None otherwise."""
+    """The statement holding `call` when it is nothing but that call (or one constant item of what
+    it returns), its value bound to plain names, returned or dropped (`s = _call(...)`); None otherwise."""
     stmt = ctx.statement_of(call)
     body = stmt.body if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else ()
     small = body[0] if body else None
+    value = small.value if isinstance(small, (cst.Assign, cst.Return, cst.Expr)) else None
+    if isinstance(value, cst.Subscript) and value.value is call and len(value.slice) == 1 and isinstance(
+            value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.Integer):
+        call = value  # `y = run(...)[0]`: one output of it, bound as the call returns it
     if isinstance(small, cst.Assign) and small.value is call and all(
             isinstance(t.target, cst.Name) or (isinstance(t.target, cst.Tuple) and all(isinstance(e.value, cst.Name) for e in t.target.elements))
             for t in small.targets):

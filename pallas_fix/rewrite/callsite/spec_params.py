@@ -26,6 +26,8 @@ from __future__ import annotations
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.discovery.relay_chain import chain_calls, chain_functions
+from pallas_fix.analysis.discovery.splat_dict import splat_dict
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
 from pallas_fix.rewrite.text.edits import Edit, apply_edits
@@ -34,16 +36,22 @@ from pallas_fix.rewrite.text.imports import PALLAS, spelling
 
 def thread_edits(ctx: ModuleContext, site: KernelSite) -> dict[cst.CSTNode, Edit]:
     """The edits that give the helper holding `site.call` a parameter per keyword in
-    `site.thread`, defaulting to `pl.no_block_spec`, and pass it on to its pallas_call."""
+    `site.thread`, defaulting to `pl.no_block_spec`, and pass it on to its pallas_call. Through a
+    chain of helpers (KernelSite.relayed_by) every helper of the chain gets the parameters and
+    hands them on to the next; a spec entry of the innermost's `**settings` dict
+    (`"in_specs": whole_specs(n)`) becomes `whole_specs(n) if in_specs is None else in_specs`, the
+    parameter defaulting to None: a call passing nothing gets the specs it got before."""
     helper = ctx.enclosing_function(site.call)
     if not site.thread or helper is None:
         return {}
-    default = f"{spelling(ctx, PALLAS).text}.no_block_spec"
     keys = list(site.thread)
+    entries = _spec_entries(ctx, site, keys)
+    no_spec = f"{spelling(ctx, PALLAS).text}.no_block_spec"
+    defaults = {k: "None" if k in entries else no_spec for k in keys}
 
     def add_params(node: cst.FunctionDef) -> cst.FunctionDef:
         params = node.params
-        new = [cst.Param(cst.Name(k), default=cst.parse_expression(default),
+        new = [cst.Param(cst.Name(k), default=cst.parse_expression(defaults[k]),
                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))) for k in keys]
         if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.kwonly_params:
             # after `*args` (or a bare `*`) a parameter is keyword-only
@@ -51,19 +59,47 @@ def thread_edits(ctx: ModuleContext, site: KernelSite) -> dict[cst.CSTNode, Edit
         return node.with_changes(params=params.with_changes(params=_appended(params.params, new)))
 
     def pass_on(node: cst.Call) -> cst.Call:
-        return insert_keywords(node, [(k, k) for k in keys], "out_shape")
+        return insert_keywords(node, [(k, k) for k in keys if k not in entries], "out_shape")
 
-    return {helper: add_params, site.call: pass_on}
+    def hand_on(node: cst.Call) -> cst.Call:
+        return insert_keywords(node, [(k, k) for k in keys], None)
+
+    fns = chain_functions(ctx, site) if site.relayed_by else [helper]
+    edits: dict[cst.CSTNode, Edit] = {fn: add_params for fn in fns}
+    edits.update({call: hand_on for call in chain_calls(site)[:-1]} if site.relayed_by else {})
+    if any(k not in entries for k in keys):
+        edits[site.call] = pass_on
+    for key, value in entries.items():
+        edits[value] = lambda node, k=key: cst.parse_expression(f"{_code(node)} if {k} is None else {k}")
+    return edits
 
 
-def threaded_helper(ctx: ModuleContext, site: KernelSite) -> cst.FunctionDef:
-    """The helper holding `site.call` with its new spec parameters (as it is, when none): what the
-    helper's calls share once the lift is applied, to screen the lift against."""
+def threaded_helpers(ctx: ModuleContext, site: KernelSite) -> list[tuple[cst.FunctionDef, cst.FunctionDef]]:
+    """(each helper of the chain, as it is; with its new spec parameters, as it is when none): what
+    the helpers' calls share once the lift is applied, to screen the lift against."""
     helper = ctx.enclosing_function(site.call)
+    fns = chain_functions(ctx, site) if site.relayed_by else [helper]
     edits = thread_edits(ctx, site)
-    if not edits:
-        return helper
-    return apply_edits(cst.Module(body=[helper]), edits)[0].body[0]
+    out = []
+    for fn in fns:
+        mine = {n: e for n, e in edits.items() if n is fn or any(a is fn for a in ctx.ancestors(n))}
+        out.append((fn, apply_edits(cst.Module(body=[fn]), mine)[0].body[0] if mine else fn))
+    return out
+
+
+def _spec_entries(ctx: ModuleContext, site: KernelSite, keys: list[str]) -> dict[str, cst.BaseExpression]:
+    """key -> the value of the `**settings` dict entry the pallas_call takes it from, for `keys`."""
+    out = {}
+    for arg in site.call.args:
+        splat = splat_dict(ctx, arg, site.call) if arg.star == "**" else None
+        for setting in splat.settings if splat is not None and not splat.why else ():
+            if setting.keyword.value in keys:
+                out[setting.keyword.value] = setting.value
+    return out
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
 
 
 def _appended(params, new: list[cst.Param]) -> list[cst.Param]:

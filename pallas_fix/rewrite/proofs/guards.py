@@ -38,6 +38,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import plain_read, walk
+from pallas_fix.analysis.discovery.passed_in import outer_call
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
@@ -286,7 +287,7 @@ def placement(ctx, site) -> Optional[cst.SimpleStatementLine]:
     decorator form, a call at module level, or one built and run in different blocks."""
     if site.forwarded and site.passed_by is not None:
         # The sizes the lift reads are those the helper's call passes, where that call stands.
-        holder = _statement_of(ctx, site.passed_by)
+        holder = _statement_of(ctx, outer_call(site))
         return holder if holder is not None and ctx.enclosing_function(holder) is not None else None
     if site.enclosing is None or site.decorated is not None:
         return None
