@@ -205,3 +205,17 @@ def _chain_invocation(ctx: ModuleContext, site: KernelSite) -> Optional[cst.Call
     reads = [n for n in walk(scope) if isinstance(n, cst.Name) and n.value == name and n is not parent.targets[0].target]
     runs = [ctx.parent(n) for n in reads if isinstance(ctx.parent(n), cst.Call) and ctx.parent(n).func is n]
     return runs[0] if len(reads) == 1 and len(runs) == 1 else None
+
+
+def chain_note(ctx: ModuleContext, site: KernelSite) -> str:
+    """What a lift that threads specs through a chain changes besides the kernel's windows, for the
+    fix's description: the helpers' new parameters, and whole `memory_space` specs become blocks."""
+    if not site.relayed_by or not site.thread:
+        return ""
+    names = " then ".join(f"`{fn.name.value}`" for fn in reversed(chain_functions(ctx, site)))
+    keys = " / ".join(site.thread)
+    whole = site.backend is Backend.TRITON  # threaded spec entries are whole lists only there (_spec_form)
+    return (f"; {names} take {keys} parameters defaulting to None (their own specs, as before, for every call passing "
+            "none), and this kernel's call passes its blocks" + (
+                ": on Triton a whole `memory_space` spec and a block are both a pointer into the array in global memory, "
+                "the block's offset moving from the kernel's index into its index_map; nothing is copied" if whole else ""))

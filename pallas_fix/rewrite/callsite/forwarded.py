@@ -32,6 +32,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import free_names, outer_call, own_names
+from pallas_fix.analysis.discovery.relay_chain import chain_note
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
@@ -53,6 +54,8 @@ def screen(analysis, outcomes: dict[Anchor, list[Outcome]], apply: Callable[[cst
             if isinstance(plan, FixPlan) and plan.site is not None and plan.site.forwarded and id(plan) not in verdicts:
                 reason = _shared_change(analysis, plan.site, lambda: apply(analysis.ctx.module, plan))
                 verdicts[id(plan)] = plan if reason is None else Refusal(plan.codemod, reason)
+                if reason is None:
+                    plan.description += chain_note(analysis.ctx, plan.site)
     if not verdicts:
         return outcomes
 
