@@ -150,6 +150,8 @@ class KernelSite:
     # holds the pallas_call: the outer calls the kernel came through, outermost first (`passed_by`
     # is the innermost); such a kernel is analysed, its fixes refused (kernel_entry)
     relayed_by: tuple[cst.Call, ...] = ()
+    # why the chain cannot hand each kernel its own grid and specs (analysis.discovery.relay_chain)
+    relay_issue: str = ""
     # `def _call(kernel, args): return pl.pallas_call(kernel, grid=...)(*args)`, called with kernels
     # whose windows differ: the spec keywords (among `forwarded`, absent from `keywords`) that the
     # lift threads through the helper as parameters defaulting to `pl.no_block_spec`, so each call

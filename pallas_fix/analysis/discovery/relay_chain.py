@@ -60,16 +60,23 @@ def chain_calls(site: KernelSite) -> list[cst.Call]:
 def forward_chain(ctx: ModuleContext, site: KernelSite) -> None:
     """Point the grid, out_shape and spec keywords of a kernel handed on through a chain of helpers
     at what the outermost call passes, and mark the spec keywords to thread through the chain
-    (KernelSite.thread); leave the site unforwarded when some keyword cannot be taken so."""
+    (KernelSite.thread); leave the site unforwarded when some keyword cannot be taken so, saying
+    why in `site.relay_issue`."""
+    site.relay_issue = _forward_chain(ctx, site)
+
+
+def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
     fns = chain_functions(ctx, site)
     calls = chain_calls(site)
     if len(fns) != len(calls) or any(fn.decorators for fn in fns) or site.grid_spec is not None:
-        return
+        return "a helper of the chain is decorated or nested, or the call takes a grid_spec"
     if any(a.star for c in calls for a in c.args) or splat_problem(ctx, site.call) is not None:
-        return
+        return "a call of the chain passes `*args` / `**kwargs`, or the pallas_call gets `**` settings pallas-fix cannot read"
     invocation = _chain_invocation(ctx, site) if site.invocation is None else site.invocation
-    if invocation is None:
-        return
+    if invocation is None or not all(a.star == "*" and isinstance(a.value, cst.Name) and chain_value(ctx, site, a.value)[0] is not None
+                                     for a in invocation.args):
+        return ("the operands do not reach the pallas_call as one `*args` tuple the outermost call passes (`call(*args)` "
+                "on what the pallas_call's helper returns)")
     taken = set().union(*(own_names(ctx, fn) for fn in fns))
     keywords, forwarded, thread = dict(site.keywords), [], []
     for key in FORWARDABLE:
@@ -81,18 +88,19 @@ def forward_chain(ctx: ModuleContext, site: KernelSite) -> None:
             thread.append(key)
             continue
         value = arg.value.orelse if how == "threaded" else arg.value if arg is not None else None
-        if not isinstance(value, cst.Name):
-            continue
-        passed, reached = chain_value(ctx, site, value)
+        passed, reached = chain_value(ctx, site, value) if isinstance(value, cst.Name) else (None, False)
         if passed is None and reached and how == "threaded":
             keywords.pop(key)  # the threaded parameter left at None: whole operands, as the helper writes them
             forwarded.append(key)
         elif passed is not None:
             keywords[key] = next(a for a in outer_call(site).args if a.value is passed)
             forwarded.append(key)
-    if not all(key in forwarded for key in THREADABLE):
-        return  # one set of specs in the chain would serve every kernel it hands on
+        elif arg is not None:
+            what = "spec list other than absent or whole arrays on Triton (`whole_specs(n)`)" if key in THREADABLE else key
+            return (f"its {what} `{ctx.code(arg.value).strip()}` is not a parameter every helper hands on untouched from "
+                    "the outermost call")
     site.keywords, site.forwarded, site.thread, site.invocation = keywords, tuple(forwarded), tuple(thread), invocation
+    return ""
 
 
 def chain_problem(ctx: ModuleContext, site: KernelSite) -> Optional[str]:
