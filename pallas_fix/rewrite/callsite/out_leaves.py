@@ -15,7 +15,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import plain_read
+from pallas_fix.analysis.context import plain_read, walk
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.imports import module_alias
@@ -82,3 +82,16 @@ def one_named_output(cs, rest: int) -> list:
             f"kernel takes {rest} refs after its inputs, not one output{tail}; spell the out_shape out at the "
             "pallas_call (a list of `jax.ShapeDtypeStruct`s)")
     return []
+
+
+def returned_list(cs, out: cst.BaseExpression) -> None:
+    """Refuse an out_shape that is a call of a module function returning a list or tuple literal
+    (`_fwd_out_shape(r)`): it names several outputs, whose count and sizes are written inside that
+    function, in its own names, where no spec written at the call can read them."""
+    ctx = cs.ctx
+    fn = ctx.resolve_def(out.func.value, out) if isinstance(out, cst.Call) and isinstance(out.func, cst.Name) else None
+    returns = [n for n in walk(fn.body) if isinstance(n, cst.Return) and ctx.enclosing_function(n) is fn] if fn is not None else []
+    if returns and any(isinstance(r.value, (cst.List, cst.Tuple)) for r in returns):
+        raise CallSiteError(f"the out_shape `{ctx.code(out).strip()}` is built by `{fn.name.value}`, whose outputs' count and "
+                            "sizes pallas-fix cannot read at the call; write the list of `jax.ShapeDtypeStruct`s at the call "
+                            "(sizes named there) to get this fix")
