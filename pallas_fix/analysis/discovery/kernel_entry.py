@@ -92,8 +92,8 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
         problem = chain_problem(ctx, site) if site.forwarded else None
         if not site.forwarded or problem is not None:
             why = f"{problem}, so the chain may run other kernels" if problem else (
-                f"{site.relay_issue or 'the kernel is passed to it more than once'}, so the lift cannot give each kernel its "
-                "own grid and specs through them")
+                f"{site.relay_issue or 'a kernel reaches the pallas_call through more than one call'}, so the lift cannot "
+                "give each kernel its own grid and specs through them")
             return (
                 f"kernel `{kernel.name.value}` reaches its pallas_call through {chain}, helpers that hand it on as a "
                 f"parameter, and {why}; the grid and specs a lift writes would serve every kernel those helpers pass. "

@@ -1,0 +1,132 @@
+"""Kernels that reach their pallas_call through a chain of launcher helpers and a `**settings`
+dict (issue 28, pass-lin/rwkv_ops' `launch` / `make_pallas_call`): the dict literal is read as
+the call's keywords, a compiler_params set under a branch the config fixes names the backend,
+the spec parameters are threaded through every helper, and what the chain cannot hand on is
+refused, saying why. The golden pair is program_id_blocks/pid_launcher_chain (interpreters and
+jaxpr checks run by test_codemod_pairs)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from kernel_loading import FIXTURES, load_module
+
+from pallas_fix.core.model import Backend
+from pallas_fix.engine import analyze_source, fix_source
+
+_PAIR = FIXTURES / "codemods" / "program_id_blocks" / "pid_launcher_chain"
+_BEFORE = _PAIR.with_name(_PAIR.name + "_before.py")
+_AFTER = _PAIR.with_name(_PAIR.name + "_after.py")
+
+
+def _sites(src: str) -> dict:
+    return {s.kernel_name: s for s in analyze_source(src, "k.py").analysis.sites}
+
+
+def _refusals(src: str, kernel: str) -> set:
+    return {f.refusal for f in analyze_source(src, "k.py").findings if f.kernel == kernel and not f.fixable}
+
+
+def test_the_dict_entries_and_a_compiler_params_under_a_fixed_branch_are_the_calls_keywords():
+    sites = _sites(_BEFORE.read_text())
+    norm = sites["_norm_kernel"]
+    assert norm.backend is Backend.TRITON and norm.backend_reason == "compiler_params is the Triton CompilerParams"
+    assert norm.forwarded == ("grid", "in_specs", "out_specs", "out_shape") and norm.thread == ("in_specs", "out_specs")
+    assert [norm.keywords[k].value.__class__.__name__ for k in ("grid", "out_shape")] == ["Tuple", "List"]  # the outer call's
+
+
+def _both_backends(src: str) -> str:
+    """`every_whole` importing Mosaic GPU as rwkv_ops' whole_specs does: the imports name no one backend."""
+    return src.replace("def every_whole(count, backend):\n", "def every_whole(count, backend):\n    from jax.experimental.pallas import mosaic_gpu as plgpu\n\n")
+
+
+def test_a_branch_the_config_does_not_fix_leaves_the_backend_unknown_and_says_so():
+    src = _both_backends(_BEFORE.read_text()).replace('setup = Setup("triton")', "setup = Setup(backend_name())")
+    src = src.replace("INTERPRET = True\n", "INTERPRET = True\n\n\ndef backend_name():\n    return \"triton\"\n")
+    norm = _sites(src)["_norm_kernel"]
+    assert norm.backend is Backend.UNKNOWN
+    assert norm.backend_reason.startswith('compiler_params is set only under `if setup.backend == "triton"` (line '), norm.backend_reason
+    assert not norm.forwarded  # whole pl.ANY specs are whole arrays on Triton only
+    assert all("reaches its pallas_call through `run`" in r for r in _refusals(src, "_norm_kernel"))
+
+
+def test_a_branch_the_config_rules_out_sets_nothing():
+    src = _both_backends(_BEFORE.read_text()).replace('setup = Setup("triton")', 'setup = Setup("mgpu")')
+    norm = _sites(src)["_norm_kernel"]
+    assert "compiler_params" not in norm.keywords and norm.backend is Backend.UNKNOWN
+    assert norm.backend_reason == "no compiler_params or backend-specific import (use --backend)"
+
+
+def test_settings_the_dict_does_not_say_are_refused_with_what_to_change():
+    src = _BEFORE.read_text()
+    cases = {
+        "written twice": src.replace('        settings["compiler_params"]', '        settings["grid"] = grid\n        settings["compiler_params"]'),
+        "also read or changed": src.replace("    return pl.pallas_call(kernel, interpret=INTERPRET, **settings)",
+                                            "    settings.update(interpret=INTERPRET)\n    return pl.pallas_call(kernel, **settings)"),
+        "built by a loop": src.replace('    settings = {\n        "grid": grid,', '    settings = {\n        "grid": grid,\n    }\n    for key in ():\n        settings[key] = None\n    settings |= {'),
+    }
+    for label, varied in cases.items():
+        assert varied != src, label
+        told = _refusals(varied, "_norm_kernel")
+        assert told and all("reaches its pallas_call through `run` (line" in r and "`**` settings pallas-fix cannot read" in r
+                            for r in told), (label, told)
+        assert fix_source(varied, "k.py", unsafe=True).source == varied, label
+
+
+def test_a_parameter_handed_over_with_double_star_is_not_read():
+    src = _BEFORE.read_text().replace("def build(kernel, n_in, out_shape, setup, grid):", "def build(kernel, n_in, out_shape, setup, grid, extra={}):")
+    src = src.replace("**settings)", "**settings, **extra)")
+    assert all("`**` settings pallas-fix cannot read" in r for r in _refusals(src, "_norm_kernel"))
+
+
+def test_a_helper_of_the_chain_called_elsewhere_is_refused_naming_the_call():
+    """`build` also called directly: a kernel reaching it by both routes gets no threaded specs, and
+    one passed only directly leaves `build` called twice: the chain may run other kernels."""
+    direct = "    return y + z + w + build({k}, 1, [x], Setup(\"triton\"), (1,))(x)[0]\n"
+    src = _BEFORE.read_text().replace("    return y + z + w\n", direct.format(k="_double_kernel"))
+    told = _refusals(src, "_norm_kernel")
+    assert told and all("and a kernel reaches the pallas_call through more than one call, so the lift cannot give each" in r
+                        for r in told), told
+    src = _BEFORE.read_text().replace("    return y + z + w\n", direct.format(k="_flip_kernel")).replace(
+        "def norm_then_gate(", "def _flip_kernel(x_ref, o_ref):\n    o_ref[...] = x_ref[...][::-1]\n\n\ndef norm_then_gate(")
+    told = _refusals(src, "_norm_kernel")
+    assert told and all("`build` is called 2 times, not only by `run`, so the chain may run other kernels" in r for r in told), told
+
+
+def test_an_out_shape_built_by_a_function_is_refused_saying_what_to_write():
+    src = _BEFORE.read_text().replace("def norm_then_gate(x, g):", "def _outs(x):\n    return [jax.ShapeDtypeStruct(x.shape, x.dtype)]\n\n\ndef norm_then_gate(x, g):")
+    src = src.replace("y = run(_norm_kernel, [jax.ShapeDtypeStruct((B, N, D), x.dtype)],", "y = run(_norm_kernel, _outs(x),")
+    told = _refusals(src, "_norm_kernel")
+    assert told == {"the out_shape `_outs(x)` is built by `_outs`, whose outputs' count and sizes pallas-fix cannot read at the call; "
+                    "write the list of `jax.ShapeDtypeStruct`s at the call (sizes named there) to get this fix"}, told
+
+
+def test_a_grid_written_inside_the_chain_is_not_read_at_the_outer_call():
+    src = _BEFORE.read_text().replace("    call = build(kernel, len(operands), out_shape, setup, grid)",
+                                      "    call = build(kernel, len(operands), out_shape, setup, (grid[0], grid[1]))")
+    told = _refusals(src, "_norm_kernel")
+    assert told and all("its grid `grid` is not a parameter every helper hands on untouched from the outermost call" in r
+                        for r in told), told
+
+
+def test_specs_other_than_whole_arrays_are_not_threaded():
+    src = _BEFORE.read_text().replace("    return [pl.BlockSpec(memory_space=pl.ANY) for _ in range(count)]",
+                                      "    return [pl.BlockSpec((1, 1, 16), lambda i, j: (i, j, 0)) for _ in range(count)]")
+    told = _refusals(src, "_norm_kernel")
+    assert told and all("its spec list other than absent or whole arrays on Triton" in r for r in told), told
+
+
+def test_a_caller_passing_no_specs_gets_the_whole_arrays_it_got_before():
+    """Another module calling `run` with a kernel of its own and no specs: the threaded `run` and
+    `build` hand it the whole specs of before."""
+    before, after = load_module(_BEFORE), load_module(_AFTER)
+    x = jnp.arange(2 * 3 * 16, dtype=jnp.float32).reshape(2, 3, 16)
+
+    def flip(x_ref, o_ref):
+        o_ref[...] = x_ref[...][::-1]
+
+    outs = [m.run(flip, [jax.ShapeDtypeStruct(x.shape, x.dtype)], (1,), (x,))[0] for m in (before, after)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[1], x[::-1])
+    assert "def run(kernel, out_shape, grid, operands, in_specs=None, out_specs=None):" in _AFTER.read_text()
