@@ -130,3 +130,30 @@ def test_a_caller_passing_no_specs_gets_the_whole_arrays_it_got_before():
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[1], x[::-1])
     assert "def run(kernel, out_shape, grid, operands, in_specs=None, out_specs=None):" in _AFTER.read_text()
+
+
+def test_a_key_written_after_the_call_and_a_shadowing_name_are_refused():
+    src = _BEFORE.read_text().replace("    return pl.pallas_call(kernel, interpret=INTERPRET, **settings)",
+                                      "    call = pl.pallas_call(kernel, interpret=INTERPRET, **settings)\n"
+                                      "    settings[\"name\"] = \"late\"\n    return call")
+    assert all("`**` settings pallas-fix cannot read" in r for r in _refusals(src, "_norm_kernel"))
+    src = _BEFORE.read_text().replace("    setup = Setup(\"triton\")\n", "    setup = Setup(\"triton\")\n    out_specs = None\n")
+    told = _refusals(src, "_norm_kernel")
+    assert told and all("a helper of the chain binds a name `out_specs` of its own, which a new spec parameter would shadow" in r for r in told), told
+
+
+def test_a_chain_whose_pallas_call_takes_no_specs_gets_them_threaded_and_runs_the_same():
+    """No spec entries in the dict: the chain gets parameters defaulting to `pl.no_block_spec`, the
+    pallas_call takes them beside `**settings`, and a later round reads them through the chain."""
+    src = _BEFORE.read_text().replace('        "in_specs": every_whole(n_in, setup.backend),\n', "").replace(
+        '        "out_specs": every_whole(len(out_shape), setup.backend),\n', "")
+    fixed = fix_source(src, "k.py")
+    assert not fixed.error and fixed.source != src
+    assert "kernel, out_shape, grid, operands, in_specs=pl.no_block_spec, out_specs=pl.no_block_spec\n):" in fixed.source
+    assert "in_specs=in_specs" in fixed.source.split("def run(")[0]  # the pallas_call takes them
+    assert not any(f.fixable or "reaches its pallas_call" in (f.refusal or "") for f in analyze_source(fixed.source, "k.py").findings)
+    before = load_module(_BEFORE, src)
+    after = load_module(_AFTER, fixed.source)
+    x = jax.random.normal(jax.random.key(0), (2, 3, 16), jnp.float32)
+    g = jax.random.normal(jax.random.key(1), (2, 3), jnp.float32)
+    np.testing.assert_allclose(after.norm_then_gate(x, g), before.norm_then_gate(x, g), rtol=1e-6)

@@ -82,15 +82,17 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
     for key in FORWARDABLE:
         arg = keywords.get(key)
         how = _spec_form(ctx, site, arg) if key in THREADABLE else None
-        if how == "thread" and key not in taken:
+        if how == "thread" and key in taken:
+            return f"a helper of the chain binds a name `{key}` of its own, which a new spec parameter would shadow"
+        if how == "thread":
             keywords.pop(key, None)  # every operand whole, as without the keyword: the lift writes it at the call
             forwarded.append(key)
             thread.append(key)
             continue
         value = arg.value.orelse if how == "threaded" else arg.value if arg is not None else None
         passed, reached = chain_value(ctx, site, value) if isinstance(value, cst.Name) else (None, False)
-        if passed is None and reached and how == "threaded":
-            keywords.pop(key)  # the threaded parameter left at None: whole operands, as the helper writes them
+        if passed is None and reached and (how == "threaded" or _outer_default(ctx, site, value) == "no_block_spec"):
+            keywords.pop(key)  # the threaded parameter left at its default: whole operands, as the helper writes them
             forwarded.append(key)
         elif passed is not None:
             keywords[key] = next(a for a in outer_call(site).args if a.value is passed)
@@ -99,7 +101,26 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
             what = "spec list other than absent or whole arrays on Triton (`whole_specs(n)`)" if key in THREADABLE else key
             return (f"its {what} `{ctx.code(arg.value).strip()}` is not a parameter every helper hands on untouched from "
                     "the outermost call")
+    if not all(key in forwarded for key in THREADABLE):  # (every branch above forwards a spec key or returns)
+        return "the spec lists cannot be handed on through the chain"
     site.keywords, site.forwarded, site.thread, site.invocation = keywords, tuple(forwarded), tuple(thread), invocation
+    return ""
+
+
+def _outer_default(ctx: ModuleContext, site: KernelSite, name: cst.Name) -> str:
+    """"no_block_spec" when the parameter `name` of the chain is handed on down from a parameter of
+    the function the outermost call runs that defaults to `pl.no_block_spec` (the outermost call
+    leaving it out: chain_value's (None, True)); "" otherwise."""
+    fns, calls = chain_functions(ctx, site), chain_calls(site)
+    expr: cst.BaseExpression = name
+    for fn, call in zip(fns, calls):
+        if not isinstance(expr, cst.Name) or ctx.enclosing_function(expr) is not fn:
+            return ""
+        if call is calls[-1]:
+            params = [*fn.params.params, *fn.params.kwonly_params]
+            default = next((p.default for p in params if p.name.value == expr.value), None)
+            return "no_block_spec" if default is not None and ctx.imports.is_(default, N.NO_BLOCK_SPEC) else ""
+        expr = _argument_for(fn, call, expr.value)
     return ""
 
 

@@ -66,6 +66,8 @@ def splat_dict(ctx: ModuleContext, arg: cst.Arg, call: cst.Call) -> Optional[Spl
             return SplatDict(why=f"{label}: `{name.value}` is also read or changed on line {ctx.span(node).line} "
                                  "(only `kwargs[\"key\"] = value` to a new key is read)")
         key, assigned = written
+        if ctx.span(assigned).line >= ctx.span(call).line:
+            return SplatDict(why=f"{label}: \"{key}\" is written after the call (line {ctx.span(node).line})")
         if key in keys:
             return SplatDict(why=f"{label}: the key \"{key}\" is written twice (line {ctx.span(node).line})")
         keys.add(key)

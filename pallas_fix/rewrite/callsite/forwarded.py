@@ -25,6 +25,7 @@ once per analysis.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Callable, Iterator, Optional
 
@@ -148,7 +149,7 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
         old_lines -= Counter(_statements(cst.Module(body=[fn])))
     new_lines = Counter(_statements(new))
     others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
-    protected = [(_text(done), f"`{fn.name.value}` (line {ctx.span(fn).line}), whose pallas_call runs every kernel passed in"
+    protected = [(_key(done), f"`{fn.name.value}` (line {ctx.span(fn).line}), whose pallas_call runs every kernel passed in"
                   if fn is helper else f"`{fn.name.value}` (line {ctx.span(fn).line}), which hands every kernel on to the pallas_call")
                  for fn, done in threaded]
     # This kernel's own call may take its specs even where another call reads what it returns
@@ -156,13 +157,13 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
     own = _own_call_statement(ctx, outer_call(site))
     for other in others:
         what = f"the call of `{name}` on line {ctx.span(outer_call(other)).line} (passing `{other.kernel_name}`) reads"
-        protected += [(_text(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}")
+        protected += [(_key(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}")
                       for stmt in _read_statements(ctx, outer_call(other)) if stmt is not own]
     # Any other pallas_call of the module too: a list both copy (`plain = specs.copy()`) is shared
     # with it as with the helper's calls, and reading.py lets a forwarded site's lift edit it.
     for call in {id(s.call): s.call for s in analysis.sites if s.call is not site.call}.values():
         what = f"the pallas_call on line {ctx.span(call).line} reads"
-        protected += [(_text(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, call)]
+        protected += [(_key(stmt), f"`{_short(_text(stmt))}` (line {ctx.span(stmt).line}), which {what}") for stmt in _read_statements(ctx, call)]
     for text, what in protected:
         if new_lines[text] < old_lines[text]:
             return (f"lifting `{site.kernel_name}` would change {what}; what the calls of `{name}` share must "
@@ -193,7 +194,7 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
 
 def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
     """Each simple statement of the module by its text."""
-    return {_text(n): n for n in walk(module) if isinstance(n, cst.SimpleStatementLine)}
+    return {_key(n): n for n in walk(module) if isinstance(n, cst.SimpleStatementLine)}
 
 
 def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
@@ -267,11 +268,18 @@ def _statements(module: cst.Module) -> Iterator[str]:
     """The text of every simple statement and function def of the module, as compared above."""
     for node in walk(module):
         if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
-            yield _text(node)
+            yield _key(node)
 
 
 def _text(node: cst.CSTNode) -> str:
     return " ".join(cst.Module(body=[]).code_for_node(node).split())
+
+
+def _key(node: cst.CSTNode) -> str:
+    """The node's code less its layout (whitespace, and a trailing comma before a closing bracket,
+    which black-style breaking adds): a statement the lift only re-wraps compares equal."""
+    code = cst.Module(body=[]).code_for_node(node)
+    return re.sub(r"\s+", "", re.sub(r",(\s*[)\]}])", r"\1", code))
 
 
 def _short(text: str) -> str:
