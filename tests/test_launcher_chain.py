@@ -157,3 +157,26 @@ def test_a_chain_whose_pallas_call_takes_no_specs_gets_them_threaded_and_runs_th
     x = jax.random.normal(jax.random.key(0), (2, 3, 16), jnp.float32)
     g = jax.random.normal(jax.random.key(1), (2, 3), jnp.float32)
     np.testing.assert_allclose(after.norm_then_gate(x, g), before.norm_then_gate(x, g), rtol=1e-6)
+
+
+def test_a_chain_of_three_helpers_threads_every_one_and_names_them_outermost_first():
+    """`run` -> `dispatch` -> `build`: KernelSite.relayed_by is outermost first (it was innermost first
+    from discovery, unnoticed with one relay), every helper hands the specs on, and the rewrite runs
+    as the original."""
+    src = _BEFORE.read_text().replace('''def run(kernel, out_shape, grid, operands):
+    setup = Setup("triton")''', '''def run(kernel, out_shape, grid, operands):
+    return dispatch(kernel, out_shape, grid, operands)
+
+
+def dispatch(kernel, out_shape, grid, operands):
+    setup = Setup("triton")''')
+    norm = _sites(src)["_norm_kernel"]
+    assert [c.func.value for c in norm.relayed_by] == ["run", "dispatch"] and norm.forwarded
+    fixed = fix_source(src, "k.py")
+    assert not fixed.error and "def dispatch(kernel, out_shape, grid, operands, in_specs=None, out_specs=None):" in fixed.source
+    assert "def run(kernel, out_shape, grid, operands, in_specs=None, out_specs=None):" in fixed.source
+    assert any("`run` then `dispatch` then `build` take in_specs / out_specs parameters" in d for d in fixed.applied), fixed.applied
+    before, after = load_module(_BEFORE, src), load_module(_AFTER, fixed.source)
+    x = jax.random.normal(jax.random.key(2), (2, 3, 16), jnp.float32)
+    g = jax.random.normal(jax.random.key(3), (2, 3), jnp.float32)
+    np.testing.assert_allclose(after.norm_then_gate(x, g), before.norm_then_gate(x, g), rtol=1e-6)

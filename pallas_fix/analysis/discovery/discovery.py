@@ -75,8 +75,8 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite, backend_override: Opt
         # `launch(kernel=_fwd)` handing its parameter on to the helper's call: through each relay
         for calls, value in relayed(ctx, call, arg) or [((), arg)]:
             each = dataclasses.replace(site, partial_kwargs=dict(site.partial_kwargs),
-                                       partial_args=list(site.partial_args), passed_by=call, relayed_by=calls[::-1])
-            _resolve_kernel(ctx, each, value, calls[-1] if calls else call)
+                                       partial_args=list(site.partial_args), passed_by=call, relayed_by=calls)
+            _resolve_kernel(ctx, each, value, calls[0] if calls else call)  # `calls`: outermost first
             passes += 1
             if each.kernel is not None and all(each.kernel is not other.kernel for other in found):
                 found.append(each)
