@@ -22,6 +22,7 @@ index_map returns the window's block index. One ref per round: the engine re-ana
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import libcst as cst
 
@@ -41,6 +42,7 @@ from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
+from pallas_fix.rewrite.kernel.offset_windows import OffsetWindow, check_offset_accesses, offset_subscript_edit, offset_window
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
@@ -111,6 +113,8 @@ class _Window:
     index: BlockIndexExpr
     squeezed: dict[int, int]  # dims indexed by exactly pl.program_id(k) -> k
     subscripts: list[cst.Subscript]
+    # id(subscript) -> its window at an offset inside the program's block (rewrite.kernel.offset_windows)
+    offsets: dict[int, OffsetWindow]
 
 
 def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
@@ -133,7 +137,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     index_axes = index.grid_axes()
     squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
-    size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
+    size = scalar_block_size(cs, use) if squeeze else _block_size(analysis, cs, window)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
     block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
@@ -168,6 +172,11 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     window_edits: dict = {}
     removed = set()
     for sub, dims in block.subscripts:
+        offset = window.offsets.get(id(sub))
+        if offset is not None:  # the window stays, at its offset inside the block
+            window_edits[sub] = offset_subscript_edit(block.dim, offset.rest)
+            removed.add(id(offset.dropped))
+            continue
         window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
         removed |= touched_element_ids(sub, dims | set(squeezed))
     removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
@@ -192,7 +201,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     axes = sorted(index.grid_axes() | set(squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}")
+                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}"
+                   f"{' (a block of `' + code(size) + '` along the dim; its windows stay at their offsets inside it)' if window.offsets else ''}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
@@ -211,10 +221,18 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
             window = _shared_window(analysis, cs, other, dim, uses)
         except Refuse:
             continue
-        size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
+        size = _block_size(analysis, cs, window)
         if size is not None:
             out.append(RefBlock(other, window.use.dim, size, window.index, [], window.squeezed))
     return out
+
+
+def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExpression]:
+    """The block's size written at the call site: the window's, or for windows at an offset
+    inside the program's block, that block's."""
+    for offset in window.offsets.values():
+        return offset.block
+    return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
@@ -238,6 +256,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         by_sub.setdefault(id(u.subscript), []).append(u)
     found = None
     subscripts: list[cst.Subscript] = []
+    offsets: dict[int, OffsetWindow] = {}
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
@@ -245,9 +264,12 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.
-        index = folds_at_call(ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True)
+        index, offset = _index_or_offset(analysis, cs, use, ref)
         squeezed = _program_id_scalars(node, use, len(cs.grid))
-        entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key(), tuple(sorted(squeezed.items())))
+        if offset is not None:
+            offsets[id(node)] = offset
+        size = offset.block_key if offset is not None else code(use.size) if use.size is not None else use.kind
+        entry = (use.dim, size, index.key(), tuple(sorted(squeezed.items())))
         if found is None:
             found = (entry, use, index, squeezed)
         elif found[0] != entry:
@@ -257,7 +279,21 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     if found is None:
         raise Refuse(f"no program_id window on `{ref}`")
     _, use, index, squeezed = found
-    return _Window(use, index, squeezed, subscripts)
+    if offsets:
+        check_offset_accesses(ctx, cs, ref, subscripts, squeezed)
+    return _Window(use, index, squeezed, subscripts, offsets)
+
+
+def _index_or_offset(analysis, cs: CallSite, use: IndexUse, ref: str) -> tuple[BlockIndexExpr, Optional[OffsetWindow]]:
+    """The window's block index; or, for a window at an offset inside the program's block
+    (`pl.ds(i * bm + c * 8, 8)`), the index of that block and the offset window."""
+    try:
+        return folds_at_call(analysis.ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True), None
+    except Refuse:
+        offset = offset_window(analysis, cs, use, ref, len(cs.grid))
+        if offset is None:
+            raise
+        return BlockIndexExpr({offset.axis: 1}), offset
 
 
 def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
