@@ -42,7 +42,8 @@ from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
-from pallas_fix.rewrite.kernel.offset_windows import OffsetWindow, check_offset_accesses, offset_subscript_edit, offset_window
+from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, loop_walked_window, offset_subscript_edit,
+                                                    offset_window)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
@@ -93,7 +94,8 @@ def _windowed_refs(analysis) -> dict[tuple[tuple[int, int], str, int], list[Inde
     ref along dim; per kernel, since a helper's one pallas_call may run several passed in."""
     groups: dict[tuple[tuple[int, int], str, int], list[IndexUse]] = {}
     for use in analysis.uses:
-        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind not in ("ds", "scalar") or use.kernel_site is None:
+        pid = use.provenance.origin is Origin.PROGRAM_ID or (use.provenance.origin is Origin.LOOP and loop_walked_window(use))
+        if not pid or use.kind not in ("ds", "scalar") or use.kernel_site is None:
             continue
         base = use.subscript.value
         if isinstance(base, cst.Attribute) and base.attr.value == "at":
@@ -363,6 +365,6 @@ def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -
 
 
 RECIPE = Recipe(
-    NAME, frozenset({"PF103"}), planner, command="ProgramIdBlocks",
+    NAME, frozenset({"PF103", "PF101"}), planner, command="ProgramIdBlocks",  # PF101: loop-walked windows in a pid block
     description="Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).",
 )

@@ -20,7 +20,7 @@ import libcst as cst
 
 from pallas_fix.analysis.loops.affine import Affine, Coeff, decompose
 from pallas_fix.analysis.loops.symbolic import Poly
-from pallas_fix.analysis.loops.windows import hooks_for
+from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.proofs.bounds import Bounds
@@ -38,6 +38,18 @@ class OffsetWindow:
     block_key: str  # B as the kernel spells it: windows of one ref must agree on it
     rest: cst.BaseExpression
     dropped: cst.BaseExpression
+
+
+def loop_walked_window(use: IndexUse) -> bool:
+    """A window a loop index drives (its finding PF101) whose start also holds one program id's
+    term, `pl.ds(i * bm + j * 8, 8)`, and which is no block of its own size: a loop lift cannot
+    take it, the program id's block may (program-id-blocks reads it with the program-id windows)."""
+    if use.kind != "ds" or use.start is None or use.size is None or use.env is None:
+        return False
+    start = decompose(use.start, hooks_for(use.env))
+    if start is None or sum(1 for k, c in start.terms.items() if c.mult and k.startswith("pid:")) != 1:
+        return False
+    return window_of(use).block is None
 
 
 def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional[OffsetWindow]:
