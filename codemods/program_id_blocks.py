@@ -43,7 +43,7 @@ from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, loop_walked_window, offset_subscript_edit,
-                                                    offset_window)
+                                                    offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
@@ -151,6 +151,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
         edits = calls.build()
         # Its rows taken to be a lockstep witness's, whose last block may be partial (Bounds.check_blocks).
         lockstep = calls.bounds.ragged_lockstep.get(ref)
+        if lockstep is not None and window.offsets:
+            raise Refuse(ragged_offsets(ref))
         if lockstep is not None:
             try:
                 ragged = ragged_doubt(cs, block) or ragged_doubt(cs, block, lockstep=lockstep)
@@ -161,7 +163,9 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
                 divided_only, doubt = ragged.divided_only, ragged.text
     except CallSiteError as unproved:
         try:
-            doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)
+            # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks); windows at an
+            # offset inside it are proved inside whole blocks only: a check in the wrapper, or nothing
+            doubt = None if window.offsets else ragged_doubt(cs, block)
         except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
             edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
         else:

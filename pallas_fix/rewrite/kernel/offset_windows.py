@@ -274,6 +274,13 @@ def _iterations(env, index: cst.BaseExpression, translate, bounds: Bounds, ref: 
     return bounds.poly(upper) - Poly.const(1)
 
 
+def ragged_offsets(ref: str) -> str:
+    """Why windows at an offset are not moved into a block that may be partial."""
+    return (f"`{ref}`'s windows sit at offsets inside a block whose last one may be partial (a `pl.cdiv` grid): "
+            "the original's windows past the array's end are clamped back inside it, a partial block's are padded "
+            "or masked; make the grid `m // bm` and check `m % bm == 0` in the wrapper")
+
+
 def offset_subscript_edit(dim: int, rest: cst.BaseExpression):
     """The kernel-side edit: the start at `dim` becomes the offset inside the block."""
 
