@@ -180,7 +180,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     for sub, dims in block.subscripts:
         offset = window.offsets.get(id(sub))
         if offset is not None:  # the window stays, at its offset inside the block
-            window_edits[sub] = offset_subscript_edit(block.dim, offset.rest)
+            window_edits[sub] = offset_subscript_edit(block.dim, offset)
             removed.add(id(offset.dropped))
             continue
         window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))

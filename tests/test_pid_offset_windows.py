@@ -35,11 +35,13 @@ def _kernel_ref_shapes(path: Path) -> list[tuple[int, ...]]:
 def _block_rows(path: Path) -> int:
     example = collect_examples(path, path.read_text(encoding="utf-8"), pyproject=False)[0]
     _args, kwargs = abstract_args(example)
-    return kwargs["bm"]
+    (rows,) = [v for v in kwargs.values() if isinstance(v, int)]  # the example's one size keyword
+    return rows
 
 
 def test_the_offset_pairs_are_there():
-    assert {"pid_offset_rows", "pid_offset_two_windows", "pid_offset_fori"} <= set(PAIRS)
+    assert {"pid_offset_rows", "pid_offset_two_windows", "pid_offset_fori", "pid_offset_hinted_plloop",
+            "pid_offset_cdiv_guarded"} <= set(PAIRS)
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -55,4 +57,4 @@ def test_the_kernel_sees_the_program_block(name):
 
 def test_a_kept_walk_is_declared_where_the_start_stays_traced():
     kept = {n for n in PAIRS if file_flags((FOLDER / f"{n}_before.py").read_text(encoding="utf-8"), "walk-kept") is not None}
-    assert kept == {"pid_offset_fori"}
+    assert kept == {"pid_offset_fori", "pid_offset_hinted_plloop"}

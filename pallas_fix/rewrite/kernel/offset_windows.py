@@ -21,6 +21,7 @@ import libcst as cst
 from pallas_fix.analysis.loops.affine import Affine, Coeff, decompose
 from pallas_fix.analysis.loops.symbolic import Poly
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
+from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.proofs.bounds import Bounds
@@ -37,7 +38,8 @@ class OffsetWindow:
     block: cst.BaseExpression  # B, written at the call site
     block_key: str  # B as the kernel spells it: windows of one ref must agree on it
     rest: cst.BaseExpression
-    dropped: cst.BaseExpression
+    dropped: cst.BaseExpression  # what the rewrite no longer reads (dead_assignments)
+    ds: cst.Call  # the `pl.ds(...)`, in the subscript or bound to the name the subscript reads
 
 
 def loop_walked_window(use: IndexUse) -> bool:
@@ -82,12 +84,22 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
         raise Refuse(f"the start of `{ref}` is `pl.program_id({axis}) * {b_text}` plus an offset, but its block size "
                      f"`{b_text}` cannot be written at the pallas_call: pass it to the kernel as a `functools.partial` "
                      "keyword or a module constant")
-    dropped, rest = _split_start(use.start, hooks) if _written_in_place(use) else (None, None)
+    bounds = Bounds(cs)
+    hint = _hint(analysis.ctx, use.start)
+    ds = _slice_call(analysis.ctx, use)
+    dropped, rest = _split_start(hint.args[0].value if hint else use.start, hooks) if ds is not None else (None, None)
     if rest is None:
         raise Refuse(f"the start `{code(use.start)}` of `{ref}` is `pl.program_id({axis}) * {b_text}` plus an offset; "
                      f"write it in the `pl.ds` as `i * {b_text} + offset` (the program id's term added to the offset, "
-                     "not through a name or `pl.multiple_of`) to get the block of each program")
-    bounds = Bounds(cs)
+                     "not a name bound to it; a `pl.ds` bound to a name is read in the same block, nothing between rebinding "
+                     "what it reads) to get the block of each program")
+    if hint is not None:  # `pl.multiple_of(i * bm + c * 8, 8)`: the offset keeps the hint where 8 divides bm
+        multiple = translate(hint.args[1].value)
+        if multiple is None or not bounds.prover.divides(bounds.poly(multiple), bounds.poly(block)):
+            raise Refuse(f"the start of `{ref}` is hinted `pl.multiple_of(..., {code(hint.args[1].value)})`, which the offset "
+                         f"inside the block of `{b_text}` keeps only where `{code(hint.args[1].value)}` divides `{b_text}`: "
+                         f"check it in the wrapper (`assert {b_text} % {code(hint.args[1].value)} == 0`)")
+        rest = hint.with_changes(args=[hint.args[0].with_changes(value=rest), *hint.args[1:]])
     low, high = _offset_range(analysis, cs, use, start, key, bounds, translate, ref)
     size = translate(use.size)
     if size is None:
@@ -101,7 +113,8 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
                      f"of `{b_text}` rows of `pl.program_id({axis})` (its offset may pass `{b_text} - {code(use.size)}`); "
                      f"bound the loop that walks it by `{b_text} // {code(use.size)}`, or state what keeps it inside in the "
                      f"wrapper before the pallas_call (`assert {b_text} >= ...`)")
-    return OffsetWindow(axis, block, b_text, rest, dropped)
+    named = ds is not use.subscript.slice[use.dim].slice.value
+    return OffsetWindow(axis, block, b_text, rest, use.element if named else dropped, ds)
 
 
 def _spelled(coeff: Coeff) -> str:
@@ -123,15 +136,71 @@ def _written(coeff: Coeff, start: Affine, translate) -> Optional[cst.BaseExpress
     return cst.parse_expression(" * ".join(parts))
 
 
-def _written_in_place(use: IndexUse) -> bool:
-    """The start is the first positional argument of a `pl.ds` written in the subscript itself,
-    the node the kernel-side edit replaces."""
+def _hint(ctx, start: cst.BaseExpression) -> Optional[cst.Call]:
+    """`pl.multiple_of(value, k)` written as the start, else None."""
+    if (isinstance(start, cst.Call) and ctx.imports.is_(start.func, N.MULTIPLE_OF) and len(start.args) == 2
+            and all(a.keyword is None and not a.star for a in start.args)):
+        return start
+    return None
+
+
+def _slice_call(ctx, use: IndexUse) -> Optional[cst.Call]:
+    """The `pl.ds` whose first positional argument is the start: written in the subscript, or
+    bound once to the name the subscript reads (`rows = pl.ds(...)`; `x_ref[rows, :]`) by a
+    statement of the same block before it that nothing between them rebinds a name of, so that
+    the window written in the subscript reads what the binding read."""
     elements = use.subscript.slice
     if use.dim >= len(elements) or not isinstance(elements[use.dim].slice, cst.Index):
+        return None
+    element = elements[use.dim].slice.value
+    call = use.env.single_assignment(element.value) if isinstance(element, cst.Name) else element
+    if not (isinstance(call, cst.Call) and call.args and call.args[0].keyword is None and call.args[0].value is use.start):
+        return None
+    if call is element or _same_values(ctx, call, use.subscript):
+        return call
+    return None
+
+
+def _same_values(ctx, call: cst.Call, sub: cst.Subscript) -> bool:
+    """`call`'s statement and `sub`'s are in one block, the first before the second, and no
+    statement from the one to the other binds a name `call` reads."""
+    binding = next((a for a in ctx.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
+    using = next((a for a in ctx.ancestors(sub) if isinstance(a, cst.BaseStatement)), None)
+    if binding is None or using is None or ctx.parent(binding) is not ctx.parent(using):
         return False
-    call = elements[use.dim].slice.value
-    return (isinstance(call, cst.Call) and call is use.element and bool(call.args) and call.args[0].keyword is None
-            and call.args[0].value is use.start)
+    body = list(getattr(ctx.parent(binding), "body", ()))
+    if binding not in body or using not in body or body.index(binding) >= body.index(using):
+        return False
+    read = {n.value for n in _walk(call) if isinstance(n, cst.Name)}
+    between = body[body.index(binding) + 1: body.index(using) + 1]
+    return not any(_binds(n) & read for stmt in between for n in _walk(stmt))
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _binds(node: cst.CSTNode) -> set[str]:
+    targets = []
+    if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)):
+        targets = [node.target]
+    elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return {node.name.value}
+    return set().union(*(_bound_names(t) for t in targets))
+
+
+def _bound_names(target: cst.BaseExpression) -> set[str]:
+    """The names a target binds: itself, or a tuple's or list's names (not a subscript's or
+    attribute's, which store into an object)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_bound_names(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return set()
 
 
 def check_offset_accesses(ctx, cs, ref: str, subscripts: list[cst.Subscript], squeezed: dict[int, int]) -> None:
@@ -281,17 +350,18 @@ def ragged_offsets(ref: str) -> str:
             "or masked; make the grid `m // bm` and check `m % bm == 0` in the wrapper")
 
 
-def offset_subscript_edit(dim: int, rest: cst.BaseExpression):
-    """The kernel-side edit: the start at `dim` becomes the offset inside the block."""
+def offset_subscript_edit(dim: int, offset: OffsetWindow):
+    """The kernel-side edit: the window at `dim` becomes the offset window inside the block,
+    written in the subscript (a named slice's binding stays for whoever else reads it)."""
+    start = offset.rest
 
     def edit(node: cst.CSTNode) -> cst.CSTNode:
         assert isinstance(node, cst.Subscript)
         elements = list(node.slice)
         el = elements[dim]
-        call = el.slice.value
-        args = list(call.args)
-        args[0] = args[0].with_changes(value=rest)
-        elements[dim] = el.with_changes(slice=el.slice.with_changes(value=call.with_changes(args=args)))
+        args = list(offset.ds.args)
+        args[0] = args[0].with_changes(value=start)
+        elements[dim] = el.with_changes(slice=el.slice.with_changes(value=offset.ds.with_changes(args=args)))
         return node.with_changes(slice=elements)
 
     return edit
