@@ -17,6 +17,9 @@ Recipe: match a ref whose every access is the same block-shaped window driven on
 `pl.program_id`; check that its BlockSpec is the whole array and that the size can be written at
 the call site; then access the whole block in the kernel and give the ref a BlockSpec whose
 index_map returns the window's block index. One ref per round: the engine re-analyses between.
+A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
+or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
+(rewrite.kernel.offset_windows).
 """
 
 from __future__ import annotations
