@@ -20,6 +20,7 @@ import libcst as cst
 
 from pallas_fix.analysis.loops.affine import Affine, Coeff, decompose
 from pallas_fix.analysis.loops.symbolic import Poly
+from pallas_fix.analysis.in_place import rewritable_in_place
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
@@ -58,8 +59,8 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
     """The offset form of `use`'s window, proved inside its program's block; None when the start
     is not `pid * B + r` with one program id (the caller's usual refusal stands); Refuse when it is
     but the proof or the spelling fails, saying what to change."""
-    if use.kind != "ds" or use.start is None or use.size is None:
-        return None
+    if use.kind != "ds" or use.start is None or use.size is None or use.starred or not rewritable_in_place(use):
+        return None  # the window's own refusal (a packed index tuple, *unpacking) says what to change
     env = use.env
     hooks = hooks_for(env)
     start = decompose(use.start, hooks)
