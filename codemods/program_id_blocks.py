@@ -372,6 +372,7 @@ def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -
 
 
 RECIPE = Recipe(
-    NAME, frozenset({"PF103", "PF101"}), planner, command="ProgramIdBlocks",  # PF101: loop-walked windows in a pid block
+    # PF101 / PF106: windows a loop walks, or at an offset no block of their size expresses, in a pid block
+    NAME, frozenset({"PF103", "PF101", "PF106"}), planner, command="ProgramIdBlocks",
     description="Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).",
 )

@@ -40,7 +40,7 @@ def _block_rows(path: Path) -> int:
 
 def test_the_offset_pairs_are_there():
     assert {"pid_offset_rows", "pid_offset_two_windows", "pid_offset_fori", "pid_offset_hinted_plloop",
-            "pid_offset_cdiv_guarded", "pid_offset_tiles_2d"} <= set(PAIRS)
+            "pid_offset_cdiv_guarded", "pid_offset_tiles_2d", "pid_offset_skip_header"} <= set(PAIRS)
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -50,8 +50,21 @@ def test_the_kernel_sees_the_program_block(name):
     whole = _kernel_ref_shapes(before)
     blocked = _kernel_ref_shapes(after)
     assert len(whole) == len(blocked)
-    for old, new in zip(whole, blocked):
+    moved = [(old, new) for old, new in zip(whole, blocked) if old != new]  # an output already blocked stays
+    assert moved
+    for old, new in moved:
         assert old[0] > bm and new[0] == bm and len(new) == len(old), (old, new, bm)
+
+
+def test_a_window_no_block_of_its_size_expresses_is_a_program_id_finding_once_fixed():
+    """pid_offset_skip_header's windows (`i * bm + 8 + c * 16`, 16 rows) are PF106 on their own;
+    with program-id-blocks' fix they are PF103 findings, and the planner runs on a file whose
+    only findings they are."""
+    from pallas_fix.engine import analyze_source
+
+    path = FOLDER / "pid_offset_skip_header_before.py"
+    result = analyze_source(path.read_text(encoding="utf-8"), str(path))
+    assert [(f.code, f.fixable) for f in result.findings] == [("PF103", True)]
 
 
 def test_a_kept_walk_is_declared_where_the_start_stays_traced():
