@@ -45,8 +45,8 @@ from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
-from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, loop_walked_window, offset_subscript_edit,
-                                                    offset_window, ragged_offsets)
+from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
+                                                    offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
@@ -189,6 +189,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
         window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
         removed |= touched_element_ids(sub, dims | set(squeezed))
     removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
+    starts = dead_start_bindings(ctx, site.kernel, list(window.offsets.values()))
+    removed |= {id(stmt) for stmt in starts}
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     dead = dead_assignments(ctx, functions, removed)
     # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
@@ -198,7 +200,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     edits.update(window_edits)
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
-    for stmt in dead:
+    for stmt in [*dead, *starts]:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needed = pl.add
 

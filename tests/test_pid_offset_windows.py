@@ -40,7 +40,7 @@ def _block_rows(path: Path) -> int:
 
 def test_the_offset_pairs_are_there():
     assert {"pid_offset_rows", "pid_offset_two_windows", "pid_offset_fori", "pid_offset_hinted_plloop",
-            "pid_offset_cdiv_guarded", "pid_offset_tiles_2d", "pid_offset_skip_header"} <= set(PAIRS)
+            "pid_offset_cdiv_guarded", "pid_offset_tiles_2d", "pid_offset_skip_header", "pid_offset_named_start"} <= set(PAIRS)
 
 
 @pytest.mark.parametrize("name", PAIRS)

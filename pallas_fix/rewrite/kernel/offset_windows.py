@@ -41,6 +41,7 @@ class OffsetWindow:
     rest: cst.BaseExpression
     dropped: cst.BaseExpression  # what the rewrite no longer reads (dead_assignments)
     ds: cst.Call  # the `pl.ds(...)`, in the subscript or bound to the name the subscript reads
+    start_binding: Optional[cst.SimpleStatementLine] = None  # `row = i * bm + c * 8`, the start's name bound
 
 
 def loop_walked_window(use: IndexUse) -> bool:
@@ -88,12 +89,21 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
     bounds = Bounds(cs)
     hint = _hint(analysis.ctx, use.start)
     ds = _slice_call(analysis.ctx, use)
-    dropped, rest = _split_start(hint.args[0].value if hint else use.start, hooks) if ds is not None else (None, None)
+    start_expr, named_start = hint.args[0].value if hint else use.start, None
+    if isinstance(start_expr, cst.Name) and ds is not None:  # `row = i * bm + c * 8; pl.ds(row, 8)`
+        bound = env.single_assignment(start_expr.value)
+        if bound is not None and _same_values(analysis.ctx, bound, use.subscript):
+            start_expr, named_start = bound, start_expr
+    dropped, rest = _split_start(start_expr, hooks) if ds is not None else (None, None)
+    binding = None
+    if named_start is not None:
+        dropped = named_start  # the name's binding goes with its last reader (dead_start_bindings)
+        binding = next(a for a in analysis.ctx.ancestors(start_expr) if isinstance(a, cst.SimpleStatementLine))
     if rest is None:
         raise Refuse(f"the start `{code(use.start)}` of `{ref}` is `pl.program_id({axis}) * {b_text}` plus an offset; "
-                     f"write it in the `pl.ds` as `i * {b_text} + offset` (the program id's term added to the offset, "
-                     "not a name bound to it; a `pl.ds` bound to a name is read in the same block, nothing between rebinding "
-                     "what it reads) to get the block of each program")
+                     f"write it as `i * {b_text} + offset` (the program id's term added to the offset), in the `pl.ds` or "
+                     "bound to a name in the same block as the access, nothing between rebinding what it reads, to get the "
+                     "block of each program")
     if hint is not None:  # `pl.multiple_of(i * bm + c * 8, 8)`: the offset keeps the hint where 8 divides bm
         multiple = translate(hint.args[1].value)
         if multiple is None or not bounds.prover.divides(bounds.poly(multiple), bounds.poly(block)):
@@ -115,7 +125,7 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
                      f"bound the loop that walks it by `{b_text} // {code(use.size)}`, or state what keeps it inside in the "
                      f"wrapper before the pallas_call (`assert {b_text} >= ...`)")
     named = ds is not use.subscript.slice[use.dim].slice.value
-    return OffsetWindow(axis, block, b_text, rest, use.element if named else dropped, ds)
+    return OffsetWindow(axis, block, b_text, rest, use.element if named else dropped, ds, binding)
 
 
 def _spelled(coeff: Coeff) -> str:
@@ -162,7 +172,7 @@ def _slice_call(ctx, use: IndexUse) -> Optional[cst.Call]:
     return None
 
 
-def _same_values(ctx, call: cst.Call, sub: cst.Subscript) -> bool:
+def _same_values(ctx, call: cst.BaseExpression, sub: cst.Subscript) -> bool:
     """`call`'s statement and `sub`'s are in one block, the first before the second, and no
     statement from the one to the other binds a name `call` reads."""
     binding = next((a for a in ctx.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
@@ -342,6 +352,23 @@ def _iterations(env, index: cst.BaseExpression, translate, bounds: Bounds, ref: 
     if upper is None:
         raise Refuse(f"the trip count `{code(loop.upper)}` of the loop over `{code(index)}` cannot be written at the pallas_call")
     return bounds.poly(upper) - Poly.const(1)
+
+
+def dead_start_bindings(ctx, kernel: cst.CSTNode, offsets: list[OffsetWindow]) -> list[cst.SimpleStatementLine]:
+    """The `row = i * bm + c * 8` statements (inside loops too, where dead_assignments does not
+    look) whose every reader is a start the plan writes at its offset: nobody reads them after it."""
+    gone = {id(o.dropped) for o in offsets}
+    out = []
+    for stmt in dict.fromkeys(o.start_binding for o in offsets if o.start_binding is not None):
+        assign = stmt.body[0]
+        if not (len(stmt.body) == 1 and isinstance(assign, cst.Assign) and len(assign.targets) == 1
+                and isinstance(assign.targets[0].target, cst.Name)):
+            continue
+        target = assign.targets[0].target
+        readers = [n for n in _walk(kernel) if isinstance(n, cst.Name) and n.value == target.value and n is not target]
+        if all(id(n) in gone for n in readers):
+            out.append(stmt)
+    return out
 
 
 def ragged_offsets(ref: str) -> str:
