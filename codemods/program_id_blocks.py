@@ -17,11 +17,15 @@ Recipe: match a ref whose every access is the same block-shaped window driven on
 `pl.program_id`; check that its BlockSpec is the whole array and that the size can be written at
 the call site; then access the whole block in the kernel and give the ref a BlockSpec whose
 index_map returns the window's block index. One ref per round: the engine re-analyses between.
+A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
+or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
+(rewrite.kernel.offset_windows).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import libcst as cst
 
@@ -41,6 +45,8 @@ from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
+from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
+                                                    offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
@@ -91,7 +97,8 @@ def _windowed_refs(analysis) -> dict[tuple[tuple[int, int], str, int], list[Inde
     ref along dim; per kernel, since a helper's one pallas_call may run several passed in."""
     groups: dict[tuple[tuple[int, int], str, int], list[IndexUse]] = {}
     for use in analysis.uses:
-        if use.provenance.origin is not Origin.PROGRAM_ID or use.kind not in ("ds", "scalar") or use.kernel_site is None:
+        pid = use.provenance.origin is Origin.PROGRAM_ID or (use.provenance.origin is Origin.LOOP and loop_walked_window(use))
+        if not pid or use.kind not in ("ds", "scalar") or use.kernel_site is None:
             continue
         base = use.subscript.value
         if isinstance(base, cst.Attribute) and base.attr.value == "at":
@@ -111,6 +118,8 @@ class _Window:
     index: BlockIndexExpr
     squeezed: dict[int, int]  # dims indexed by exactly pl.program_id(k) -> k
     subscripts: list[cst.Subscript]
+    # id(subscript) -> its window at an offset inside the program's block (rewrite.kernel.offset_windows)
+    offsets: dict[int, OffsetWindow]
 
 
 def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
@@ -133,7 +142,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     index_axes = index.grid_axes()
     squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
     squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
-    size = scalar_block_size(cs, use) if squeeze else Translator(ctx, site, cs.kernel_shape_dim)(use.size, use.env)
+    size = scalar_block_size(cs, use) if squeeze else _block_size(analysis, cs, window)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
     block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
@@ -145,6 +154,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
         edits = calls.build()
         # Its rows taken to be a lockstep witness's, whose last block may be partial (Bounds.check_blocks).
         lockstep = calls.bounds.ragged_lockstep.get(ref)
+        if lockstep is not None and window.offsets:
+            raise Refuse(ragged_offsets(ref))
         if lockstep is not None:
             try:
                 ragged = ragged_doubt(cs, block) or ragged_doubt(cs, block, lockstep=lockstep)
@@ -155,7 +166,9 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
                 divided_only, doubt = ragged.divided_only, ragged.text
     except CallSiteError as unproved:
         try:
-            doubt = ragged_doubt(cs, block)  # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks)
+            # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks); windows at an
+            # offset inside it are proved inside whole blocks only: a check in the wrapper, or nothing
+            doubt = None if window.offsets else ragged_doubt(cs, block)
         except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
             edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
         else:
@@ -168,9 +181,16 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     window_edits: dict = {}
     removed = set()
     for sub, dims in block.subscripts:
+        offset = window.offsets.get(id(sub))
+        if offset is not None:  # the window stays, at its offset inside the block
+            window_edits[sub] = offset_subscript_edit(block.dim, offset)
+            removed.add(id(offset.dropped))
+            continue
         window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
         removed |= touched_element_ids(sub, dims | set(squeezed))
     removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
+    starts = dead_start_bindings(ctx, site.kernel, list(window.offsets.values()))
+    removed |= {id(stmt) for stmt in starts}
     functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
     dead = dead_assignments(ctx, functions, removed)
     # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
@@ -180,7 +200,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     edits.update(window_edits)
     if site.kernel not in edits:
         edits[site.kernel] = strip_leading_blank_lines
-    for stmt in dead:
+    for stmt in [*dead, *starts]:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needed = pl.add
 
@@ -192,7 +212,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     axes = sorted(index.grid_axes() | set(squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}")
+                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}"
+                   f"{' (a block of `' + code(size) + '` along the dim; its windows stay at their offsets inside it)' if window.offsets else ''}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
@@ -211,10 +232,18 @@ def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
             window = _shared_window(analysis, cs, other, dim, uses)
         except Refuse:
             continue
-        size = Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
+        size = _block_size(analysis, cs, window)
         if size is not None:
             out.append(RefBlock(other, window.use.dim, size, window.index, [], window.squeezed))
     return out
+
+
+def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExpression]:
+    """The block's size written at the call site: the window's, or for windows at an offset
+    inside the program's block, that block's."""
+    for offset in window.offsets.values():
+        return offset.block
+    return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
@@ -238,6 +267,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         by_sub.setdefault(id(u.subscript), []).append(u)
     found = None
     subscripts: list[cst.Subscript] = []
+    offsets: dict[int, OffsetWindow] = {}
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
@@ -245,9 +275,12 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.
-        index = folds_at_call(ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True)
+        index, offset = _index_or_offset(analysis, cs, use, ref)
         squeezed = _program_id_scalars(node, use, len(cs.grid))
-        entry = (use.dim, code(use.size) if use.size is not None else use.kind, index.key(), tuple(sorted(squeezed.items())))
+        if offset is not None:
+            offsets[id(node)] = offset
+        size = offset.block_key if offset is not None else code(use.size) if use.size is not None else use.kind
+        entry = (use.dim, size, index.key(), tuple(sorted(squeezed.items())))
         if found is None:
             found = (entry, use, index, squeezed)
         elif found[0] != entry:
@@ -257,7 +290,21 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     if found is None:
         raise Refuse(f"no program_id window on `{ref}`")
     _, use, index, squeezed = found
-    return _Window(use, index, squeezed, subscripts)
+    if offsets:
+        check_offset_accesses(ctx, cs, ref, subscripts, squeezed)
+    return _Window(use, index, squeezed, subscripts, offsets)
+
+
+def _index_or_offset(analysis, cs: CallSite, use: IndexUse, ref: str) -> tuple[BlockIndexExpr, Optional[OffsetWindow]]:
+    """The window's block index; or, for a window at an offset inside the program's block
+    (`pl.ds(i * bm + c * 8, 8)`), the index of that block and the offset window."""
+    try:
+        return folds_at_call(analysis.ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True), None
+    except Refuse:
+        offset = offset_window(analysis, cs, use, ref, len(cs.grid))
+        if offset is None:
+            raise
+        return BlockIndexExpr({offset.axis: 1}), offset
 
 
 def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
@@ -327,6 +374,7 @@ def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -
 
 
 RECIPE = Recipe(
-    NAME, frozenset({"PF103"}), planner, command="ProgramIdBlocks",
+    # PF101 / PF106: windows a loop walks, or at an offset no block of their size expresses, in a pid block
+    NAME, frozenset({"PF103", "PF101", "PF106"}), planner, command="ProgramIdBlocks",
     description="Move pl.program_id windows on whole-array refs into BlockSpecs (R3, PF103).",
 )

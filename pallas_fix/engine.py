@@ -33,7 +33,7 @@ from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.loops.dependence import accumulates_in_place
 from pallas_fix.rewrite.text.line_width import fit_width, rejoin
 from pallas_fix.rules.dynamic_index.pf102_reduction_loop_slice import message as reduction_message
-from pallas_fix.rules.registry import RULES, classify
+from pallas_fix.rules.registry import ORDER, RULES, classify
 
 __all__ = ["START_FIXES", "CheckResult", "FixResult", "SourceError", "analyze_source", "apply_plan", "fix_source", "mentions_pallas", "plan_kernel", "planned_kernels"]
 
@@ -116,6 +116,7 @@ def check(analysis: Analysis) -> CheckResult:
     findings: list[Finding] = []
     for use, window, rule, message in ruled:
         rule, message = _as_reduction(analysis, use, rule, message, outcomes)
+        rule, message = _as_offset_window(use, window, rule, message, outcomes)
         finding = Finding(
             code=rule.code,
             message=message,
@@ -142,6 +143,23 @@ def check(analysis: Analysis) -> CheckResult:
 
 
 REDUCTION = recipes.lift_reduction.NAME  # the codemod that takes reduction loops
+PROGRAM_ID_BLOCKS = recipes.program_id_blocks.NAME
+
+
+def _as_offset_window(use: IndexUse, window, rule, message: str, outcomes: dict[Anchor, list[Outcome]]):
+    """A window that is no block of its own size (PF106, `pl.ds(i * bm + 8 + c * 16, 16)`) but
+    that program-id-blocks moves, at its offset, into its program's block is not a window no
+    BlockSpec can express: the next rule that claims it (PF103, or PF101 for a loop's) speaks for it."""
+    if rule.code != "PF106":
+        return rule, message
+    plan = next((o for o in outcomes.get(use_key(use), []) if isinstance(o, FixPlan)), None)
+    if plan is None or plan.codemod != PROGRAM_ID_BLOCKS:
+        return rule, message
+    for code in ORDER[ORDER.index("PF106") + 1:]:
+        claimed = RULES[code].check(use, window)
+        if claimed is not None:
+            return RULES[code], claimed
+    return rule, message
 
 
 def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcomes: dict[Anchor, list[Outcome]]):
