@@ -18,10 +18,12 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.affine import Affine, Coeff, decompose
 from pallas_fix.analysis.loops.symbolic import Poly
 from pallas_fix.analysis.in_place import rewritable_in_place
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
+from pallas_fix.analysis.values.bindings import bound_names
 from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
@@ -182,36 +184,9 @@ def _same_values(ctx, call: cst.BaseExpression, sub: cst.Subscript) -> bool:
     body = list(getattr(ctx.parent(binding), "body", ()))
     if binding not in body or using not in body or body.index(binding) >= body.index(using):
         return False
-    read = {n.value for n in _walk(call) if isinstance(n, cst.Name)}
+    read = {n.value for n in walk(call) if isinstance(n, cst.Name)}
     between = body[body.index(binding) + 1: body.index(using) + 1]
-    return not any(_binds(n) & read for stmt in between for n in _walk(stmt))
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
-
-
-def _binds(node: cst.CSTNode) -> set[str]:
-    targets = []
-    if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.NamedExpr, cst.For, cst.CompFor)):
-        targets = [node.target]
-    elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        return {node.name.value}
-    return set().union(*(_bound_names(t) for t in targets))
-
-
-def _bound_names(target: cst.BaseExpression) -> set[str]:
-    """The names a target binds: itself, or a tuple's or list's names (not a subscript's or
-    attribute's, which store into an object)."""
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_bound_names(e.value) for e in target.elements))
-    if isinstance(target, cst.StarredElement):
-        return _bound_names(target.value)
-    return set()
+    return not any(bound_names(n) & read for stmt in between for n in walk(stmt))
 
 
 def check_offset_accesses(ctx, cs, ref: str, subscripts: list[cst.Subscript], squeezed: dict[int, int]) -> None:
@@ -365,7 +340,7 @@ def dead_start_bindings(ctx, kernel: cst.CSTNode, offsets: list[OffsetWindow]) -
                 and isinstance(assign.targets[0].target, cst.Name)):
             continue
         target = assign.targets[0].target
-        readers = [n for n in _walk(kernel) if isinstance(n, cst.Name) and n.value == target.value and n is not target]
+        readers = [n for n in walk(kernel) if isinstance(n, cst.Name) and n.value == target.value and n is not target]
         if all(id(n) in gone for n in readers):
             out.append(stmt)
     return out
