@@ -65,6 +65,8 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
     if use.kind != "ds" or use.start is None or use.size is None or use.starred or not rewritable_in_place(use):
         return None  # the window's own refusal (a packed index tuple, *unpacking) says what to change
     env = use.env
+    if use.stride is not None and env.static_int(use.stride) != 1:
+        return None  # a strided window spans (size - 1) * stride + 1 rows, not size: its own refusal names the stride
     hooks = hooks_for(env)
     start = decompose(use.start, hooks)
     if start is None:
