@@ -65,6 +65,8 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
     if use.kind != "ds" or use.start is None or use.size is None or use.starred or not rewritable_in_place(use):
         return None  # the window's own refusal (a packed index tuple, *unpacking) says what to change
     env = use.env
+    if use.stride is not None and env.static_int(use.stride) != 1:
+        return None  # a strided window spans (size - 1) * stride + 1 rows, not size: its own refusal names the stride
     hooks = hooks_for(env)
     start = decompose(use.start, hooks)
     if start is None:
@@ -113,11 +115,12 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
                          f"inside the block of `{b_text}` keeps only where `{code(hint.args[1].value)}` divides `{b_text}`: "
                          f"check it in the wrapper (`assert {b_text} % {code(hint.args[1].value)} == 0`)")
         rest = hint.with_changes(args=[hint.args[0].with_changes(value=rest), *hint.args[1:]])
-    low, high = _offset_range(analysis, cs, use, start, key, bounds, translate, ref)
     size = translate(use.size)
     if size is None:
         raise Refuse(f"the window size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
     b_poly = bounds.poly(block)
+    sizes = _base_atoms(bounds, b_poly) | _base_atoms(bounds, bounds.poly(size))
+    low, high = _offset_range(analysis, cs, use, start, key, bounds, translate, ref, sizes)
     if not bounds.prover.nonneg(low):
         raise Refuse(f"the offset `{code(rest)}` of `{ref}`'s window inside the block of `{b_text}` rows of "
                      f"`pl.program_id({axis})` may be negative; keep it in [0, {b_text} - {code(use.size)}]")
@@ -250,7 +253,29 @@ def _has_pid(expr: cst.BaseExpression, hooks) -> bool:
     return aff is None or any(c.mult and k.startswith("pid:") for k, c in aff.terms.items())
 
 
-def _offset_range(analysis, cs, use: IndexUse, start: Affine, pid_key: str, bounds: Bounds, translate, ref: str) -> tuple[Poly, Poly]:
+def _base_atoms(bounds: Bounds, p: Poly) -> set[str]:
+    """The plain atoms `p` reads, through the quotients (`bm // 8` reads `bm`)."""
+    out: set[str] = set()
+    todo = [key for m, _c in p.terms for key in m]
+    while todo:
+        key = todo.pop()
+        atom = bounds.symbols.atoms.get(key)
+        if atom is not None and atom.kind != "value":
+            todo.extend(k for q in (atom.num, atom.den) if q is not None for m, _c in q.terms for k in m)
+        elif key not in out:
+            out.add(key)
+    return out
+
+
+def _a_size(bounds: Bounds, p: Poly, sizes: set[str]) -> bool:
+    """`p` reads only sizes: the block's, the window's, array dims. The prover takes every atom to
+    be positive; that holds for those, not for a loop's lower bound or an offset passed in
+    (`range(lo, n)`, `+ off`), which may be negative where the original still ran."""
+    return all(key in sizes or ".shape[" in key for key in _base_atoms(bounds, p))
+
+
+def _offset_range(analysis, cs, use: IndexUse, start: Affine, pid_key: str, bounds: Bounds, translate, ref: str,
+                  sizes: set[str]) -> tuple[Poly, Poly]:
     """(lowest, highest) value of the start less its program-id term, as call-site polynomials:
     each term a product of sizes and loop variables, each loop variable at the end of its range
     that bounds the term from below or above (every size is positive, every range starts >= 0)."""
@@ -260,7 +285,7 @@ def _offset_range(analysis, cs, use: IndexUse, start: Affine, pid_key: str, boun
     for coeff, atoms in terms:
         lo, hi = Poly.const(coeff.mult), Poly.const(coeff.mult)
         for factor in coeff.factors:
-            f_lo, f_hi = _factor_range(env, start.factor_exprs.get(factor), translate, bounds, ref)
+            f_lo, f_hi = _factor_range(env, start.factor_exprs.get(factor), translate, bounds, ref, sizes)
             lo, hi = lo * f_lo, hi * f_hi
         for key in atoms:
             it = _iterations(env, start.atoms[key], translate, bounds, ref)
@@ -271,7 +296,8 @@ def _offset_range(analysis, cs, use: IndexUse, start: Affine, pid_key: str, boun
     return low, high
 
 
-def _factor_range(env, expr: Optional[cst.BaseExpression], translate, bounds: Bounds, ref: str) -> tuple[Poly, Poly]:
+def _factor_range(env, expr: Optional[cst.BaseExpression], translate, bounds: Bounds, ref: str,
+                  sizes: set[str]) -> tuple[Poly, Poly]:
     """A static factor: a size (one value the call site can write) or the variable of a Python
     `for v in range(n)` / `range(a, b)` (0 <= a <= v <= b - 1)."""
     if expr is None:
@@ -284,13 +310,17 @@ def _factor_range(env, expr: Optional[cst.BaseExpression], translate, bounds: Bo
         if (lower is not None and lo is None) or up is None:
             raise Refuse(f"the bounds of the loop over `{code(expr)}` cannot be written at the pallas_call")
         lo = lo if lo is not None else Poly()
-        if not bounds.prover.nonneg(lo):
-            raise Refuse(f"the loop over `{code(expr)}` may start below 0")
+        if not bounds.prover.nonneg(lo) or not _a_size(bounds, lo, sizes):
+            raise Refuse(f"the loop over `{code(expr)}` may start below 0 (its start `{code(lower)}` is no block or window "
+                         "size, which pallas-fix could take as positive); start it at 0 or at a size")
         return lo, bounds.poly(up) - Poly.const(1)
     moved = translate(expr)
     if moved is None:
         raise Refuse(f"the offset of `{ref}`'s window reads `{code(expr)}`, which cannot be written at the pallas_call")
     value = bounds.poly(moved)
+    if not _a_size(bounds, value, sizes):
+        raise Refuse(f"the offset of `{ref}`'s window reads `{code(expr)}`, which is no block or window size: it may be "
+                     "negative, and the window then starts before its program's block")
     return value, value
 
 
