@@ -222,3 +222,20 @@ def test_a_threaded_parameter_defaulting_to_other_specs_is_not_read_as_whole_arr
 def test_a_threaded_parameter_defaulting_to_none_still_reads_as_whole_arrays():
     norm = _sites(_threaded_with_default("None"))["_norm_kernel"]
     assert norm.forwarded == ("grid", "in_specs", "out_specs", "out_shape") and not norm.relay_issue
+
+
+def test_a_spec_list_set_only_under_an_if_is_not_threaded():
+    """`settings["in_specs"] = ...` under the Triton branch: the lift would pass `in_specs=in_specs`
+    beside `**settings` holding the key too (a TypeError for every call of the chain)."""
+    src = _BEFORE.read_text()
+    for old, new in [('        "in_specs": every_whole(n_in, setup.backend),\n', ""),
+                     ('        settings["compiler_params"]',
+                      '        settings["in_specs"] = every_whole(n_in, setup.backend)\n        settings["compiler_params"]')]:
+        assert old in src
+        src = src.replace(old, new)
+    norm = _sites(src)["_norm_kernel"]
+    assert not norm.forwarded
+    assert 'its in_specs is set only under `if setup.backend == "triton"` (line ' in norm.relay_issue
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    x, g = jnp.ones((2, 3, 16), jnp.float32), jnp.ones((2, 3), jnp.float32)
+    assert np.isfinite(np.asarray(load_module(_BEFORE, src).norm_then_gate(x, g))).all()  # the original runs

@@ -77,6 +77,10 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
                                      for a in invocation.args):
         return ("the operands do not reach the pallas_call as one `*args` tuple the outermost call passes (`call(*args)` "
                 "on what the pallas_call's helper returns)")
+    for key, _value, tests in site.conditional_settings:
+        if key in THREADABLE:  # the lift's parameter would be passed beside the dict's entry, or stand in on no run
+            return (f"its {key} is set only under `if {ctx.code(tests[0]).strip()}` (line {ctx.span(tests[0]).line}), "
+                    "where a spec parameter handed down the chain cannot take its place; write it in the dict literal")
     taken = set().union(*(own_names(ctx, fn) for fn in fns))
     keywords, forwarded, thread = dict(site.keywords), [], []
     for key in FORWARDABLE:
