@@ -180,3 +180,62 @@ def dispatch(kernel, out_shape, grid, operands):
     x = jax.random.normal(jax.random.key(2), (2, 3, 16), jnp.float32)
     g = jax.random.normal(jax.random.key(3), (2, 3), jnp.float32)
     np.testing.assert_allclose(after.norm_then_gate(x, g), before.norm_then_gate(x, g), rtol=1e-6)
+
+
+def _threaded_with_default(default: str) -> str:
+    """The golden pair's chain as a later round leaves it (`whole if in_specs is None else in_specs`
+    in `build`, handed down from `run`), `run`'s in_specs defaulting to `default`, and a call of
+    `run` leaving it out: the kernel runs with that default, not the whole arrays."""
+    src = _BEFORE.read_text()
+    for old, new in [
+        ("def build(kernel, n_in, out_shape, setup, grid):", "def build(kernel, n_in, out_shape, setup, grid, in_specs=None, out_specs=None):"),
+        ('"in_specs": every_whole(n_in, setup.backend),', '"in_specs": every_whole(n_in, setup.backend) if in_specs is None else in_specs,'),
+        ('"out_specs": every_whole(len(out_shape), setup.backend),',
+         '"out_specs": every_whole(len(out_shape), setup.backend) if out_specs is None else out_specs,'),
+        ("def run(kernel, out_shape, grid, operands):", f"def run(kernel, out_shape, grid, operands, in_specs={default}, out_specs=None):"),
+        ("call = build(kernel, len(operands), out_shape, setup, grid)",
+         "call = build(kernel, len(operands), out_shape, setup, grid, in_specs=in_specs, out_specs=out_specs)"),
+        ("INTERPRET = True\n", "INTERPRET = True\nUPPER = [pl.BlockSpec((2, 3, 8), lambda i, j: (0, 0, 1))]  # the upper half of D\n"),
+        ("# pallas-fix: example norm_then_gate(f32[2, 3, 16], f32[2, 3])", "# pallas-fix: example norm_upper(f32[2, 3, 16])"),
+    ]:
+        assert old in src, old
+        src = src.replace(old, new)
+    return src[:src.index("def norm_then_gate")] + (
+        "def norm_upper(x):\n    B, N, D = x.shape\n"
+        "    return run(_norm_kernel, [jax.ShapeDtypeStruct((B, N, D // 2), x.dtype)], (B, N), (x,))[0]\n")
+
+
+def test_a_threaded_parameter_defaulting_to_other_specs_is_not_read_as_whole_arrays():
+    src = _threaded_with_default("UPPER")
+    norm = _sites(src)["_norm_kernel"]
+    assert not norm.forwarded
+    assert "its in_specs parameter defaults to `UPPER` where the outermost call leaves it out, not None" in norm.relay_issue
+    assert any("pass the specs at the call" in r for r in _refusals(src, "_norm_kernel"))
+    assert fix_source(src, "k.py", unsafe=True).source == src  # the lift read `x_ref` as whole: 16 wide, not 8
+    # the original runs, reading the upper half
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 16), jnp.float32)
+    got = np.asarray(load_module(_BEFORE, src).norm_upper(x))
+    upper = np.asarray(x[..., 8:])
+    np.testing.assert_allclose(got, upper / np.sqrt(np.mean(upper * upper, axis=-1, keepdims=True) + 1e-6), rtol=1e-5)
+
+
+def test_a_threaded_parameter_defaulting_to_none_still_reads_as_whole_arrays():
+    norm = _sites(_threaded_with_default("None"))["_norm_kernel"]
+    assert norm.forwarded == ("grid", "in_specs", "out_specs", "out_shape") and not norm.relay_issue
+
+
+def test_a_spec_list_set_only_under_an_if_is_not_threaded():
+    """`settings["in_specs"] = ...` under the Triton branch: the lift would pass `in_specs=in_specs`
+    beside `**settings` holding the key too (a TypeError for every call of the chain)."""
+    src = _BEFORE.read_text()
+    for old, new in [('        "in_specs": every_whole(n_in, setup.backend),\n', ""),
+                     ('        settings["compiler_params"]',
+                      '        settings["in_specs"] = every_whole(n_in, setup.backend)\n        settings["compiler_params"]')]:
+        assert old in src
+        src = src.replace(old, new)
+    norm = _sites(src)["_norm_kernel"]
+    assert not norm.forwarded
+    assert 'its in_specs is set only under `if setup.backend == "triton"` (line ' in norm.relay_issue
+    assert fix_source(src, "k.py", unsafe=True).source == src
+    x, g = jnp.ones((2, 3, 16), jnp.float32), jnp.ones((2, 3), jnp.float32)
+    assert np.isfinite(np.asarray(load_module(_BEFORE, src).norm_then_gate(x, g))).all()  # the original runs

@@ -77,6 +77,10 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
                                      for a in invocation.args):
         return ("the operands do not reach the pallas_call as one `*args` tuple the outermost call passes (`call(*args)` "
                 "on what the pallas_call's helper returns)")
+    for key, _value, tests in site.conditional_settings:
+        if key in THREADABLE:  # the lift's parameter would be passed beside the dict's entry, or stand in on no run
+            return (f"its {key} is set only under `if {ctx.code(tests[0]).strip()}` (line {ctx.span(tests[0]).line}), "
+                    "where a spec parameter handed down the chain cannot take its place; write it in the dict literal")
     taken = set().union(*(own_names(ctx, fn) for fn in fns))
     keywords, forwarded, thread = dict(site.keywords), [], []
     for key in FORWARDABLE:
@@ -91,7 +95,12 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
             continue
         value = arg.value.orelse if how == "threaded" else arg.value if arg is not None else None
         passed, reached = chain_value(ctx, site, value) if isinstance(value, cst.Name) else (None, False)
-        if passed is None and reached and (how == "threaded" or _outer_default(ctx, site, value) == "no_block_spec"):
+        default = _outer_default(ctx, site, value) if passed is None and reached else ""
+        if passed is None and reached and how == "threaded" and default not in ("none", "no_block_spec"):
+            # `whole if in_specs is None else in_specs` is the whole arrays only for None: another default runs
+            return (f"its {key} parameter defaults to `{default or '?'}` where the outermost call leaves it out, not "
+                    "None: that call runs with those specs, not the whole arrays; pass the specs at the call")
+        if default == "no_block_spec" or (how == "threaded" and default == "none"):
             keywords.pop(key)  # the threaded parameter left at its default: whole operands, as the helper writes them
             forwarded.append(key)
         elif passed is not None:
@@ -108,9 +117,9 @@ def _forward_chain(ctx: ModuleContext, site: KernelSite) -> str:
 
 
 def _outer_default(ctx: ModuleContext, site: KernelSite, name: cst.Name) -> str:
-    """"no_block_spec" when the parameter `name` of the chain is handed on down from a parameter of
-    the function the outermost call runs that defaults to `pl.no_block_spec` (the outermost call
-    leaving it out: chain_value's (None, True)); "" otherwise."""
+    """The default of the parameter of the function the outermost call runs that the chain hands
+    on down as `name` (the outermost call leaving it out: chain_value's (None, True)):
+    "no_block_spec" for `pl.no_block_spec`, "none" for None, else its code; "" when not found."""
     fns, calls = chain_functions(ctx, site), chain_calls(site)
     expr: cst.BaseExpression = name
     for fn, call in zip(fns, calls):
@@ -119,7 +128,11 @@ def _outer_default(ctx: ModuleContext, site: KernelSite, name: cst.Name) -> str:
         if call is calls[-1]:
             params = [*fn.params.params, *fn.params.kwonly_params]
             default = next((p.default for p in params if p.name.value == expr.value), None)
-            return "no_block_spec" if default is not None and ctx.imports.is_(default, N.NO_BLOCK_SPEC) else ""
+            if default is None:
+                return ""
+            if ctx.imports.is_(default, N.NO_BLOCK_SPEC):
+                return "no_block_spec"
+            return "none" if isinstance(default, cst.Name) and default.value == "None" else ctx.code(default).strip()
         expr = _argument_for(fn, call, expr.value)
     return ""
 
