@@ -37,8 +37,8 @@ def relayed(ctx: ModuleContext, call: cst.Call, arg: cst.BaseExpression,
     if _rebinding(ctx, fn, arg.value) is not None:
         return []
     out: list[tuple[tuple[cst.Call, ...], cst.BaseExpression]] = []
-    for outer in _calls_of(ctx, fn):
-        passed = _argument_for(fn, outer, arg.value)
+    for outer in calls_of(ctx, fn):
+        passed = argument_for(fn, outer, arg.value)
         if passed is None:
             return []
         further = relayed(ctx, outer, passed, depth - 1)
@@ -58,8 +58,8 @@ def passed_kernels(ctx: ModuleContext, site: KernelSite) -> list[tuple[cst.Call,
     if helper is None or name not in param_names(helper):
         return []
     out = []
-    for call in _calls_of(ctx, helper):
-        arg = _argument_for(helper, call, name)
+    for call in calls_of(ctx, helper):
+        arg = argument_for(helper, call, name)
         if arg is not None:
             out.append((call, arg))
     return out
@@ -207,7 +207,7 @@ def free_names(node: cst.CSTNode) -> set[str]:
     return {n.value for n in nodes if isinstance(n, cst.Name) and id(n) not in skip and n.value not in bound}
 
 
-def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
+def calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
     """Calls `fn(...)` by its name in the scope that defines it."""
     scope = ctx.scope_of(fn)
     return [
@@ -217,7 +217,7 @@ def _calls_of(ctx: ModuleContext, fn: cst.FunctionDef) -> list[cst.Call]:
     ]
 
 
-def _argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
+def argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.BaseExpression]:
     """The expression `call` passes for `fn`'s parameter `param` (by keyword or position)."""
     arg = _arg_for(fn, call, param)
     return arg.value if arg is not None else None
@@ -262,7 +262,7 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite, own_specs: bool = Fa
     if rebound is not None:
         return [], (f"`{helper.name.value}` rebinds its parameter `{expr.value}` (line {ctx.span(rebound).line}): no call says "
                     "which kernel it runs")
-    calls = _calls_of(ctx, helper)
+    calls = calls_of(ctx, helper)
     funcs = {id(call.func) for call in calls}
     for node in walk(ctx.scope_of(helper)):
         if (isinstance(node, cst.Name) and node.value == helper.name.value and id(node) not in funcs
@@ -270,7 +270,7 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite, own_specs: bool = Fa
             return [], f"`{helper.name.value}` is also read other than called (line {ctx.span(node).line})"
     found = []
     for call in calls:
-        arg = _argument_for(helper, call, expr.value)
+        arg = argument_for(helper, call, expr.value)
         if arg is None:
             return [], f"the call on line {ctx.span(call).line} passes it through `*args` / `**kwargs`"
         value = ctx.resolve_value(arg, call)

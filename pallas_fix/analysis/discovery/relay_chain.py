@@ -36,7 +36,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import (
-    FORWARDABLE, THREADABLE, _argument_for, _calls_of, chain_value, outer_call, own_names,
+    FORWARDABLE, THREADABLE, argument_for, calls_of, chain_value, outer_call, own_names,
 )
 from pallas_fix.analysis.discovery.splat_dict import splat_problem
 from pallas_fix.analysis.effects.syntax import param_names
@@ -133,7 +133,7 @@ def _outer_default(ctx: ModuleContext, site: KernelSite, name: cst.Name) -> str:
             if ctx.imports.is_(default, N.NO_BLOCK_SPEC):
                 return "no_block_spec"
             return "none" if isinstance(default, cst.Name) and default.value == "None" else ctx.code(default).strip()
-        expr = _argument_for(fn, call, expr.value)
+        expr = argument_for(fn, call, expr.value)
     return ""
 
 
@@ -144,7 +144,7 @@ def chain_problem(ctx: ModuleContext, site: KernelSite) -> Optional[str]:
     fns, calls = chain_functions(ctx, site), chain_calls(site)
     for fn, call in zip(fns, calls):
         name = fn.name.value
-        mine = _calls_of(ctx, fn)
+        mine = calls_of(ctx, fn)
         reads = [n for n in walk(ctx.scope_of(fn)) if isinstance(n, cst.Name) and n.value == name and n is not fn.name
                  and all(n is not c.func for c in mine) and ctx.resolve_def(name, n) is fn]
         if reads:
@@ -162,8 +162,8 @@ def passing_chain(ctx: ModuleContext, site: KernelSite) -> list[cst.Arg]:
         return []
     top, name = fns[-1], _kernel_param(ctx, site)
     out = []
-    for call in _calls_of(ctx, top):
-        value = _argument_for(top, call, name) if name is not None else None
+    for call in calls_of(ctx, top):
+        value = argument_for(top, call, name) if name is not None else None
         arg = next((a for a in call.args if a.value is value), None)
         if arg is not None:
             out.append(arg)
@@ -177,7 +177,7 @@ def _kernel_param(ctx: ModuleContext, site: KernelSite) -> Optional[str]:
         expr = expr.args[0].value
     for call in chain_calls(site)[:-1]:
         holder = ctx.enclosing_function(expr) if isinstance(expr, cst.Name) else None
-        value = _argument_for(holder, call, expr.value) if holder is not None else None
+        value = argument_for(holder, call, expr.value) if holder is not None else None
         if not isinstance(value, cst.Name):
             return None
         expr = value
