@@ -28,7 +28,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, paren_text
 from pallas_fix.rewrite.text.translate import Translator
 
 
@@ -135,7 +135,7 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
 
 def _spelled(coeff: Coeff) -> str:
     parts = ([str(coeff.mult)] if coeff.mult != 1 or not coeff.factors else []) + [
-        f"({f})" if " " in f else f for f in coeff.factors]
+        paren_text(f) if " " in f else f for f in coeff.factors]
     return " * ".join(parts)
 
 

@@ -70,9 +70,20 @@ def variable_names(node: cst.CSTNode) -> set[str]:
 
 
 def paren_text(text: str) -> str:
-    """`text` as an operand: atoms (`bs`, `x.shape[0]`) bare, anything else in parentheses."""
+    """`text` as an operand: atoms (`bs`, `x.shape[0]`) and text already in one pair of
+    parentheses (`(bm // 2)`) as they are, anything else in parentheses."""
     simple = text.replace("_", "").replace(".", "").replace("[", "").replace("]", "")
-    return text if simple.isalnum() else f"({text})"
+    return text if simple.isalnum() or _grouped(text) else f"({text})"
+
+
+def _grouped(text: str) -> bool:
+    """`(a + b)`, not `(a) + (b)`: the first parenthesis closes at the end."""
+    depth = 0
+    for k, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return k == len(text) - 1 and k > 0
+    return False
 
 
 def uncommented(comma: cst.Comma) -> cst.Comma:
