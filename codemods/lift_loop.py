@@ -35,7 +35,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call
 from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
 from pallas_fix.rewrite.text.edits import apply_edits
-from pallas_fix.rewrite.kernel.extent_reads import extent_edits
+from pallas_fix.rewrite.extents.extent_reads import extent_edits
 from pallas_fix.rewrite.loops.nesting import check_other_branch
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
@@ -60,7 +60,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
     blocks, outputs, rows_kept = _blocks(analysis, region, cs)
-    extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.kernel.extent_reads)
+    extent_reads: list = []  # `x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
     check_other_branch(ctx, region.branch, {b.param for b in blocks})
     lifted = lifted_element_ids(blocks)
     dead = frozenset(id(s) for s in region.dead_slice_statements(lifted, loop_gone=True))

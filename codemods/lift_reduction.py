@@ -80,7 +80,7 @@ from pallas_fix.rewrite.common import attempt, check_single_call, per_use
 from pallas_fix.rewrite.reduction.carries import Carry, carry_model
 from pallas_fix.rewrite.reduction.carry_names import deleted_results
 from pallas_fix.rewrite.text.edits import apply_edits
-from pallas_fix.rewrite.kernel.extent_reads import extent_edits
+from pallas_fix.rewrite.extents.extent_reads import extent_edits
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
@@ -110,7 +110,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     translate = grid_translator(ctx, site, cs)
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
-    extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.kernel.extent_reads)
+    extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     jnp = imports.spelling(ctx, imports.NUMPY)

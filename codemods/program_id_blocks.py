@@ -43,7 +43,7 @@ from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
-from pallas_fix.rewrite.kernel.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits, extent_read
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
@@ -355,7 +355,7 @@ def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[i
 
 def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
     """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
-    of the blocked dim's size are returned, to keep meaning the full size (rewrite.kernel.extent_reads)."""
+    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extents.extent_reads)."""
     reads = []
     for node in walk(kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:

@@ -1,4 +1,4 @@
-"""A full size the kernel reads becomes a functools.partial keyword (rewrite.kernel.extent_params).
+"""A full size the kernel reads becomes a functools.partial keyword (rewrite.extents.extent_params).
 Where the pallas_call is passed a name bound to a partial just before, the keyword joins that
 partial; where the size's value could differ between the two statements, or the name means
 more than that one partial, the name is wrapped in a partial of its own at the call."""
@@ -72,7 +72,7 @@ def test_new_keyword_parameters_keep_the_signatures_layout(signature, expected):
     signature puts it: a hanging one keeps its line break before `)` (redteam9 found `b_cols):` at
     column 0 once a second round added a parameter to a signature the first had hung)."""
     import libcst as cst
-    from pallas_fix.rewrite.kernel.extent_params import _with_kwonly
+    from pallas_fix.rewrite.extents.extent_params import _with_kwonly
 
     fn = cst.parse_module(signature + "    pass\n").body[0]
     new = fn.with_changes(params=_with_kwonly(fn.params, ["rows", "cols"]))

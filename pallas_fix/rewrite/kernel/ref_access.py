@@ -16,7 +16,7 @@ from pallas_fix.analysis.loops.windows import fold_reason, hooks_for, loop_key, 
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, RefBlock, touched_element_ids
-from pallas_fix.rewrite.kernel.extent_reads import extent_read
+from pallas_fix.rewrite.extents.extent_reads import extent_read
 from pallas_fix.rewrite.kernel.ref_views import RefName, alias_bindings, resolve_ref_name, through_view_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import check_kept_scalars, windows_to_lift
 from pallas_fix.rewrite.kernel.scalar_lift import ScalarCandidate, settle_scalars
@@ -247,7 +247,7 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                           dead: frozenset = frozenset()) -> None:
     """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims).
     A read of a lifted dim's size is refused, or, given `extents`, collected there for the
-    planner to rewrite (rewrite.kernel.extent_reads). `dead`: ids of statements the rewrite removes."""
+    planner to rewrite (rewrite.extents.extent_reads). `dead`: ids of statements the rewrite removes."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None

@@ -30,7 +30,7 @@ from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
-from pallas_fix.rewrite.kernel.squeezed_reads import renumberable
+from pallas_fix.rewrite.extents.squeezed_reads import renumberable
 from pallas_fix.rewrite.text.syntax import code, is_zero, paren_text
 
 
@@ -113,7 +113,7 @@ def _group_blocker(analysis, region, loop, group, found: list[ScalarCandidate]) 
 def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Optional[str]:
     """A mention of `ref` in the kernel that a squeezed block would change or break: anything
     but the scalar accesses themselves, `.dtype`, the loop's bounds (gone with the loop) and the
-    shape reads rewrite.kernel.squeezed_reads renumbers. Other uses of `.shape` (`.size`, the whole
+    shape reads rewrite.extents.squeezed_reads renumbers. Other uses of `.shape` (`.size`, the whole
     shape) lose the squeezed dim; accesses outside the loop would see one element."""
     loop = region.loop
     bounds = [loop.lower, loop.upper, *([loop.step] if loop.step is not None else []), *region.bound_stmts]
@@ -128,7 +128,7 @@ def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Op
             continue
         in_init = loop.init is not None and any(a is loop.init for a in ctx.ancestors(node))
         if renumberable(ctx, node) and not in_init:
-            continue  # rewritten for the squeezed view (rewrite.kernel.squeezed_reads); R2 rewrites a carry's init from its source
+            continue  # rewritten for the squeezed view (rewrite.extents.squeezed_reads); R2 rewrites a carry's init from its source
         if any(a is b for a in ctx.ancestors(node) for b in bounds):
             continue
         what = f"`{ref}.{parent.attr.value}`" if isinstance(parent, cst.Attribute) and parent.value is node else f"`{ref}`"
@@ -289,7 +289,7 @@ def block_subscript_edit(block, dims: set[int], packed=None):
 
 def check_squeezed_reads(analysis, site, blocks, bounds=()) -> None:
     """A squeezed ref's view has one dim fewer: `.shape[1]` becomes `.shape[0]`, unpackings lose a
-    name. The plan's extent edits renumber those (rewrite.kernel.squeezed_reads); `.size` and the whole
+    name. The plan's extent edits renumber those (rewrite.extents.squeezed_reads); `.size` and the whole
     shape used as a value would change meaning and are refused. Reads inside `bounds` (the loop's
     bounds, which disappear with the loop) are fine."""
     squeezed = {b.param: b for b in blocks if b.squeeze}

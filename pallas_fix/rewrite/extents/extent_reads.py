@@ -6,7 +6,7 @@ When the blocks along that dim are numbered by one grid axis and tile the dim ex
 times block size is the array's size, proved from the code), the full size is
 `pl.num_programs(axis) * x_ref.shape[0]`: it means the array's size in the rewritten kernel,
 wherever the read sits, and needs nothing at the call site. Otherwise the size the kernel saw is
-passed in as a static keyword argument (rewrite.kernel.extent_params).
+passed in as a static keyword argument (rewrite.extents.extent_params).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.text.edits import Edit
-from pallas_fix.rewrite.kernel.extent_params import ExtentParams
-from pallas_fix.rewrite.kernel.squeezed_reads import new_dim, squeezed_read_edits, unpack_edits
+from pallas_fix.rewrite.extents.extent_params import ExtentParams
+from pallas_fix.rewrite.extents.squeezed_reads import new_dim, squeezed_read_edits, unpack_edits
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,8 @@ def extent_read(ctx, name: cst.Name, ref: str, dim: Optional[int]) -> Optional[E
 def extent_edits(cs: CallSite, reads: list[ExtentRead], blocks: list[RefBlock], axes: dict, pl: str) -> dict[cst.CSTNode, Edit]:
     """Edits that keep each read meaning the full size. `axes`: grid axis key of a block index
     ("new" or an existing axis number) -> (its position in the new grid, its step count). A size
-    no grid expression says is passed in as a keyword (rewrite.kernel.extent_params); a ref whose block
-    squeezes dims has its other reads renumbered (rewrite.kernel.squeezed_reads)."""
+    no grid expression says is passed in as a keyword (rewrite.extents.extent_params); a ref whose block
+    squeezes dims has its other reads renumbered (rewrite.extents.squeezed_reads)."""
     by_ref = {b.param: b for b in blocks}
     params = ExtentParams(cs)
     sizes = _FullSizes(cs, axes, pl, params)
@@ -129,7 +129,7 @@ def _copied_init_texts(ctx, kernel) -> list[cst.BaseExpression]:
 class _FullSizes:
     """The text meaning a blocked dim's full size in the rewritten kernel: `pl.num_programs(axis)
     * x_ref.shape[d]` where the blocks provably tile it (`pl.num_programs(axis)` for a squeezed
-    dim, one element per step), else the parameter that carries it (rewrite.kernel.extent_params)."""
+    dim, one element per step), else the parameter that carries it (rewrite.extents.extent_params)."""
 
     def __init__(self, cs: CallSite, axes: dict, pl: str, params: ExtentParams) -> None:
         self.cs, self.axes, self.pl, self.params = cs, axes, pl, params

@@ -1,7 +1,7 @@
 """Full sizes passed in as static keyword arguments, where no grid expression can say them.
 
 A kernel that reads `x_ref.shape[0]` of a dim the rewrite blocks (a mean's `/ n_rows`) would read
-the block's size afterwards. When the blocks do not provably tile the dim (rewrite.kernel.extent_reads
+the block's size afterwards. When the blocks do not provably tile the dim (rewrite.extents.extent_reads
 writes `pl.num_programs(axis) * x_ref.shape[0]` when they do), the size the kernel saw is bound at
 the pallas_call instead, as a `functools.partial` keyword, and the kernel reads the parameter:
 

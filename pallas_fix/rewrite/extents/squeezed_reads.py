@@ -4,7 +4,7 @@ A squeezed (`None`) block dim is gone from the kernel's ref: after `x_ref[row, :
 `x_ref[...]` with dim 0 squeezed, what was `x_ref.shape[1]` is `x_ref.shape[0]`. Every dim after a
 squeezed one moves down by one (`new_dim`), `x_ref.ndim` is one less (read as `x_ref.ndim + 1`),
 and `rows, cols = x_ref.shape` unpacks one name fewer. A read of a squeezed dim's own size is the
-full size the kernel saw, passed in as a keyword (rewrite.kernel.extent_params). What cannot be renumbered
+full size the kernel saw, passed in as a keyword (rewrite.extents.extent_params). What cannot be renumbered
 (`x_ref.size`, the whole shape used as a value, a slice of it, a dim counted from the end of a ref
 of unknown rank) is refused.
 """
