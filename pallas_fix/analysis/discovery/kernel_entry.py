@@ -20,7 +20,7 @@ import libcst as cst
 
 from pallas_fix.analysis.binders import paired
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import passing_arguments
+from pallas_fix.analysis.discovery.passed_in import partial_target, passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.analysis.discovery.relay_chain import chain_problem, passing_chain
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
@@ -281,7 +281,7 @@ def _other_use(ctx: ModuleContext, sites, kernel: cst.FunctionDef) -> Optional[c
 
 def _names_alias(ctx: ModuleContext, value: cst.BaseExpression, aliases: dict) -> bool:
     """`value` is the kernel or one of its aliases, bare or in a functools.partial."""
-    inner = _partial_target(ctx, value)
+    inner = partial_target(ctx, value)
     return isinstance(inner, cst.Name) and (inner.value, id(_binding_scope(ctx, inner))) in aliases
 
 
@@ -302,7 +302,7 @@ def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int
     while changed:
         changed = False
         for target, value, node in assigns:
-            inner = _partial_target(ctx, value)
+            inner = partial_target(ctx, value)
             if not isinstance(inner, cst.Name) or (inner.value, id(_binding_scope(ctx, inner))) not in found:
                 continue
             key = (target.value, id(ctx.scope_of(node)))
@@ -310,13 +310,6 @@ def _aliases(ctx: ModuleContext, kernel: cst.FunctionDef) -> dict[tuple[str, int
                 found[key] = (value, ctx.scope_of(node))
                 changed = True
     return found
-
-
-def _partial_target(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
-    """`functools.partial(functools.partial(k, a), b)` -> `k`."""
-    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
-        expr = expr.args[0].value
-    return expr
 
 
 def _feeds(ctx: ModuleContext, name: cst.Name, chain: set[int]) -> bool:

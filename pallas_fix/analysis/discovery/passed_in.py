@@ -142,8 +142,7 @@ def _defaults_to_whole(ctx: ModuleContext, helper: cst.FunctionDef, call: cst.Ca
     its default (passing no `*args` / `**kwargs` that could hold it)?"""
     if any(a.star for a in call.args):
         return False
-    params = [*helper.params.params, *helper.params.kwonly_params]
-    default = next((p.default for p in params if p.name.value == param), None)
+    default = param_default(helper, param)
     return default is not None and ctx.imports.is_(default, N.NO_BLOCK_SPEC)
 
 
@@ -250,9 +249,7 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite, own_specs: bool = Fa
     new spec parameters that default to what it did): a helper other modules may call, and a
     kernel bound with `functools.partial` at the call, mean there what they meant."""
     helper = ctx.enclosing_function(site.call)
-    expr = site.kernel_expr
-    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
-        expr = expr.args[0].value
+    expr = partial_target(ctx, site.kernel_expr) if site.kernel_expr is not None else None
     if site.passed_by is None or helper is None or not isinstance(expr, cst.Name) or expr.value not in param_names(helper):
         return [], "the kernel is not a parameter of the function holding the pallas_call"
     if not own_specs and not isinstance(ctx.scope_of(helper), cst.FunctionDef):
@@ -286,6 +283,19 @@ def passing_arguments(ctx: ModuleContext, site: KernelSite, own_specs: bool = Fa
             return [], f"the call on line {ctx.span(call).line} passes `{ctx.code(arg)}`, not a def of the module"
         found.append(arg)
     return found, ""
+
+
+def partial_target(ctx: ModuleContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`functools.partial(functools.partial(k, a), b)` -> `k`."""
+    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
+        expr = expr.args[0].value
+    return expr
+
+
+def param_default(fn: cst.FunctionDef, name: str) -> Optional[cst.BaseExpression]:
+    """The default of `fn`'s parameter `name` (positional or keyword-only), None when it has none."""
+    params = [*fn.params.params, *fn.params.kwonly_params]
+    return next((p.default for p in params if p.name.value == name), None)
 
 
 def _rebinding(ctx: ModuleContext, fn: cst.FunctionDef, name: str) -> Optional[cst.CSTNode]:

@@ -36,7 +36,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.passed_in import (
-    FORWARDABLE, THREADABLE, argument_for, calls_of, chain_value, outer_call, own_names,
+    FORWARDABLE, THREADABLE, argument_for, calls_of, chain_value, outer_call, own_names, param_default, partial_target,
 )
 from pallas_fix.analysis.discovery.splat_dict import splat_problem
 from pallas_fix.analysis.effects.syntax import param_names
@@ -47,7 +47,7 @@ from pallas_fix.core.model import Backend, KernelSite
 def chain_functions(ctx: ModuleContext, site: KernelSite) -> list[cst.FunctionDef]:
     """The helper holding the pallas_call, then each function holding a call of the chain, outwards
     (the last is the one the outermost call runs)."""
-    calls = [site.passed_by, *reversed(site.relayed_by)] if site.passed_by is not None else []
+    calls = chain_calls(site)
     found = [ctx.enclosing_function(site.call), *(ctx.enclosing_function(c) for c in calls[:-1])]
     return [fn for fn in found if fn is not None]
 
@@ -126,8 +126,7 @@ def _outer_default(ctx: ModuleContext, site: KernelSite, name: cst.Name) -> str:
         if not isinstance(expr, cst.Name) or ctx.enclosing_function(expr) is not fn:
             return ""
         if call is calls[-1]:
-            params = [*fn.params.params, *fn.params.kwonly_params]
-            default = next((p.default for p in params if p.name.value == expr.value), None)
+            default = param_default(fn, expr.value)
             if default is None:
                 return ""
             if ctx.imports.is_(default, N.NO_BLOCK_SPEC):
@@ -172,9 +171,7 @@ def passing_chain(ctx: ModuleContext, site: KernelSite) -> list[cst.Arg]:
 
 def _kernel_param(ctx: ModuleContext, site: KernelSite) -> Optional[str]:
     """The name of the outermost helper's parameter the kernel arrives in."""
-    expr = site.kernel_expr
-    while isinstance(expr, cst.Call) and ctx.imports.is_(expr.func, N.PARTIAL) and expr.args:
-        expr = expr.args[0].value
+    expr = partial_target(ctx, site.kernel_expr) if site.kernel_expr is not None else None
     for call in chain_calls(site)[:-1]:
         holder = ctx.enclosing_function(expr) if isinstance(expr, cst.Name) else None
         value = argument_for(holder, call, expr.value) if holder is not None else None
