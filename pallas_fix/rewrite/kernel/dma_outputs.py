@@ -59,16 +59,17 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
     if cs.aliased:
         raise Refuse(f"{where} and the call sets input_output_aliases: in a VMEM block the bytes no DMA writes would be "
                      "written back from uninitialised memory instead of keeping the aliased input's values")
+    for sub in subscripts:
+        if _copy_destination(ctx, sub) is None:
+            raise Refuse(f"{where} and accessed other than as the `dst_ref` of a `pltpu.make_async_copy` (line "
+                         f"{ctx.span(sub).line}); pallas-fix moves such an output into a VMEM block only where the kernel "
+                         "writes it by DMA alone")
     if len(subscripts) != 1:
         lines = ", ".join(str(ctx.span(s).line) for s in subscripts)
         raise Refuse(f"{where} and written by DMA at {len(subscripts)} places (lines {lines}); pallas-fix moves one DMA "
                      "per output into its block, whose windows it can prove do not overlap: copy the rows into one scratch first")
     sub = subscripts[0]
     call = _copy_destination(ctx, sub)
-    if call is None:
-        raise Refuse(f"{where} and accessed other than as the `dst_ref` of a `pltpu.make_async_copy` (line "
-                     f"{ctx.span(sub).line}); pallas-fix moves such an output into a VMEM block only where the kernel "
-                     "writes it by DMA alone")
     loops = _static_loops(ctx, cs, call, where)
     _check_disjoint(ctx, sub, offsets.get(id(sub)), loops, where)
     _check_waited(ctx, cs.site.kernel, call, where)
