@@ -23,6 +23,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.bindings import scope_bindings
+from pallas_fix.analysis.discovery.dma_calls import semaphore_pick
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import KernelSite
 
@@ -113,7 +114,7 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         facts.loops.append((parent.target.value, run, parent))  # a Python loop: unrolled when traced, one ref per pass
         facts.targets.add(id(parent.target))
         return
-    if _semaphore_pick(ctx, parent, read):
+    if semaphore_pick(ctx, parent, read):
         return  # `sems[k % n]` as a DMA's `sem`: a semaphore, never an operand a plan blocks
     if isinstance(parent, cst.Subscript) and parent.value is read:
         index = _constant_index(parent)
@@ -129,25 +130,6 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
         "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
     )
-
-
-def _semaphore_pick(ctx, parent, read: cst.Name) -> bool:
-    """`sems[expr]` passed as the semaphore of a DMA (`pltpu.make_async_copy(src, dst, sems[k % 4])`,
-    keyword `sem=` or third positional): whatever the index, the item is a semaphore (a DMA takes
-    no other), so scratch semaphores passed as `*sems` need no name for a plan to map the operands."""
-    if not (isinstance(parent, cst.Subscript) and parent.value is read):
-        return False
-    arg = ctx.parent(parent)
-    call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(call, cst.Call) or not isinstance(call.func, (cst.Attribute, cst.Name)):
-        return False
-    callee = call.func.attr.value if isinstance(call.func, cst.Attribute) else call.func.value
-    if callee not in ("make_async_copy", "async_copy"):
-        return False
-    if arg.keyword is not None:
-        return arg.keyword.value == "sem"
-    positional = [a for a in call.args if a.keyword is None]
-    return len(positional) > 2 and positional[2] is arg
 
 
 def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run) -> bool:

@@ -26,12 +26,11 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.discovery.dma_calls import callee, copy_argument
 from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
-
-_COPY = "make_async_copy"
 
 
 def in_hbm(placement: Optional[str]) -> bool:
@@ -77,23 +76,11 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
 
 
 def _copy_destination(ctx, sub: cst.Subscript) -> Optional[cst.Call]:
-    """The `make_async_copy(...)` that takes `ref.at[...]` as its destination (keyword `dst_ref`,
-    or the second positional argument)."""
+    """The DMA that takes `ref.at[...]` as its destination (`dst_ref`, by keyword or position)."""
     if not (isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "at"):
         return None
-    arg = ctx.parent(sub)
-    call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(call, cst.Call) or _callee(call) != _COPY:
-        return None
-    if arg.keyword is not None:
-        return call if arg.keyword.value == "dst_ref" else None
-    positional = [a for a in call.args if a.keyword is None]
-    return call if len(positional) > 1 and positional[1] is arg else None
-
-
-def _callee(call: cst.Call) -> Optional[str]:
-    func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+    call = copy_argument(ctx, sub, "dst_ref")
+    return call if call is not None and callee(call) == "make_async_copy" else None  # `async_copy` starts unnamed
 
 
 def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
@@ -106,7 +93,7 @@ def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
         if anc is kernel:
             return loops
         if isinstance(anc, cst.For):
-            if not (isinstance(anc.iter, cst.Call) and _callee(anc.iter) == "range") or (env is not None and env.value(anc.iter).dynamic):
+            if not (isinstance(anc.iter, cst.Call) and callee(anc.iter) == "range") or (env is not None and env.value(anc.iter).dynamic):
                 break
             loops.append(anc)
         elif isinstance(anc, (cst.FunctionDef, cst.If, cst.While, cst.With, cst.Try, cst.Lambda)):
@@ -131,8 +118,10 @@ def _check_disjoint(ctx, sub: cst.Subscript, offset, loops: list[cst.For], where
         for index, scale in ((rest.left, rest.right), (rest.right, rest.left)):
             if isinstance(index, cst.Name) and index.value in targets and code(scale) == code(size):
                 return
-    raise Refuse(f"{where} and pallas-fix cannot prove the DMA windows `{code(offset.ds)}` (line {ctx.span(sub).line}) "
-                 "do not overlap: it reads a start `c * size` inside the block, `c` a static loop's index")
+    window = f"pl.ds({code(rest)}, {code(size)})" if size is not None else code(offset.ds)
+    raise Refuse(f"{where} and pallas-fix cannot prove its DMA windows `{window}` inside the block (line "
+                 f"{ctx.span(sub).line}) do not overlap: it proves a start `c * size`, `c` a static loop's index, "
+                 "one window per pass")
 
 
 def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> None:
