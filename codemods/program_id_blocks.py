@@ -19,7 +19,8 @@ the call site; then access the whole block in the kernel and give the ref a Bloc
 index_map returns the window's block index. One ref per round: the engine re-analyses between.
 A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
-(rewrite.kernel.offset_windows).
+(rewrite.kernel.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
+DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.kernel.dma_outputs).
 """
 
 from __future__ import annotations
