@@ -33,12 +33,6 @@ from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 
 
-def in_hbm(placement: Optional[str]) -> bool:
-    """A `memory_space=` other than VMEM / SMEM: the kernel gets the whole array, unblocked."""
-    spaces = [p.split("=", 1)[1].strip() for p in (placement or "").split(", ") if p.startswith("memory_space")]
-    return any(not s.endswith((".VMEM", ".SMEM")) for s in spaces)
-
-
 def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dict) -> bool:
     """Is `ref` an output left in HBM whose every window is a DMA destination waited in its step?
     False for any ref not in HBM (the usual lift, or Spec.carried_placement's refusal for an input);
@@ -50,7 +44,7 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
         spec = cs.spec_of(slot)
     except CallSiteError:
         return False  # the lift reads the spec again and says why it cannot
-    if not in_hbm(spec.placement):
+    if not spec.unblocked():
         return False
     where = f"`{ref}` is left in HBM (`{spec.placement}`)"
     if cs.backend() is not Backend.TPU:

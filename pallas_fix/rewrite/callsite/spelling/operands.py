@@ -59,11 +59,16 @@ class Spec:
         if drop_space:
             kept = [p for p in self.placement.split(", ") if not p.startswith("memory_space")]
             return "".join(", " + p for p in kept)
-        spaces = [part.split("=", 1)[1].strip() for part in self.placement.split(", ") if part.startswith("memory_space")]
-        if any(not space.endswith((".VMEM", ".SMEM")) for space in spaces):
+        if self.unblocked():
             raise CallSiteError(f"the BlockSpec of `{param}` sets `{self.placement}`: blocks in that memory space are "
                                 "not copied in per grid step, so pallas-fix cannot block it")
         return ", " + self.placement
+
+    def unblocked(self) -> bool:
+        """A `memory_space=` other than VMEM / SMEM (`pl.ANY`, HBM): the kernel gets the whole
+        array however the spec is blocked."""
+        spaces = [part.split("=", 1)[1].strip() for part in (self.placement or "").split(", ") if part.startswith("memory_space")]
+        return any(not space.endswith((".VMEM", ".SMEM")) for space in spaces)
 
     def read_lambda(self, lam: cst.Lambda | cst.FunctionDef) -> None:
         """The index_map's parameters and returned tuple, as this spec reports them (a local
