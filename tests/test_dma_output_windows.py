@@ -185,3 +185,19 @@ def test_the_real_embedding_lookups_get_the_output_lift(name):
     assert outputs and all(f.plan is not None for f in outputs), [f.refusal for f in outputs]
     gathers = [f for f in result.findings if f.code == "PF105"]
     assert gathers and all(f.plan is None for f in gathers)  # data-chosen rows: they stay
+
+
+def test_a_dma_into_an_output_already_in_vmem_is_checked_the_same_way():
+    """The usual lift blocks a VMEM output whatever writes it; a DMA into it must land in the step
+    too, since the block is written back when the step ends."""
+    vmem = _BASE.replace("            out_specs=pl.BlockSpec(memory_space=pl.ANY),\n", "")
+    assert vmem != _BASE and _output_finding(vmem).plan is not None
+    later = vmem.replace(_OUT, """    out = pltpu.make_async_copy(src_ref=rows, dst_ref=o_ref.at[pl.ds(i * bm, bm)], sem=sem)
+    out.start()
+
+    @pl.when(i == pl.num_programs(0) - 1)
+    def _():
+        out.wait()
+""")
+    finding = _output_finding(later)
+    assert finding.plan is None and "`o_ref` is written by DMA and its DMA `out`" in finding.refusal

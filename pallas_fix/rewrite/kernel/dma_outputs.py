@@ -35,8 +35,9 @@ from pallas_fix.rewrite.text.syntax import code
 
 def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dict) -> bool:
     """Is `ref` an output left in HBM whose every window is a DMA destination waited in its step?
-    False for any ref not in HBM (the usual lift, or Spec.carried_placement's refusal for an input);
-    raises Refuse, saying what to change, for an HBM output in any other form."""
+    False for any ref not in HBM (the usual lift, or Spec.carried_placement's refusal for an input),
+    once the DMAs into an output already in VMEM pass the same checks (its block is written back
+    after the step too); raises Refuse, saying what to change, for an output in any other form."""
     slot = cs.slots.get(ref)
     if slot is None or slot.kind != "out":
         return False
@@ -45,6 +46,9 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
     except CallSiteError:
         return False  # the lift reads the spec again and says why it cannot
     if not spec.unblocked():
+        dmas = [s for s in subscripts if _copy_destination(ctx, s) is not None]
+        if dmas:
+            _check_dmas(ctx, cs, dmas, offsets, f"`{ref}` is written by DMA")
         return False
     where = f"`{ref}` is left in HBM (`{spec.placement}`)"
     if cs.backend() is not Backend.TPU:
@@ -57,6 +61,13 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
             raise Refuse(f"{where} and accessed other than as the `dst_ref` of a `pltpu.make_async_copy` (line "
                          f"{ctx.span(sub).line}); pallas-fix moves such an output into a VMEM block only where the kernel "
                          "writes it by DMA alone")
+    _check_dmas(ctx, cs, subscripts, offsets, where)
+    return True
+
+
+def _check_dmas(ctx, cs, subscripts: list[cst.Subscript], offsets: dict, where: str) -> None:
+    """One DMA into the output, at the kernel's level or in static loops, its windows disjoint,
+    waited in the step."""
     if len(subscripts) != 1:
         lines = ", ".join(str(ctx.span(s).line) for s in subscripts)
         raise Refuse(f"{where} and written by DMA at {len(subscripts)} places (lines {lines}); pallas-fix moves one DMA "
@@ -66,7 +77,6 @@ def dma_written(ctx, cs, ref: str, subscripts: list[cst.Subscript], offsets: dic
     loops = _static_loops(ctx, cs, call, where)
     _check_disjoint(ctx, sub, offsets.get(id(sub)), loops, where)
     _check_waited(ctx, cs.site.kernel, call, where)
-    return True
 
 
 def _copy_destination(ctx, sub: cst.Subscript) -> Optional[cst.Call]:
