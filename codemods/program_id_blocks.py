@@ -19,7 +19,8 @@ the call site; then access the whole block in the kernel and give the ref a Bloc
 index_map returns the window's block index. One ref per round: the engine re-analyses between.
 A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
-(rewrite.kernel.offset_windows).
+(rewrite.kernel.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
+DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.kernel.dma_outputs).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.kernel.dma_outputs import dma_written
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
@@ -120,6 +122,7 @@ class _Window:
     subscripts: list[cst.Subscript]
     # id(subscript) -> its window at an offset inside the program's block (rewrite.kernel.offset_windows)
     offsets: dict[int, OffsetWindow]
+    dma: bool = False  # an output left in HBM, written by DMAs that now copy into its VMEM block
 
 
 def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
@@ -145,7 +148,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     size = scalar_block_size(cs, use) if squeeze else _block_size(analysis, cs, window)
     if size is None:
         raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze)
+    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze, window.dma)
     check_squeezed_reads(analysis, site, [block])
     witnesses = _lockstep_witnesses(analysis, cs, ref)
     doubt, guards, divided_only = None, (), False
@@ -213,7 +216,8 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
                    f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}"
-                   f"{' (a block of `' + code(size) + '` along the dim; its windows stay at their offsets inside it)' if window.offsets else ''}")
+                   f"{' (a block of `' + code(size) + '` along the dim; its windows stay at their offsets inside it)' if window.offsets else ''}"
+                   f"{'; it was left in HBM and written by DMA: the DMA now copies into its VMEM block, which the pipeline writes back' if window.dma else ''}")
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
@@ -290,9 +294,10 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     if found is None:
         raise Refuse(f"no program_id window on `{ref}`")
     _, use, index, squeezed = found
+    dma = dma_written(ctx, cs, ref, subscripts, offsets)  # rewrite.kernel.dma_outputs
     if offsets:
-        check_offset_accesses(ctx, cs, ref, subscripts, squeezed)
-    return _Window(use, index, squeezed, subscripts, offsets)
+        check_offset_accesses(ctx, cs, ref, [] if dma else subscripts, squeezed)
+    return _Window(use, index, squeezed, subscripts, offsets, dma)
 
 
 def _index_or_offset(analysis, cs: CallSite, use: IndexUse, ref: str) -> tuple[BlockIndexExpr, Optional[OffsetWindow]]:

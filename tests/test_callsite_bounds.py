@@ -662,3 +662,19 @@ def test_a_dim_from_the_back_takes_no_rank_from_the_kernels_subscripts(example: 
     findings = analyze_source(source, "k.py").findings
     assert findings and all(f.fixable for f in findings)
     assert all((f.fix_safety == FixSafety.SAFE) == safe for f in findings), [f.fix_safety for f in findings]
+
+
+@pytest.mark.parametrize("source, same", [
+    # bound once by unpacking a sequence (`(bm,) = block_shape`): one int at every read after it
+    ("def f(block_shape, n):\n    (bm,) = block_shape\n    a = n // bm\n    return bm, bm\n", True),
+    # the same unpacking in a loop takes another value each pass: no single value
+    ("def f(shapes):\n    for s in shapes:\n        (bm,) = s\n    return bm, bm\n", False),
+])
+def test_a_name_unpacked_once_from_a_sequence_is_one_value(source: str, same: bool):
+    """The embedding lookups of the real corpus read `(bm,) = block_shape`: their blocks of `bm`
+    rows over `m // bm` steps were unprovable while each read of `bm` was an opaque atom of its own."""
+    ctx = ModuleContext(source)
+    symbols = Symbols(ctx)
+    ret = next(n for n in walk(ctx.module) if isinstance(n, cst.Return)).value
+    first, second = (symbols.poly(el.value, el.value) for el in ret.elements)
+    assert (first == second) is same

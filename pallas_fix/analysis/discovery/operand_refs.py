@@ -125,6 +125,20 @@ def scratch_count(site: KernelSite, resolve: Callable[[cst.BaseExpression], cst.
     if expr is None:
         return 0
     expr = resolve(expr)
-    if isinstance(expr, (cst.List, cst.Tuple)) and not any(isinstance(e, cst.StarredElement) for e in expr.elements):
-        return len(expr.elements)
+    if not isinstance(expr, (cst.List, cst.Tuple)):
+        return None
+    counts = [_repeated_count(e.value, resolve) if isinstance(e, cst.StarredElement) else 1 for e in expr.elements]
+    return None if None in counts else sum(counts)
+
+
+def _repeated_count(expr: cst.BaseExpression, resolve) -> Optional[int]:
+    """`*([pltpu.SemaphoreType.DMA] * NUM_SEMS)` in a scratch list: a literal list of n items
+    repeated a count that is an integer literal or a name bound to one."""
+    if not isinstance(expr, cst.BinaryOperation) or not isinstance(expr.operator, cst.Multiply):
+        return None
+    for seq, times in ((expr.left, expr.right), (expr.right, expr.left)):
+        times = resolve(times) if isinstance(times, cst.Name) else times
+        if (isinstance(seq, (cst.List, cst.Tuple)) and isinstance(times, cst.Integer)
+                and not any(isinstance(e, cst.StarredElement) for e in seq.elements)):
+            return len(seq.elements) * int(times.evaluated_value)
     return None

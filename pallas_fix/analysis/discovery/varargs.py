@@ -10,6 +10,7 @@ ref parameter. The bindings are read as facts, resolved once the count is known:
   static value (`if has_bias: b_ref, o_ref = refs` / `else: (o_ref,) = refs`, the usual spelling
   of optional operands). An arm whose unpacking or index does not fit the count cannot run (it
   raises when traced), so the count picks the arms that do;
+- `sems[k % n]` given to a DMA as its semaphore (`*sems` scratch) names no operand and is skipped;
 - anything else that reads `refs` (a loop over it, a helper given it, a traced `if`, a nested
   `if`) leaves the mapping unknown and is refused with what to write instead.
 """
@@ -22,6 +23,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.bindings import scope_bindings
+from pallas_fix.analysis.discovery.dma_calls import semaphore_pick
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import KernelSite
 
@@ -112,6 +114,8 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         facts.loops.append((parent.target.value, run, parent))  # a Python loop: unrolled when traced, one ref per pass
         facts.targets.add(id(parent.target))
         return
+    if semaphore_pick(ctx, parent, read):
+        return  # `sems[k % n]` as a DMA's `sem`: a semaphore, never an operand a plan blocks
     if isinstance(parent, cst.Subscript) and parent.value is read:
         index = _constant_index(parent)
         bound = _bound_to(ctx, parent)

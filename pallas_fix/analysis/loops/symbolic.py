@@ -257,7 +257,7 @@ class Symbols:
                 return self._atom(f"{name.value}@{id(scope)}" + (f"#after{settled}" if settled >= 0 else ""), name.value)
             value = single_binding(binds)
             if isinstance(value, Unpack):
-                return self._unpacked(value, name, at, depth)
+                return self._unpacked(value, name, at, scope)
             if value is None:
                 settled = settled_binding(self.ctx, scope, name, binds, at)
                 if settled is not None:  # `if big: bn = 128 else: bn = 16`, then reads: one value
@@ -266,13 +266,15 @@ class Symbols:
             return self.poly(value, value, depth + 1)
         return self._atom(f"{name.value}@module", name.value)  # an import or a builtin
 
-    def _unpacked(self, value: Unpack, name: cst.Name, at: cst.CSTNode, depth: int) -> Poly:
-        """`m, n = x.shape`: `m` is `x.shape[0]`."""
+    def _unpacked(self, value: Unpack, name: cst.Name, at: cst.CSTNode, scope: Scope) -> Poly:
+        """`m, n = x.shape`: `m` is `x.shape[0]`; `(bm,) = block_shape`, run once (in no loop): one value, bm's own."""
         inner = value.value
         if isinstance(inner, cst.Attribute) and inner.attr.value == "shape" and isinstance(inner.value, cst.Name):
             head = self._head_key(inner.value, inner)
             if head is not None:
                 return self._atom(f"{head}.shape[{value.index}]", f"{self.ctx.code(inner)}[{value.index}]")
+        if not any(isinstance(a, (cst.For, cst.While)) for a in self.ctx.ancestors(inner)):
+            return self._atom(f"{name.value}@{id(scope)}", name.value)
         return self._opaque(name, at)
 
     def _shape_dim(self, sub: cst.Subscript, at: cst.CSTNode, depth: int) -> Poly:
@@ -368,10 +370,7 @@ class Symbols:
         parts = []
         for m, c in p.terms:
             atoms = " * ".join(self.atoms[k].text if k in self.atoms else k for k in m)
-            if not atoms:
-                parts.append(str(c))
-            else:
-                parts.append(atoms if c == 1 else f"{c} * {atoms}")
+            parts.append(str(c) if not atoms else atoms if c == 1 else f"{c} * {atoms}")
         return " + ".join(parts).replace("+ -", "- ") or "0"
 
 

@@ -61,7 +61,7 @@ class SpecWriter:
 
     def lifted(self, slot: Slot, spec: Spec, block: RefBlock) -> str:
         """`slot`'s spec once the plan reads `block.param` in blocks of `block.size`."""
-        placement = spec.carried_placement(slot.param)
+        placement = spec.carried_placement(slot.param, drop_space=block.to_vmem)
         if spec.index_map is not None and not isinstance(spec.index_map, (cst.Lambda, cst.FunctionDef)):
             raise CallSiteError(f"`{slot.param}` has a named index_map function; pallas-fix only rewrites lambdas")
         rank = len(spec.block) if spec.block is not None else self.cs.rank(slot.param)

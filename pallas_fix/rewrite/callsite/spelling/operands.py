@@ -48,18 +48,27 @@ class Spec:
     # `None` for a `None` operand (Pallas pairs specs with operands as pytrees): the kernel gets None.
     absent: bool = False
 
-    def carried_placement(self, param: str) -> str:
+    def carried_placement(self, param: str, drop_space: bool = False) -> str:
         """`, memory_space=pltpu.VMEM` (as written) to repeat on the spec that replaces this one,
         or "". A blocked VMEM / SMEM spec or a pipeline mode keeps its meaning on a new block;
         any other space (`pl.ANY`, HBM) hands the kernel the whole array however it is blocked,
-        so pallas-fix refuses to block it."""
+        so pallas-fix refuses to block it, unless `drop_space`: an output written by DMA that
+        the plan moves into VMEM blocks (rewrite.kernel.dma_outputs)."""
         if self.placement is None:
             return ""
-        spaces = [part.split("=", 1)[1].strip() for part in self.placement.split(", ") if part.startswith("memory_space")]
-        if any(not space.endswith((".VMEM", ".SMEM")) for space in spaces):
+        if drop_space:
+            kept = [p for p in self.placement.split(", ") if not p.startswith("memory_space")]
+            return "".join(", " + p for p in kept)
+        if self.unblocked():
             raise CallSiteError(f"the BlockSpec of `{param}` sets `{self.placement}`: blocks in that memory space are "
                                 "not copied in per grid step, so pallas-fix cannot block it")
         return ", " + self.placement
+
+    def unblocked(self) -> bool:
+        """A `memory_space=` other than VMEM / SMEM (`pl.ANY`, HBM): the kernel gets the whole
+        array however the spec is blocked."""
+        spaces = [part.split("=", 1)[1].strip() for part in (self.placement or "").split(", ") if part.startswith("memory_space")]
+        return any(not space.endswith((".VMEM", ".SMEM")) for space in spaces)
 
     def read_lambda(self, lam: cst.Lambda | cst.FunctionDef) -> None:
         """The index_map's parameters and returned tuple, as this spec reports them (a local

@@ -1,0 +1,203 @@
+"""An output left in HBM (`memory_space=pl.ANY` / `pltpu.HBM`) that the kernel writes by DMA into
+its program's block (issue 28, pallas_fix/rewrite/kernel/dma_outputs.py).
+
+The pairs (golden text, both interpreters, the dynamic-slice count) and the refusal fixtures run in
+test_codemod_pairs.py with the rest of program_id_blocks/ (`pid_dma_hbm_*`, `refuse_pid_dma_hbm_*`,
+`pid_offset_dma_any_output`). Here: the jaxpr check of what the rewrite moves (the kernel's output
+ref becomes the program's VMEM block, every DMA stays, the ones into the output lose their dynamic
+start, the data-chosen gathers keep theirs); refusals the fixtures do not cover (another backend,
+DMAs that may overlap, one waited by a later pass, under `pl.when`); the `*sems` and scratch-count
+reads the lift needs; and the two real-corpus files it was built for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernel_loading import FIXTURES, abstract_args, load_module
+from pallas_fix.core.config import Config
+from pallas_fix.core.model import Backend
+from pallas_fix.engine import analyze_source
+from pallas_fix.verify.examples.sources import collect_examples
+
+FOLDER = FIXTURES / "codemods" / "program_id_blocks"
+PAIRS = ["pid_dma_hbm_block", "pid_dma_hbm_chunks", "pid_offset_dma_any_output"]
+
+
+def _kernel(path: Path):
+    """(kernel jaxpr, index of the output ref among its invars) of the file's first example."""
+    import jax
+
+    example = collect_examples(path, path.read_text(encoding="utf-8"), pyproject=False)[0]
+    args, kwargs = abstract_args(example)
+    jaxpr = jax.make_jaxpr(lambda *a: getattr(load_module(path), example.entry)(*a, **kwargs))(*args)
+    call = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call")
+    kernel = call.params["jaxpr"]
+    n_scratch = call.params["grid_mapping"].num_scratch_operands
+    return kernel, len(kernel.invars) - n_scratch - 1  # one output in these kernels
+
+
+def _dmas(jaxpr) -> list:
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dma_start":
+            out.append(eqn)
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    out += _dmas(inner)
+    return out
+
+
+def _dynamic_starts(eqn) -> int:
+    """Traced scalar integer operands of a DMA (not literals): the traced starts of its windows."""
+    return sum(1 for v in eqn.invars if not hasattr(v, "val") and getattr(v.aval, "shape", None) == ()
+               and "int" in str(v.aval.dtype))
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_the_output_dma_lands_in_the_program_block(name):
+    before, ob = _kernel(FOLDER / f"{name}_before.py")
+    after, oa = _kernel(FOLDER / f"{name}_after.py")
+    whole, block = before.invars[ob].aval, after.invars[oa].aval
+    assert "any" in str(whole) and "any" not in str(block), (whole, block)
+    assert whole.shape[1:] == block.shape[1:] and block.shape[0] < whole.shape[0]
+    dmas_before, dmas_after = _dmas(before), _dmas(after)
+    assert len(dmas_before) == len(dmas_after)  # each DMA kept, re-based
+    into_before = [e for e in dmas_before if before.invars[ob] in e.invars]
+    into_after = [e for e in dmas_after if after.invars[oa] in e.invars]
+    assert into_before and len(into_before) == len(into_after)
+    assert all(_dynamic_starts(e) for e in into_before)  # the program id's start
+    assert not any(_dynamic_starts(e) for e in into_after)  # inside the block: static offsets
+    gathers = lambda dmas, out: sorted(_dynamic_starts(e) for e in dmas if out not in e.invars)  # noqa: E731
+    assert gathers(dmas_before, before.invars[ob]) == gathers(dmas_after, after.invars[oa])  # the reads stay
+
+
+def _output_finding(source: str, config: Config | None = None):
+    result = analyze_source(source, "<t>", config)
+    (finding,) = [f for f in result.findings if f.code == "PF103" and "`o_ref`" in f.message]
+    return finding
+
+
+_BASE = (FOLDER / "pid_dma_hbm_block_before.py").read_text(encoding="utf-8")
+_OUT = """    out = pltpu.make_async_copy(src_ref=rows, dst_ref=o_ref.at[pl.ds(i * bm, bm)], sem=sem)
+    out.start()
+    out.wait()
+"""
+
+
+def _variant(new_out: str) -> str:
+    assert _OUT in _BASE
+    return _BASE.replace(_OUT, new_out)
+
+
+def test_the_base_kernel_has_a_fix():
+    assert _output_finding(_BASE).plan is not None
+
+
+def test_refused_on_another_backend():
+    finding = _output_finding(_BASE, Config(backend=Backend.TRITON))
+    assert finding.plan is None and "only for TPU (Mosaic) kernels" in finding.refusal
+
+
+def test_refused_when_waited_by_a_later_pass():
+    """The copy of one pass waited in the next: the last pass's copy is never waited in the step."""
+    source = _variant("""    prev = None
+    for c in range(bm // 8):
+        if prev is not None:
+            prev.wait()
+        prev = pltpu.make_async_copy(rows.at[pl.ds(c * 8, 8)], o_ref.at[pl.ds(i * bm + c * 8, 8)], sem)
+        prev.start()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "read before its DMA is made" in finding.refusal
+
+
+def test_refused_under_pl_when():
+    source = _variant("""    @pl.when(i >= 0)
+    def _():
+        out = pltpu.make_async_copy(src_ref=rows, dst_ref=o_ref.at[pl.ds(i * bm, bm)], sem=sem)
+        out.start()
+        out.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "not at the kernel's top level or in a static Python `for` loop" in finding.refusal
+
+
+def test_refused_where_windows_may_overlap():
+    """Windows of 16 rows every 8: two passes copy into the same rows."""
+    source = _variant("""    for c in range(bm // 8 - 1):
+        cp = pltpu.make_async_copy(rows.at[pl.ds(c * 8, 16)], o_ref.at[pl.ds(i * bm + c * 8, 16)], sem)
+        cp.start()
+        cp.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "do not overlap" in finding.refusal
+
+
+def test_a_wait_list_read_elsewhere_is_refused():
+    """`copies` handed to a helper may be waited anywhere, or not at all."""
+    source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    loop = "    for cp in copies:\n        cp.wait()\n"
+    assert loop in source
+    finding = _output_finding(source.replace(loop, "    jax.tree.map(lambda cp: cp.wait(), copies)\n"))
+    assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+
+
+def test_sems_read_other_than_as_a_dma_semaphore_stays_refused():
+    """Only `sems[k]` given to a DMA as its `sem` is skipped; any other read of `*sems` may name an
+    operand, so the mapping stays unknown."""
+    source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    assert _output_finding(source).plan is not None
+    bad = source.replace("    copies = []\n", "    copies = []\n    jax.tree.map(lambda s: s, sems)\n")
+    finding = _output_finding(bad)
+    assert finding.plan is None and "maps `*refs` to operands only through" in finding.refusal
+
+
+def test_scratch_count_reads_a_repeated_list():
+    import libcst as cst
+
+    from pallas_fix.analysis.discovery.operand_refs import _repeated_count
+
+    def count(text, names=None):
+        return _repeated_count(cst.parse_expression(text), lambda e: cst.parse_expression(names[e.value]) if names else e)
+
+    assert count("[pltpu.SemaphoreType.DMA] * 4") == 4
+    assert count("2 * [a, b]") == 4
+    assert count("[a] * NSEM", {"NSEM": "3"}) == 3
+    assert count("[a] * n") is None  # not a literal: the count stays unknown
+    assert count("xs * 2") is None
+
+
+REAL = FIXTURES / "real"
+
+
+@pytest.mark.parametrize("name", ["tpu_kernels__embedding_lookup_packed", "tpu_kernels__embedding_lookup"])
+def test_the_real_embedding_lookups_get_the_output_lift(name):
+    path = REAL / f"{name}.py"
+    source = path.read_text(encoding="utf-8")
+    assert "# held-out: no" in source
+    result = analyze_source(source, str(path))
+    outputs = [f for f in result.findings if f.code == "PF103"]
+    assert outputs and all(f.plan is not None for f in outputs), [f.refusal for f in outputs]
+    gathers = [f for f in result.findings if f.code == "PF105"]
+    assert gathers and all(f.plan is None for f in gathers)  # data-chosen rows: they stay
+
+
+def test_a_dma_into_an_output_already_in_vmem_is_checked_the_same_way():
+    """The usual lift blocks a VMEM output whatever writes it; a DMA into it must land in the step
+    too, since the block is written back when the step ends."""
+    vmem = _BASE.replace("            out_specs=pl.BlockSpec(memory_space=pl.ANY),\n", "")
+    assert vmem != _BASE and _output_finding(vmem).plan is not None
+    later = vmem.replace(_OUT, """    out = pltpu.make_async_copy(src_ref=rows, dst_ref=o_ref.at[pl.ds(i * bm, bm)], sem=sem)
+    out.start()
+
+    @pl.when(i == pl.num_programs(0) - 1)
+    def _():
+        out.wait()
+""")
+    finding = _output_finding(later)
+    assert finding.plan is None and "`o_ref` is written by DMA and its DMA `out`" in finding.refusal
