@@ -111,7 +111,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
     extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
+    upper_stays = region.env.value(loop.upper).dynamic  # the guard of a pl.program_id trip count (_trip_count)
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     jnp = imports.spelling(ctx, imports.NUMPY)
     skipped = _skipped_index(region, translate, guard, jnp.text)

@@ -244,15 +244,20 @@ def shape_refusal(ref: str) -> Refuse:
 
 
 def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], extents: Optional[list] = None,
-                          dead: frozenset = frozenset()) -> None:
+                          dead: frozenset = frozenset(), upper_stays: bool = False) -> None:
     """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims).
     A read of a lifted dim's size is refused, or, given `extents`, collected there for the
-    planner to rewrite (rewrite.extents.extent_reads). `dead`: ids of statements the rewrite removes."""
+    planner to rewrite (rewrite.extents.extent_reads). `dead`: ids of statements the rewrite removes.
+    `upper_stays`: the loop's upper bound (and what computes it) stays in the kernel, as R2's
+    `pl.when(k < upper)` guard of a pl.program_id trip count, so its reads are checked too."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
-    bounds = [region.loop.lower, region.loop.upper] + ([region.loop.step] if region.loop.step is not None else [])
-    bounds += list(region.bound_stmts)
+    bounds = [region.loop.lower] + ([region.loop.step] if region.loop.step is not None else [])
+    if upper_stays:
+        _check_guard_reads(ctx, region.loop.upper, lifted)
+    else:
+        bounds += [region.loop.upper, *region.bound_stmts]
     kernel_env = analysis.detection.envs.get(kernel)
     # `r = x_ref`: the alias is checked like the ref, its binding is no use (rewrite.kernel.ref_views).
     roots, allowed = alias_bindings(kernel, lambda n: analysis.detection.envs.get(ctx.enclosing_function(n)), lifted)
@@ -292,6 +297,18 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                 "it needs the whole ref). Keep the loops in the kernel, or split the passes into two pallas_calls"
             )
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
+
+
+def _check_guard_reads(ctx, upper: cst.BaseExpression, lifted: set[str]) -> None:
+    """The kept upper bound is the guard's text, which no edit reaches: a lifted ref read there
+    would be the block (its `.shape`, the block's size), not the array the loop walked."""
+    for node in walk(upper):
+        if isinstance(node, cst.Name) and node.value in lifted:
+            raise Refuse(
+                f"the loop's trip count `{code(upper)}` depends on pl.program_id and reads `{node.value}`, which the "
+                "lift blocks: the `pl.when` guard that keeps the trip count would read the block instead; bind the "
+                "size to a name before the loop"
+            )
 
 
 def _lifted_dims(analysis, region, names: set[str]) -> set[int]:
