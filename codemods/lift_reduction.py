@@ -90,6 +90,7 @@ from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_re
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.text.stale_comments import stale_comments_note
+from pallas_fix.rewrite.proofs.one_step import zero_step_size
 from pallas_fix.rewrite.text.statements import body_statements
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
@@ -114,6 +115,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     upper_stays = region.env.value(loop.upper).dynamic  # the guard of a pl.program_id trip count (_trip_count)
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
+    if guard is None:
+        _check_runs_a_step(cs, trip, blocks)
     jnp = imports.spelling(ctx, imports.NUMPY)
     skipped = _skipped_index(region, translate, guard, jnp.text)
     if guard is not None and access.moving_outputs:
@@ -267,6 +270,19 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[Ref
     if full is None:
         raise Refuse(f"cannot write the full length of `{first.param}` at the pallas_call for the causal axis")
     return cst.parse_expression(f"{paren_text(code(full))} // {paren_text(code(first.size))}"), code(loop.upper)
+
+
+def _check_runs_a_step(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock]) -> None:
+    """An axis of 0 steps runs no kernel step: what the original wrote with its loop skipped
+    would never be written (rewrite.proofs.one_step)."""
+    count = zero_step_size(cs, trip, blocks)
+    if count is not None:
+        raise Refuse(
+            f"the loop's {code(trip)} steps may be none at a size the original handles (where `{count}` is small), and "
+            "then the original still writes what follows the loop (its initial carry), while a grid axis of 0 steps "
+            "runs no kernel step and leaves the outputs unwritten; loop over every block, or state that it runs at "
+            f"least once with `assert {code(trip)} >= 1` before the pallas_call"
+        )
 
 
 def _skipped_index(region: LoopRegion, translate, guard: Optional[str], jnp: str) -> Optional[str]:
