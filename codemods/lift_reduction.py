@@ -278,10 +278,11 @@ def _check_runs_a_step(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefB
     count = zero_step_size(cs, trip, blocks)
     if count is not None:
         raise Refuse(
-            f"the loop's {code(trip)} steps may be none at a size the original handles (where `{count}` is small), and "
-            "then the original still writes what follows the loop (its initial carry), while a grid axis of 0 steps "
-            "runs no kernel step and leaves the outputs unwritten; loop over every block, or state that it runs at "
-            f"least once with `assert {code(trip)} >= 1` before the pallas_call"
+            f"the loop's `{code(trip)}` steps may be none at a size the original handles"
+            f"{f' (where `{count}` is small)' if count else ''}, and then the original still writes what follows the "
+            "loop (its initial carry), while a grid axis of 0 steps runs no kernel step and leaves the outputs "
+            "unwritten; make the loop cover every block, or state that it runs at least once with "
+            f"`assert {code(trip)} >= 1` before the pallas_call"
         )
 
 

@@ -25,7 +25,8 @@ _ONE = Poly.const(1)
 
 def zero_step_size(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock]) -> Optional[str]:
     """None when `trip` is proved at least 1 wherever a blocked ref holds one block along the
-    axis (or by the wrapper's own checks); else the ref's block count, for the refusal."""
+    axis (or by the wrapper's own checks); else the ref's block count for the refusal ("" when no
+    ref is blocked along the axis: a loop whose table picks the blocks)."""
     symbols = Symbols(cs.ctx)
     at = cs.anchor()
     facts = Facts()
@@ -49,7 +50,7 @@ def zero_step_size(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock
     steps = symbols.poly(trip, at)
     if _sizes(symbols, steps) or Prover(symbols, facts).nonneg(steps - _ONE):
         return None
-    return counts[0] if counts else "the blocks"
+    return counts[0] if counts else ""
 
 
 def _sizes(symbols: Symbols, p: Poly) -> bool:
