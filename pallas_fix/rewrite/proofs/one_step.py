@@ -54,10 +54,19 @@ def zero_step_size(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock
 
 
 def _sizes(symbols: Symbols, p: Poly) -> bool:
-    """`p` is a product of sizes (`pages.shape[1]`, a table's entries per row): positive, as the
-    prover takes every atom; a dim of 0 would leave the original nothing to read either. A
-    quotient (`nk // 2`) is not one: it is 0 where its numerator is smaller."""
+    """`p` is a product of sizes (`pages.shape[1]`, a table's entries per row) or of their
+    `pl.cdiv` by a size: positive, as the prover takes every atom; a dim of 0 would leave the
+    original nothing to read either. A floor quotient (`nk // 2`) is not one: it is 0 where its
+    numerator is smaller."""
     if len(p.terms) != 1:
         return False
     ((mono, coef),) = p.terms
-    return coef >= 1 and bool(mono) and all(getattr(symbols.atoms.get(k), "kind", None) == "value" for k in mono)
+    return coef >= 1 and bool(mono) and all(_positive(symbols, symbols.atoms.get(k)) for k in mono)
+
+
+def _positive(symbols: Symbols, atom) -> bool:
+    if atom is None:
+        return False
+    if atom.kind == "value":
+        return True
+    return atom.kind == "ceil" and atom.num is not None and _sizes(symbols, atom.num)
