@@ -290,13 +290,26 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                 raise shape_refusal(node.value)
             extents.append(read)
             continue
-        if any(a is s for a in ctx.ancestors(node) for s in getattr(region, "after", ())):
+        stmt = next((s for a in ctx.ancestors(node) for s in getattr(region, "after", ()) if a is s), None)
+        if stmt is not None:
+            how = "read again" if _reads_ref(ctx, stmt, node.value) else "written"
             raise Refuse(
-                f"`{node.value}` is read again after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
+                f"`{node.value}` is {how} after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
                 f"that code runs on the last step, which holds only the last block of `{node.value}` (a second pass over "
                 "it needs the whole ref). Keep the loops in the kernel, or split the passes into two pallas_calls"
             )
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
+
+
+def _reads_ref(ctx, stmt: cst.CSTNode, name: str) -> bool:
+    """Does `stmt` mention `name` other than as the target of a store (`name[...] = v`)?"""
+    for n in walk(stmt):
+        if isinstance(n, cst.Name) and n.value == name:
+            parent = ctx.parent(n)
+            stored = isinstance(parent, cst.Subscript) and parent.value is n and is_write(ctx, parent)
+            if not stored or isinstance(ctx.parent(parent), cst.AugAssign):  # `o_ref[...] += v` reads it too
+                return True
+    return False
 
 
 def _check_guard_reads(ctx, upper: cst.BaseExpression, lifted: set[str]) -> None:
