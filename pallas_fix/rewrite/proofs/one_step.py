@@ -47,26 +47,28 @@ def zero_step_size(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock
         counts.append(text)
         for kind in ("floor", "ceil"):  # `pl.cdiv(n, bs)` steps too, at least as many
             facts.nonneg.append(symbols.quotient(kind, num, den, text) - _ONE)
-    steps = symbols.poly(trip, at)
-    if _sizes(symbols, steps) or Prover(symbols, facts).nonneg(steps - _ONE):
+    prover = Prover(symbols, facts)
+    if _at_least_one(prover, symbols.poly(trip, at)):
         return None
     return counts[0] if counts else ""
 
 
-def _sizes(symbols: Symbols, p: Poly) -> bool:
-    """`p` is a product of sizes (`pages.shape[1]`, a table's entries per row) or of their
-    `pl.cdiv` by a size: positive, as the prover takes every atom; a dim of 0 would leave the
-    original nothing to read either. A floor quotient (`nk // 2`) is not one: it is 0 where its
-    numerator is smaller."""
+def _at_least_one(prover: Prover, p: Poly) -> bool:
+    """`p >= 1`: proved from the facts, or a product of sizes (`pages.shape[1]`, a table's entries
+    per row; positive, as the prover takes every atom, and a dim of 0 leaves the original nothing to
+    read either) and of `pl.cdiv`s of such values (`pl.cdiv(skv, bk)`, a stepped loop's
+    `pl.cdiv(nk, 2)`). A floor quotient (`nk // 2`) is not one: it is 0 where its numerator is smaller."""
+    if prover.nonneg(p - _ONE):
+        return True
     if len(p.terms) != 1:
         return False
     ((mono, coef),) = p.terms
-    return coef >= 1 and bool(mono) and all(_positive(symbols, symbols.atoms.get(k)) for k in mono)
+    return coef >= 1 and bool(mono) and all(_positive(prover, prover.symbols.atoms.get(k)) for k in mono)
 
 
-def _positive(symbols: Symbols, atom) -> bool:
+def _positive(prover: Prover, atom) -> bool:
     if atom is None:
         return False
     if atom.kind == "value":
         return True
-    return atom.kind == "ceil" and atom.num is not None and _sizes(symbols, atom.num)
+    return atom.kind == "ceil" and atom.num is not None and _at_least_one(prover, atom.num)
