@@ -35,6 +35,8 @@ def _guard_of(ctx, kernel: cst.FunctionDef, node: cst.CSTNode) -> Optional[str]:
     for anc in ctx.ancestors(node):
         if anc is kernel:
             return None
+        if isinstance(anc, cst.Lambda) and _branch_lambda(ctx, anc):
+            return "in a lambda branch of lax.cond / lax.switch"
         if not isinstance(anc, cst.FunctionDef):
             continue
         for dec in anc.decorators:
@@ -51,4 +53,14 @@ def _branch_function(ctx, kernel: cst.FunctionDef, name: str) -> bool:
         if isinstance(n, cst.Call) and (ctx.imports.qualify(n.func) or "") in _BRANCHING:
             if any(isinstance(x, cst.Name) and x.value == name for a in n.args for x in walk(a.value)):
                 return True
+    return False
+
+
+def _branch_lambda(ctx, lam: cst.Lambda) -> bool:
+    """`lam` is an argument (or inside one, a list of branches) of a lax.cond / lax.switch call."""
+    for anc in ctx.ancestors(lam):
+        if isinstance(anc, cst.Call):
+            return (ctx.imports.qualify(anc.func) or "") in _BRANCHING
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return False
     return False
