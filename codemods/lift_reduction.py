@@ -112,7 +112,8 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
     extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
-    upper_stays = region.env.value(loop.upper).dynamic  # the guard of a pl.program_id trip count (_trip_count)
+    upper = region.env.value(loop.upper)  # a pl.program_id trip count stays as the guard (_trip_count)
+    upper_stays = upper.dynamic and upper.origin is Origin.PROGRAM_ID and region.env.static_int(loop.lower) == 0
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     if guard is None:
