@@ -263,8 +263,14 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[Ref
         if trip is None:
             raise Refuse(f"the trip count ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call")
         return trip, None
-    if upper_val.origin is not Origin.PROGRAM_ID or env.static_int(loop.lower) != 0:
+    if upper_val.origin is not Origin.PROGRAM_ID:
         raise Refuse(f"the trip count `{code(loop.upper)}` is traced and not a function of pl.program_id")
+    if env.static_int(loop.lower) != 0:
+        raise Refuse(
+            f"the loop runs from `{code(loop.lower)}` to `{code(loop.upper)}`, a bound that depends on pl.program_id; "
+            "pallas-fix lifts such a loop only when it starts at 0, as a full axis whose steps past the bound "
+            "`pl.when(k < upper)` skips"
+        )
     if first is None:
         raise Refuse(f"the trip count `{code(loop.upper)}` depends on pl.program_id and no ref sliced by the loop index sizes the axis")
     full = cs.kernel_shape_dim(first.param, first.dim)
