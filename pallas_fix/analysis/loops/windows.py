@@ -182,8 +182,8 @@ def _traced_lower(use: IndexUse, env: Env) -> Optional[str]:
     loop = use.provenance.loop if use.provenance is not None else None
     if loop is None or not env.value(loop.lower).dynamic:
         return None
-    return (f"the loop starts at `{env.ctx.code(loop.lower)}`, a traced value, so its index is not a count of steps a "
-            "grid axis can stand for; start the loop at 0 and add that value inside the window")
+    return (f"the loop starts at `{env.ctx.code(loop.lower)}`, a traced value, so its index is not a count of steps "
+            "from 0, which a grid axis's index is")
 
 
 def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:
