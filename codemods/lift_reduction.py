@@ -90,6 +90,7 @@ from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_re
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.text.stale_comments import stale_comments_note
+from pallas_fix.rewrite.proofs.one_step import zero_step_size
 from pallas_fix.rewrite.text.statements import body_statements
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
@@ -111,8 +112,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
     extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
-    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads)
+    upper = region.env.value(loop.upper)  # a pl.program_id trip count stays as the guard (_trip_count)
+    upper_stays = upper.dynamic and upper.origin is Origin.PROGRAM_ID and region.env.static_int(loop.lower) == 0
+    check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
+    if guard is None:
+        _check_runs_a_step(cs, trip, blocks)
     jnp = imports.spelling(ctx, imports.NUMPY)
     skipped = _skipped_index(region, translate, guard, jnp.text)
     if guard is not None and access.moving_outputs:
@@ -258,14 +263,34 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[Ref
         if trip is None:
             raise Refuse(f"the trip count ({code(loop.lower)} to {code(loop.upper)}) cannot be written at the pallas_call")
         return trip, None
-    if upper_val.origin is not Origin.PROGRAM_ID or env.static_int(loop.lower) != 0:
+    if upper_val.origin is not Origin.PROGRAM_ID:
         raise Refuse(f"the trip count `{code(loop.upper)}` is traced and not a function of pl.program_id")
+    if env.static_int(loop.lower) != 0:
+        raise Refuse(
+            f"the loop runs from `{code(loop.lower)}` to `{code(loop.upper)}`, a bound that depends on pl.program_id; "
+            "pallas-fix lifts such a loop only when it starts at 0, as a full axis whose steps past the bound "
+            "`pl.when(k < upper)` skips"
+        )
     if first is None:
         raise Refuse(f"the trip count `{code(loop.upper)}` depends on pl.program_id and no ref sliced by the loop index sizes the axis")
     full = cs.kernel_shape_dim(first.param, first.dim)
     if full is None:
         raise Refuse(f"cannot write the full length of `{first.param}` at the pallas_call for the causal axis")
     return cst.parse_expression(f"{paren_text(code(full))} // {paren_text(code(first.size))}"), code(loop.upper)
+
+
+def _check_runs_a_step(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock]) -> None:
+    """An axis of 0 steps runs no kernel step: what the original wrote with its loop skipped
+    would never be written (rewrite.proofs.one_step)."""
+    count = zero_step_size(cs, trip, blocks)
+    if count is not None:
+        raise Refuse(
+            f"the loop's `{code(trip)}` steps may be none at a size the original handles"
+            f"{f' (where `{count}` is small)' if count else ''}, and then the original still writes what follows the "
+            "loop (its initial carry), while a grid axis of 0 steps runs no kernel step and leaves the outputs "
+            "unwritten; make the loop cover every block, or state that it runs at least once with "
+            f"`assert {code(trip)} >= 1` before the pallas_call"
+        )
 
 
 def _skipped_index(region: LoopRegion, translate, guard: Optional[str], jnp: str) -> Optional[str]:

@@ -124,7 +124,8 @@ def window_of(use: IndexUse, folds: bool = False) -> Window:
                     f"`{env.ctx.code(use.start)}`: consecutive windows overlap",
                 )
     if start is None or size is None:
-        return Window(start, size, None, False, fold_reason(use.start, hooks) or "the start is not an affine function of the index")
+        why = fold_reason(use.start, hooks) or _traced_lower(use, env) or "the start is not an affine function of the index"
+        return Window(start, size, None, False, why)
     blk = block_index(start, size)
     if blk is not None:
         return Window(start, size, blk, False)
@@ -173,6 +174,16 @@ def _unfollowed_parameter(use: IndexUse, start: Affine) -> Optional[str]:
                 "parameter to `pl.ds` as it is (or through `pl.multiple_of`) and the size is an argument too, or a module "
                 "constant; pass the size as an argument of the helper (or build the `pl.ds` in the caller)")
     return None
+
+
+def _traced_lower(use: IndexUse, env: Env) -> Optional[str]:
+    """Why the index of a loop that starts at a traced value (`fori_loop(pl.program_id(0), n)`)
+    reads as no affine start: the loop's first index is data, not 0 plus steps."""
+    loop = use.provenance.loop if use.provenance is not None else None
+    if loop is None or not env.value(loop.lower).dynamic:
+        return None
+    return (f"the loop starts at `{env.ctx.code(loop.lower)}`, a traced value, so its index is not a count of steps "
+            "from 0, which a grid axis's index is")
 
 
 def fold_reason(expr: cst.BaseExpression, hooks: Hooks) -> Optional[str]:

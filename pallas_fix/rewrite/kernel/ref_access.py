@@ -244,15 +244,20 @@ def shape_refusal(ref: str) -> Refuse:
 
 
 def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], extents: Optional[list] = None,
-                          dead: frozenset = frozenset()) -> None:
+                          dead: frozenset = frozenset(), upper_stays: bool = False) -> None:
     """A lifted ref may only be touched through the lifted windows (and `.dtype`/other dims).
     A read of a lifted dim's size is refused, or, given `extents`, collected there for the
-    planner to rewrite (rewrite.extents.extent_reads). `dead`: ids of statements the rewrite removes."""
+    planner to rewrite (rewrite.extents.extent_reads). `dead`: ids of statements the rewrite removes.
+    `upper_stays`: the loop's upper bound (and what computes it) stays in the kernel, as R2's
+    `pl.when(k < upper)` guard of a pl.program_id trip count, so its reads are checked too."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
-    bounds = [region.loop.lower, region.loop.upper] + ([region.loop.step] if region.loop.step is not None else [])
-    bounds += list(region.bound_stmts)
+    bounds = [region.loop.lower] + ([region.loop.step] if region.loop.step is not None else [])
+    if upper_stays:
+        _check_guard_reads(ctx, region.loop.upper, lifted)
+    else:
+        bounds += [region.loop.upper, *region.bound_stmts]
     kernel_env = analysis.detection.envs.get(kernel)
     # `r = x_ref`: the alias is checked like the ref, its binding is no use (rewrite.kernel.ref_views).
     roots, allowed = alias_bindings(kernel, lambda n: analysis.detection.envs.get(ctx.enclosing_function(n)), lifted)
@@ -285,13 +290,38 @@ def check_kernel_ref_uses(analysis, site: KernelSite, region, lifted: set[str], 
                 raise shape_refusal(node.value)
             extents.append(read)
             continue
-        if any(a is s for a in ctx.ancestors(node) for s in getattr(region, "after", ())):
+        stmt = next((s for a in ctx.ancestors(node) for s in getattr(region, "after", ()) if a is s), None)
+        if stmt is not None:
+            how = "read again" if _reads_ref(ctx, stmt, node.value) else "written"
             raise Refuse(
-                f"`{node.value}` is read again after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
+                f"`{node.value}` is {how} after the loop (line {ctx.span(node).line}); with the loop on a grid axis "
                 f"that code runs on the last step, which holds only the last block of `{node.value}` (a second pass over "
                 "it needs the whole ref). Keep the loops in the kernel, or split the passes into two pallas_calls"
             )
         raise Refuse(f"`{node.value}` is used outside the lifted windows (line {ctx.span(node).line})")
+
+
+def _reads_ref(ctx, stmt: cst.CSTNode, name: str) -> bool:
+    """Does `stmt` mention `name` other than as the target of a store (`name[...] = v`)?"""
+    for n in walk(stmt):
+        if isinstance(n, cst.Name) and n.value == name:
+            parent = ctx.parent(n)
+            stored = isinstance(parent, cst.Subscript) and parent.value is n and is_write(ctx, parent)
+            if not stored or isinstance(ctx.parent(parent), cst.AugAssign):  # `o_ref[...] += v` reads it too
+                return True
+    return False
+
+
+def _check_guard_reads(ctx, upper: cst.BaseExpression, lifted: set[str]) -> None:
+    """The kept upper bound is the guard's text, which no edit reaches: a lifted ref read there
+    would be the block (its `.shape`, the block's size), not the array the loop walked."""
+    for node in walk(upper):
+        if isinstance(node, cst.Name) and node.value in lifted:
+            raise Refuse(
+                f"the loop's trip count `{code(upper)}` depends on pl.program_id and reads `{node.value}`, which the "
+                "lift blocks: the `pl.when` guard that keeps the trip count would read the block instead; bind the "
+                "size to a name before the loop"
+            )
 
 
 def _lifted_dims(analysis, region, names: set[str]) -> set[int]:

@@ -287,3 +287,30 @@ def check_writes_before_loop(analysis, region) -> None:
             f"the kernel writes a ref before the loop: `{write.ref}`, through {write_words(ctx, write)} (line {line}); "
             "after lifting it would run on every grid step"
         )
+
+
+_CORE_PRNG = frozenset(
+    f"jax.experimental.pallas.tpu.{f}"
+    for f in ("prng_random_bits", "stateful_bits", "stateful_uniform", "stateful_normal", "stateful_bernoulli")
+)
+
+
+def check_no_core_prng_draws(ctx: ModuleContext, functions: list) -> None:
+    """A loop that draws from the TPU core's PRNG stream (`pltpu.prng_random_bits` after one
+    `pltpu.prng_seed`) gets new bits each iteration as the stream advances; as grid steps, each
+    step runs the kernel's seeding again and draws the first bits of the stream, the same in every
+    step. No interpreter shows it (TPU interpret mode draws zeros), so the lift is refused, unless
+    the loop seeds the stream itself every iteration (`pltpu.prng_seed(seed, k)`): then each step
+    draws what its iteration drew."""
+    calls = [n for fn in functions for n in walk(fn) if isinstance(n, cst.Call)]
+    if any((ctx.imports.qualify(n.func) or "") == "jax.experimental.pallas.tpu.prng_seed" for n in calls):
+        return
+    for node in calls:
+        if (ctx.imports.qualify(node.func) or "") in _CORE_PRNG:
+            raise Refuse(
+                f"the loop draws random bits from the TPU core's PRNG stream (`{ctx.code(node.func)}`, line "
+                f"{ctx.span(node).line}), which advances iteration by iteration; as grid steps, each step would "
+                "seed the stream again and draw the same bits (no interpreter shows it: TPU interpret mode draws "
+                "zeros); seed it in the loop body from the program ids and the loop index "
+                "(`pltpu.prng_seed(seed, pl.program_id(0), k)`), then the loop can be lifted"
+            )

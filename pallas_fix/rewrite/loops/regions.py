@@ -25,8 +25,8 @@ from pallas_fix.rewrite.loops.dependence import check_iterations_independent
 from pallas_fix.rewrite.loops.nesting import refuse_nested, static_branch, strip_block_blank_lines, when_container
 from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, helper_aliases, ref_helpers
 from pallas_fix.rewrite.loops.checks import (
-    check_body, check_hygiene, check_loop_statement, check_loop_writes, check_signature, check_writes_before_loop,
-    loop_helpers,
+    check_body, check_hygiene, check_loop_statement, check_loop_writes, check_no_core_prng_draws, check_signature,
+    check_writes_before_loop, loop_helpers,
 )
 from pallas_fix.rewrite.text.statements import body_statements, siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.loops.threaded_carry import as_statement, check_threaded_init, threaded_return
@@ -310,6 +310,7 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     region.before = [s for s in before if s is not body_def_stmt]
     region.after = [s for s in after if not _is_trivial(s)]
     region.functions = [body] + loop_helpers(ctx, kernel, body, lambda fn: _touches_refs(analysis, fn))
+    check_no_core_prng_draws(ctx, region.functions)
     if not reduction:  # R2 keeps its own model of the refs a reduction touches
         region.ref_helpers = ref_helpers(analysis, site, loop, region.functions)
         region.functions += [h.fn for h in region.ref_helpers if h.fn not in region.functions]

@@ -35,6 +35,7 @@ from pallas_fix.core.model import IndexUse, LoopInfo, Origin
 from pallas_fix.analysis.loops.windows import hooks_for
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
+from pallas_fix.rewrite.prefetch.guarded import check_unguarded
 from pallas_fix.rewrite.prefetch.table_reads import Loads, TableRead
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.text.syntax import code, paren_text
@@ -269,6 +270,7 @@ def gather_of(analysis, site, ref: str, uses: list[IndexUse], ngrid: int) -> Gat
         allowed.add(id(base))
     if found is None:
         raise Refuse(f"no data-dependent window on `{ref}` in the kernel")
+    check_unguarded(ctx, site.kernel, ref, found.subscripts)
     _check_other_mentions(analysis, site, ref, allowed, found.dim, bool(found.squeezed))
     return found
 

@@ -313,7 +313,8 @@ class Bounds:
         if not partial and not self._fits(block.index, block.size, size_expr, trip):
             broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
             axes = [*block.index.axes, *sorted({a for _, a, _, _ in block.index.folds})]
-            raise CallSiteError(unproved_blocks(block, size_expr, [self._extent(a, trip) for a in axes]) + broken)
+            below = not self.prover.nonneg(self._fit_polys(block.index, block.size, size_expr, trip)[0])
+            raise CallSiteError(unproved_blocks(block, size_expr, [self._extent(a, trip) for a in axes], below) + broken)
         for dim, axis in block.squeezed.items():
             self._check_squeezed(block.param, dim, self._extent(axis, trip))
 

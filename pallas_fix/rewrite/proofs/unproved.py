@@ -9,12 +9,19 @@ from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
 
-def unproved_blocks(block: RefBlock, size_expr: cst.BaseExpression, extents: list) -> str:
+def unproved_blocks(block: RefBlock, size_expr: cst.BaseExpression, extents: list, below: bool = False) -> str:
     """Why the blocks of `block` (along a dim of size `size_expr`, over grid axes of `extents`
     steps) are not proved inside the array, and the count or assert that would prove them.
-    A folded program id (`pid // n`, `pid % n`) names its range and the assert its parts need."""
+    A folded program id (`pid // n`, `pid % n`) names its range and the assert its parts need.
+    `below`: the first block is what may lie outside, before the start (no size check helps)."""
     counts = ", ".join(f"`{code(e)}`" for e in extents)
     dim, size, ref = code(size_expr), code(block.size), block.param
+    if below and not block.index.folds:
+        names = {a: ("k" if a == "new" else f"program_id({a})") for a in block.index.axes}
+        return (f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): block "
+                f"`{block.index.render(names)}` (k counts the steps of the new grid axis, over {counts} steps) may fall "
+                "below 0, a window before the start of the array, which the original's slice clamped; no size check "
+                "proves it inside: walk the blocks forward from 0, or index them from the end (`n - 1 - k`)")
     what = (f"cannot prove the blocks of `{ref}` stay inside its dim {block.dim} (`{dim}`): with {counts} steps of "
             f"`{size}` the last block may run past the end, where the original's slice was clamped and a BlockSpec "
             "block is partial")

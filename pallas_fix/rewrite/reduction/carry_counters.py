@@ -65,7 +65,7 @@ def carry_counters(ctx, region, flat, blocked=frozenset()) -> dict[int, tuple[Co
             continue
         in_body = reads_besides(region.body, body_names[n], counting + _lifted_windows(region, blocked))
         if (in_body or after[n]) and start[1] is None:
-            refuse_weak_read(ctx.code(init).strip())
+            refuse_weak_read(ctx.code(init).strip(), step)
         rebinds = any(not isinstance(c, cst.BaseExpression) for c in counting)  # `n += 1` needs `n`
         out[n] = (Counter(ctx.code(init).strip(), start[0], step, start[1]), in_body or rebinds, after[n])
     return out
@@ -221,7 +221,14 @@ def _bound_name_ids(target: cst.CSTNode) -> set[int]:
     return set()
 
 
-def refuse_weak_read(leaf_code: str) -> None:
+def refuse_weak_read(leaf_code: str, step: int = 1) -> None:
+    if step == 0:  # no counter: a constant the loop hands on, a weakly typed int32 array inside it
+        raise Refuse(
+            f"the carry `{leaf_code}` is a Python int the loop returns unchanged, and its value is read: the loop makes "
+            "it a weakly typed int32 array, which the lifted kernel would replace by the literal (a Python int: no "
+            "`.astype`, no `.shape`); write the initial value as jnp.int32(...), or read the constant itself instead "
+            "of carrying it"
+        )
     raise Refuse(
         f"the counter carry `{leaf_code}` is a Python int (weakly typed) and its value is read; the lifted kernel would "
         "read it from pl.program_id (int32), so write the initial value as jnp.int32(...)"
