@@ -150,7 +150,7 @@ class KernelSite:
     # holds the pallas_call: the outer calls the kernel came through, outermost first (`passed_by`
     # is the innermost); such a kernel is analysed, its fixes refused (kernel_entry)
     relayed_by: tuple[cst.Call, ...] = ()
-    # why the chain cannot hand each kernel its own grid and specs (analysis.discovery.relay_chain)
+    # why the chain cannot hand each kernel its own grid and specs (analysis.relays.relay_chain)
     relay_issue: str = ""
     # `def _call(kernel, args): return pl.pallas_call(kernel, grid=...)(*args)`, called with kernels
     # whose windows differ: the spec keywords (among `forwarded`, absent from `keywords`) that the
@@ -159,7 +159,7 @@ class KernelSite:
     thread: tuple[str, ...] = ()
     # `kwargs["compiler_params"] = ...` under `if config.backend == "triton":` before
     # `pl.pallas_call(kernel, **kwargs)`: (keyword, value, the `if` tests) of settings made only on
-    # some runs (analysis.discovery.splat_dict); a test discovery reads as true makes it a keyword
+    # some runs (analysis.relays.splat_dict); a test discovery reads as true makes it a keyword
     conditional_settings: tuple[tuple[str, cst.BaseExpression, tuple[cst.BaseExpression, ...]], ...] = ()
     # `def run(x, kernel=_plain, fast=False): if fast: kernel = _fast`: the assignment that names the
     # kernel, which not every run makes (the caller's kernel reaches the same pallas_call otherwise)

@@ -3,5 +3,5 @@ also one passed in as a parameter of the function holding the call, the part of 
 which refs are inputs and outputs (also through `*refs`; TPU DMA calls as `dma_calls` reads them), helpers called with refs, and the
 roles of each function's parameters.
 
-May import core, analysis's root modules (context, tree_index), analysis.values, analysis.loops
-and analysis.effects."""
+May import core, analysis's root modules (context, tree_index), analysis.values, analysis.loops,
+analysis.effects and analysis.relays (kernels handed on through parameters and launcher chains)."""

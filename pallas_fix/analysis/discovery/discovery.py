@@ -9,12 +9,12 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import forward_keywords, passed_kernels, relayed
+from pallas_fix.analysis.relays.passed_in import forward_keywords, passed_kernels, relayed
 from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded_call
 from pallas_fix.analysis.discovery.reaching import reaching_value
-from pallas_fix.analysis.discovery.relay_chain import forward_chain
-from pallas_fix.analysis.discovery.splat_dict import splat_dict, splatted_settings
-from pallas_fix.analysis.discovery.static_test import test_value
+from pallas_fix.analysis.relays.relay_chain import forward_chain
+from pallas_fix.analysis.relays.splat_dict import splat_dict, splatted_settings
+from pallas_fix.analysis.relays.static_test import test_value
 from pallas_fix.core.model import Backend, KernelSite
 
 # pallas_call's positional parameters, in order.
@@ -47,7 +47,7 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
 
 
 def _settle_conditional(ctx: ModuleContext, site: KernelSite, override: Optional[Backend]) -> None:
-    """Settings the call gets only under an `if` (analysis.discovery.splat_dict): one whose tests
+    """Settings the call gets only under an `if` (analysis.relays.splat_dict): one whose tests
     the source fixes as true (static_test, through the chain of calls that hands the kernel on) is
     a keyword; any other leaves the call's settings, and a backend they would name, unknown."""
     unread = []
@@ -66,7 +66,7 @@ def _settle_conditional(ctx: ModuleContext, site: KernelSite, override: Optional
 
 def _passed_in_sites(ctx: ModuleContext, site: KernelSite, backend_override: Optional[Backend]) -> list[KernelSite]:
     """The site, or one site per kernel def the calls of the function holding the pallas_call
-    pass in as a parameter (analysis.discovery.passed_in), each analysed and none rewritten;
+    pass in as a parameter (analysis.relays.passed_in), each analysed and none rewritten;
     where each call passes its own kernel, the grid and specs it passes with it are that
     kernel's (passed_in.forward_keywords)."""
     found: list[KernelSite] = []
@@ -86,7 +86,7 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite, backend_override: Opt
     relays = any(each.relayed_by for each in found)
     if (len(found) > 1 or relays) and len(found) == passes:  # a kernel two calls pass would get one call's grid
         for each in found:
-            # handed on through several helpers: read at the outermost call (analysis.discovery.relay_chain)
+            # handed on through several helpers: read at the outermost call (analysis.relays.relay_chain)
             forward_chain(ctx, each) if each.relayed_by else forward_keywords(ctx, each)
     return found or [site]
 

@@ -20,9 +20,9 @@ import libcst as cst
 
 from pallas_fix.analysis.binders import paired
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import partial_target, passing_arguments
+from pallas_fix.analysis.relays.passed_in import partial_target, passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
-from pallas_fix.analysis.discovery.relay_chain import chain_problem, passing_chain
+from pallas_fix.analysis.relays.relay_chain import chain_problem, passing_chain
 from pallas_fix.analysis.effects.calls import PURE_DECORATORS
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names

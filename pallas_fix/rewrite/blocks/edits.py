@@ -17,7 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.discovery.passed_in import outer_call
+from pallas_fix.analysis.relays.passed_in import outer_call
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, NewAxis, RefBlock, skipped_reads
 from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes

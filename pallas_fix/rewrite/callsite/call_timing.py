@@ -19,7 +19,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.passed_in import free_names, outer_call, own_names
+from pallas_fix.analysis.relays.passed_in import free_names, outer_call, own_names
 from pallas_fix.analysis.values.same_value import Change, bound_after, name_change, value_change
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError

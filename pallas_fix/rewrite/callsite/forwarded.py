@@ -3,7 +3,7 @@ helper's calls share.
 
 `def call_kernel(*, kernel, grid, in_specs, out_specs): return pl.pallas_call(kernel, grid=grid,
 ...)`, called once per kernel with that kernel's grid and specs: discovery points each kernel's
-site at its own call's arguments (analysis.discovery.passed_in.forward_keywords), so a lift edits
+site at its own call's arguments (analysis.relays.passed_in.forward_keywords), so a lift edits
 them there. One pallas_call still runs both kernels, and anything else the calls share must stay
 as it is, or the other kernel would run with the lift of this one:
 
@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import free_names, outer_call, own_names
-from pallas_fix.analysis.discovery.relay_chain import chain_note
+from pallas_fix.analysis.relays.passed_in import free_names, outer_call, own_names
+from pallas_fix.analysis.relays.relay_chain import chain_note
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite

@@ -30,7 +30,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import passed_for
+from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items

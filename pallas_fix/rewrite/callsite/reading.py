@@ -14,11 +14,11 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.splat_dict import splat_problem
+from pallas_fix.analysis.relays.splat_dict import splat_problem
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
-from pallas_fix.analysis.discovery.passed_in import passed_for
+from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim

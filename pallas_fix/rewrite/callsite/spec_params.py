@@ -26,8 +26,8 @@ from __future__ import annotations
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.relay_chain import chain_calls, chain_functions
-from pallas_fix.analysis.discovery.splat_dict import splat_dict
+from pallas_fix.analysis.relays.relay_chain import chain_calls, chain_functions
+from pallas_fix.analysis.relays.splat_dict import splat_dict
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
 from pallas_fix.rewrite.text.edits import Edit, apply_edits

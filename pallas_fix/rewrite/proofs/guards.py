@@ -38,7 +38,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import plain_read, walk
-from pallas_fix.analysis.discovery.passed_in import outer_call
+from pallas_fix.analysis.relays.passed_in import outer_call
 from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols

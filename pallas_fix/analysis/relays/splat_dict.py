@@ -9,7 +9,7 @@ once in the function holding the call (a launcher's `make_pallas_call`):
 Each entry is read as the keyword it names, its value where it is written. A later
 `kwargs["key"] = value` statement to another key is read too: as a setting when it runs on every
 call, and as a conditional one (with its `if` test) otherwise, which discovery counts only where it
-can read the test (analysis.discovery.static_test). Anything else (a key written twice, a dict built
+can read the test (analysis.relays.static_test). Anything else (a key written twice, a dict built
 by a loop or `kwargs.update`, `**` of a parameter, another read of the dict) is not read: `why` says
 so, and the call's settings stay unknown."""
 

@@ -6,7 +6,7 @@
             kwargs["compiler_params"] = pltriton.CompilerParams(...)
 
 A comparison (`==`, `!=`, `in`, `not in`) of literals, module constants, parameters the chain of
-calls handing the kernel on passes (analysis.discovery.passed_in.chain_value) and fields of a
+calls handing the kernel on passes (analysis.relays.passed_in.chain_value) and fields of a
 module `NamedTuple` built with literal arguments. Anything else is unknown (None): a setting made
 under such a test does not count."""
 
@@ -17,7 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.passed_in import chain_value
+from pallas_fix.analysis.relays.passed_in import chain_value
 from pallas_fix.core.model import KernelSite
 
 _UNKNOWN = object()

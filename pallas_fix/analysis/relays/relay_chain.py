@@ -35,10 +35,10 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.passed_in import (
+from pallas_fix.analysis.relays.passed_in import (
     FORWARDABLE, THREADABLE, argument_for, calls_of, chain_value, outer_call, own_names, param_default, partial_target,
 )
-from pallas_fix.analysis.discovery.splat_dict import splat_problem
+from pallas_fix.analysis.relays.splat_dict import splat_problem
 from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend, KernelSite
