@@ -134,7 +134,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         carry = Carry([lane_leaf(l) if n in lanes.leaves else l for n, l in enumerate(carry.leaves)], carry.tree)
     semantics = _semantics(analysis, region, site, carry, access, embedded)
     # guarding: blocks the code does not prove inside their arrays may be proved by a shape fact
-    # written into the wrapper as a check (rewrite.proofs.guards); a reduction is unsafe anyway.
+    # written into the wrapper as a check (rewrite.guards.shape_guards); a reduction is unsafe anyway.
     call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped,
                                                      undo_strip_mines=analysis.config.lift_for_memory),
                            guarding=True)

@@ -1,4 +1,4 @@
-"""Guarded lifts (rewrite.proofs.guards): a bounds proof that needs a shape fact the code leaves
+"""Guarded lifts (rewrite.guards.shape_guards): a bounds proof that needs a shape fact the code leaves
 unsaid writes it into the wrapper as a check, and the traps such a check must not fall into.
 
 The golden pairs are in tests/fixtures/codemods/*/ (`*_guarded_*`, run by test_codemod_pairs.py);

@@ -31,7 +31,7 @@ class FixPlan:
     # Applied with the start fixes, before any lift (engine._plan_rank): R6 when it first reads a
     # table entry's one-element slice as a scalar, which a lift would otherwise block.
     before_lifts: bool = False
-    # The checks a guarded fix writes into the wrapper (rewrite.proofs.guards), each as the
+    # The checks a guarded fix writes into the wrapper (rewrite.guards.shape_guards), each as the
     # condition under which it raises (`skv % block_k`): front ends name them (the LSP's title).
     guards: tuple[str, ...] = ()
     # A lift of a call already pipelined on other grid axes (core.speed): on TPU it may only trade

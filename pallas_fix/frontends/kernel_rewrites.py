@@ -247,7 +247,7 @@ def _static_notes(fixed: FixResult) -> tuple[str, ...]:
 
 
 def _outside_guard(verdict: Verdict, candidate: FixResult) -> str:
-    """Why a lift whose own check (rewrite.proofs.guards) rejects the user's example is refused: the
+    """Why a lift whose own check (rewrite.guards.shape_guards) rejects the user's example is refused: the
     lift is exact only for calls that pass the check, and writing it would make the wrapper reject
     a call the original accepts (issue 26: refuse rather than narrow). Not a broken rewrite."""
     what = "; ".join(candidate.applied) or "the rewrite"

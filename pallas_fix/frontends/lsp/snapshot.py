@@ -41,7 +41,7 @@ class FixInfo:
 
     codemod: str
     safety: FixSafety
-    guards: tuple[str, ...] = ()  # the checks a guarded fix adds to the wrapper (rewrite.proofs.guards)
+    guards: tuple[str, ...] = ()  # the checks a guarded fix adds to the wrapper (rewrite.guards.shape_guards)
     note: str = ""  # what the source says of the fix's speed on TPU (core.speed), or ""
     edits: Optional[list[Edit]] = None
     failed: Optional[str] = None  # why computing the edits failed; the fix is then not offered

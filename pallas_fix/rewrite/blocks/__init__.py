@@ -3,5 +3,5 @@ BlockSpecs and index_map parameters, grid axes, renumbered axes, spec slots, the
 whole-block accesses, R2's scratch entries, and block indices that fold a program id into
 quotient and remainder (folds.py).
 
-May import core, analysis, rewrite.text, rewrite.callsite and rewrite.proofs (a plan's blocks are
+May import core, analysis, rewrite.text, rewrite.callsite, rewrite.guards and rewrite.proofs (a plan's blocks are
 proved in bounds before they are written; proofs read the plan's data types from blocks.plan)."""

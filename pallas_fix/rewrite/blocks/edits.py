@@ -24,8 +24,8 @@ from pallas_fix.rewrite.blocks.axis_numbers import renumber_negative_axes
 from pallas_fix.rewrite.blocks.blockspecs import SpecWriter
 from pallas_fix.rewrite.proofs.aliases import check_aliased_blocks
 from pallas_fix.rewrite.proofs.bounds import Bounds
-from pallas_fix.rewrite.proofs.guards import guard_edit, placement, uses_asserts
-from pallas_fix.rewrite.proofs.rank_guards import rank_checks
+from pallas_fix.rewrite.guards.shape_guards import guard_edit, placement, uses_asserts
+from pallas_fix.rewrite.guards.rank_guards import rank_checks
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.edits import Edit, chain
 from pallas_fix.rewrite.blocks.grid_params import GridParams, new_axis_semantics, touches
@@ -290,7 +290,7 @@ class CallEdits:
 
     def write_guards(self) -> None:
         """The checks the bounds proof assumed, before the statement that runs the pallas_call
-        (rewrite.proofs.guards)."""
+        (rewrite.guards.shape_guards)."""
         checks = [*(g for g, _why in self.guards), *rank_checks(self.cs)]  # ranks from the examples' trace
         anchor = placement(self.cs.ctx, self.cs.site) if checks else None
         if anchor is None:
@@ -374,7 +374,7 @@ def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAx
                   *, unproved: Exception) -> tuple[dict[cst.CSTNode, Edit], Optional[str], tuple[str, ...]]:
     """The last resort when the blocks are not proved inside their arrays (`unproved`, the
     plain proof's error, raised again when this fails too): the edits with checks written into
-    the wrapper that make the proof go through (rewrite.proofs.guards), and what the fix message
+    the wrapper that make the proof go through (rewrite.guards.shape_guards), and what the fix message
     says about them, and the checks (each the condition under which it raises, `FixPlan.guards`).
     An example call of the file that breaks a needed check is named instead, and a plan that
     fails before its bounds are checked fails for its own reason."""
@@ -387,7 +387,7 @@ def guarded_edits(cs: CallSite, blocks: list[RefBlock], new_axis: Optional[NewAx
         refused = calls.bounds.broken_guard
         raise (type(unproved)(f"{unproved}; {refused}") if refused else unproved) from None
     # No new check where one an earlier rewrite of this call wrote proves it, as a check of the user's
-    # would: the bounds proof reads it as a stated fact (rewrite.proofs.guards.written_before).
+    # would: the bounds proof reads it as a stated fact (rewrite.guards.shape_guards.written_before).
     note = guards_note(calls.guards) if calls.guards else None
     return edits, note, tuple(g.failing() for g, _why in calls.guards)
 

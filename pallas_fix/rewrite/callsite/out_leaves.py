@@ -4,8 +4,8 @@
 inputs' shapes, and no line of the wrapper says how large output k is. Yet its size is fixed at
 the call: `jax.tree.leaves(kwargs['outs'])[k].shape[d]` (the out_shape's leaves are the outputs,
 in order, whether it is one struct or a list of them). That expression is what the bounds proofs
-reason about, and a guard written with it (rewrite.proofs.guards) reads the same value before
-the call, as long as nothing rebinds its names between the two (rewrite.proofs.unchanged).
+reason about, and a guard written with it (rewrite.guards.shape_guards) reads the same value before
+the call, as long as nothing rebinds its names between the two (rewrite.guards.unchanged).
 Only for an out_shape that is a plain read: names, attributes, constant subscripts.
 """
 

@@ -23,7 +23,7 @@ from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, exa
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
 from pallas_fix.rewrite.proofs.spec_blocks import index_map_entry, lockstep_key, spec_lockstep
-from pallas_fix.rewrite.proofs.guards import (Guard, as_guard, breaks_example, candidates, masked_access, optional_operands,
+from pallas_fix.rewrite.guards.shape_guards import (Guard, as_guard, breaks_example, candidates, masked_access, optional_operands,
                                               placement, traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import code
@@ -38,7 +38,7 @@ class Bounds:
         """`partial_ok`: (param, dim) whose last block may be partial along a `pl.cdiv` grid axis
         (an unsafe fix that says so, rewrite.proofs.ragged_blocks). `guarding`: a block the code
         does not prove inside its array may be proved by a shape fact written into the wrapper as
-        a check (rewrite.proofs.guards); the facts chosen are `self.guards`."""
+        a check (rewrite.guards.shape_guards); the facts chosen are `self.guards`."""
         self.cs = cs
         self.partial_ok = partial_ok
         self.guarding = guarding
@@ -123,7 +123,7 @@ class Bounds:
                 self._guard_block(block, trip, err)
 
     def _guard_block(self, block: RefBlock, trip: Optional[cst.BaseExpression], err: CallSiteError) -> None:
-        """Prove `block` inside its array with a guard (rewrite.proofs.guards), or raise `err`
+        """Prove `block` inside its array with a guard (rewrite.guards.shape_guards), or raise `err`
         (with the guard an example breaks named): along its dim, then along each dim a grid axis
         indexes by itself (a squeezed dim: the axis must not outrun the dim)."""
         try:

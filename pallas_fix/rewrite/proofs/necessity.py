@@ -1,4 +1,4 @@
-"""Is a guard necessary? A check written into the wrapper (rewrite.proofs.guards) must reject only
+"""Is a guard necessary? A check written into the wrapper (rewrite.guards.shape_guards) must reject only
 calls the original does not handle: calls where its last window runs past the end of the array
 (out of bounds on hardware, clamped in interpret mode). A sufficient fact can be too strong:
 `residual.shape[0] == x.shape[0]` also rejects a longer `residual`, whose first rows the original

@@ -105,7 +105,7 @@ def _survey(v: dict, call: Call, f_orig: Callable, f_rew: Callable) -> list[dict
             raise _Abort(f"{_the_example(call)} does not trace the original either; check the example: "
                          f"{summarize_exc(original_error)}{user_frame(original_error)}")
         # A check the user's code raises where the original traced: the rewrite's own guard
-        # (rewrite.proofs.guards) rejecting a call outside its contract; ragged variants drop it.
+        # (rewrite.guards.shape_guards) rejecting a call outside its contract; ragged variants drop it.
         v["details"]["rejected_by_check"] = isinstance(trace_error, (ValueError, AssertionError)) and raised_by_user(trace_error)
         raise _Abort(f"tracing the rewrite failed: {summarize_exc(trace_error)}{user_frame(trace_error)}")
     after, note = _dynamic_counts(call.bind(f_rew), structs, jaxpr_rew)

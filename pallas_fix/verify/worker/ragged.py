@@ -321,7 +321,7 @@ def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
             dropped.append(f"`{variant.canonical()}` (a partial block the interpreters cannot judge under this lift)")
             continue
         if result["status"] != "verified" and result["details"].get("rejected_by_check"):
-            # The rewrite's own check (a guard it added, rewrite.proofs.guards) rejects the variant
+            # The rewrite's own check (a guard it added, rewrite.guards.shape_guards) rejects the variant
             # at trace time: outside the contract the fix states, not a wrong result.
             dropped.append(f"`{variant.canonical()}` (the rewrite's check rejects it: {result['message']})")
             continue

@@ -24,7 +24,7 @@ A squeezed dim (`x_ref[b]`, b a grid index) needs its axis not to outrun the dim
 branches) may still be guarded where the pallas_call reads it: in the statement that builds and
 runs the call, read only through names, attributes and constant subscripts (`_read_at_call`);
 a size whose names are bound in branches (`B, H` unpacked in each arm) where nothing rebinds them
-between the statement the plan read them in and the call (rewrite.proofs.unchanged). A
+between the statement the plan read them in and the call (rewrite.guards.unchanged). A
 check already standing right before that statement (an earlier rewrite's) proves what it says
 and is not written twice. No check for a kernel that masks its loads or stores: it handles a
 last window past the end on hardware, so the check would reject calls the original handles.
@@ -43,7 +43,7 @@ from pallas_fix.analysis.loops.proofs import Facts
 from pallas_fix.core import names as N
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.callsite.spelling.built_lists import present_arm
-from pallas_fix.rewrite.proofs.unchanged import readable_at, reads_leaf, respelled
+from pallas_fix.rewrite.guards.unchanged import readable_at, reads_leaf, respelled
 from pallas_fix.rewrite.text.syntax import variable_names
 
 _MAX_CANDIDATES = 12

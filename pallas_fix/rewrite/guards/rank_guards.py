@@ -3,7 +3,7 @@
 A rank no line of the source states (the array comes through a factory's inner function) but
 every example showed is a hypothesis: the BlockSpec written with it has that many dims. Where the
 operand is a plain name of the function that runs the pallas_call, the fact is stated there, in
-the file's style, before the statement that runs the call (rewrite.proofs.guards.placement):
+the file's style, before the statement that runs the call (rewrite.guards.shape_guards.placement):
 `if x.ndim != 1: raise ValueError(f"x.ndim ({x.ndim}) must equal 1")`. A call of another rank
 then fails with that message instead of inside Pallas. Outputs get no check: their rank is
 their out_shape's, which a check on the inputs it is built from covers or verification does.
