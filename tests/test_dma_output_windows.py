@@ -147,6 +147,16 @@ def test_a_wait_list_read_elsewhere_is_refused():
     assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
 
 
+def test_a_wait_list_bound_again_is_refused():
+    """`copies = []` again before `for cp in copies: cp.wait()`: the loop waits a fresh list and no
+    chunk is waited in the step (red team 14: proposed as safe; TPU interpret mode gave all NaN)."""
+    source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    loop = "    for cp in copies:\n        cp.wait()\n"
+    for rebinding in ("    copies = []\n", "    copies, done = [], True\n"):
+        finding = _output_finding(source.replace(loop, rebinding + loop))
+        assert finding.plan is None and "to a list bound once" in finding.refusal
+
+
 def test_sems_read_other_than_as_a_dma_semaphore_stays_refused():
     """Only `sems[k]` given to a DMA as its `sem` is skipped; any other read of `*sems` may name an
     operand, so the mapping stays unknown."""

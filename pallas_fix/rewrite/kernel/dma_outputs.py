@@ -161,8 +161,8 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
             break
     if not (started and waited):
         raise Refuse(f"{where} and its DMA `{name}` (line {line}) is not started and then waited in the same step "
-                     f"(`{name}.start()` then `{name}.wait()` in the same block, or `copies.append({name})` and a later "
-                     "`for c in copies: c.wait()` in the kernel's body): the pipeline writes the block back when the "
+                     f"(`{name}.start()` then `{name}.wait()` in the same block, or `copies.append({name})` to a list bound once, "
+                     "`copies = []`, and a later `for c in copies: c.wait()` in the kernel's body): the pipeline writes the block back when the "
                      "step ends, and a copy still running would be lost")
 
 
@@ -220,12 +220,16 @@ def _waited_later(ctx, kernel: cst.FunctionDef, copies: str, stmt) -> bool:
     loops = [k for k, s in enumerate(body[holder + 1:], holder + 1) if _waits_all(s, copies)]
     if len(made) != 1 or not loops:
         return False
+    binding = body[made[0]]
     for node in walk(kernel.body):
         if isinstance(node, cst.Name) and node.value == copies:
             parent = ctx.parent(node)
             is_append = isinstance(parent, cst.Attribute) and parent.attr.value == "append"
             is_iter = isinstance(parent, cst.For) and parent.iter is node
-            if not (is_append or is_iter or _in_target(ctx, node)):
+            # the one `copies = []`: a second binding (`copies = []` again before the waits) leaves
+            # the appended copies unwaited while the loop waits a fresh list (red team 14)
+            is_made = _in_target(ctx, node) and any(a is binding for a in ctx.ancestors(node))
+            if not (is_append or is_iter or is_made):
                 return False
     return True
 
