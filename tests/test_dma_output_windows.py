@@ -23,7 +23,7 @@ from pallas_fix.engine import analyze_source
 from pallas_fix.verify.examples.sources import collect_examples
 
 FOLDER = FIXTURES / "codemods" / "program_id_blocks"
-PAIRS = ["pid_dma_hbm_block", "pid_dma_hbm_chunks", "pid_offset_dma_any_output"]
+PAIRS = ["pid_dma_hbm_block", "pid_dma_hbm_chunks", "pid_dma_hbm_head", "pid_offset_dma_any_output"]
 
 
 def _kernel(path: Path):
@@ -136,6 +136,25 @@ def test_refused_where_windows_may_overlap():
 """)
     finding = _output_finding(source)
     assert finding.plan is None and "do not overlap" in finding.refusal
+
+
+def test_a_window_wider_than_its_step_names_no_loop():
+    """`pl.ds(i * bm, 2 * bm)`: no loop walks the window, so the refusal says what it needs of the
+    block (red team 14: it said to bound 'the loop that walks it' by `bm // 2 * bm`)."""
+    source = _variant(_OUT.replace("o_ref.at[pl.ds(i * bm, bm)]", "o_ref.at[pl.ds(i * bm, 2 * bm)]"))
+    finding = _output_finding(source)
+    assert finding.plan is None
+    assert "it fits only where `bm >= 2 * bm`" in finding.refusal and "loop" not in finding.refusal
+
+
+def test_one_dma_at_a_fixed_offset_is_not_an_overlap():
+    """One DMA per step into `pl.ds(i * bm, 8)`, `bm >= 8` stated: one window cannot overlap another;
+    it was refused as windows pallas-fix 'cannot prove do not overlap' (red team 14; the
+    pid_dma_hbm_head pair runs it)."""
+    head = _OUT.replace("src_ref=rows,", "src_ref=rows.at[pl.ds(0, 8)],").replace("pl.ds(i * bm, bm)", "pl.ds(i * bm, 8)")
+    source = _variant(head).replace("    if m % bm:", "    assert bm >= 8\n    if m % bm:")
+    assert _output_finding(source).plan is not None
+    assert _output_finding(source.replace("    assert bm >= 8\n", "")).plan is None  # the bound is what proves it
 
 
 def test_a_wait_list_read_elsewhere_is_refused():

@@ -110,11 +110,11 @@ def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
 def _check_disjoint(ctx, sub: cst.Subscript, offset, loops: list[cst.For], where: str) -> None:
     """One DMA per step, or one per static-loop pass at an offset `c * size` of its own loop
     index: the windows of one step never overlap (in VMEM as in HBM, overlapping copies race)."""
+    if not loops:
+        return  # one DMA in the step, one window (`pl.ds(0, 8)` of a block of `bm >= 8` rows too): nothing to overlap
     if offset is None:
-        if loops:
-            raise Refuse(f"{where} and the same block is copied into it by DMA in every pass of a loop (line "
-                         f"{ctx.span(sub).line}): overlapping copies race; copy the block once")
-        return
+        raise Refuse(f"{where} and the same block is copied into it by DMA in every pass of a loop (line "
+                     f"{ctx.span(sub).line}): overlapping copies race; copy the block once")
     size = offset.ds.args[1].value if len(offset.ds.args) > 1 else None
     rest = offset.rest
     targets = {lp.target.value for lp in loops if isinstance(lp.target, cst.Name)}
