@@ -157,6 +157,20 @@ def test_one_dma_at_a_fixed_offset_is_not_an_overlap():
     assert _output_finding(source.replace("    assert bm >= 8\n", "")).plan is None  # the bound is what proves it
 
 
+def test_column_chunks_are_not_called_the_same_block():
+    """A static loop whose DMAs move along the columns (`pl.ds(c * 128, 128)`) copies different
+    bytes each pass: refused, as pallas-fix compares only the program id's rows, but no longer as
+    'the same block is copied into it in every pass' (red team 14)."""
+    source = _variant("""    for c in range(2):
+        out = pltpu.make_async_copy(rows.at[:, pl.ds(c * 128, 128)], o_ref.at[pl.ds(i * bm, bm), pl.ds(c * 128, 128)], sem)
+        out.start()
+        out.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "the same block is copied" not in finding.refusal
+    assert "a window moving along another dim it does not compare" in finding.refusal
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")

@@ -113,8 +113,10 @@ def _check_disjoint(ctx, sub: cst.Subscript, offset, loops: list[cst.For], where
     if not loops:
         return  # one DMA in the step, one window (`pl.ds(0, 8)` of a block of `bm >= 8` rows too): nothing to overlap
     if offset is None:
-        raise Refuse(f"{where} and the same block is copied into it by DMA in every pass of a loop (line "
-                     f"{ctx.span(sub).line}): overlapping copies race; copy the block once")
+        raise Refuse(f"{where} and its DMA (line {ctx.span(sub).line}) copies into the same rows of the block in every pass "
+                     "of a loop: pallas-fix proves the passes' copies disjoint only by an offset `c * size` of the loop's "
+                     "index in the rows the program id picks (a window moving along another dim it does not compare; copies "
+                     "in flight together into the same bytes race); copy the block once, or walk the chunks along those rows")
     size = offset.ds.args[1].value if len(offset.ds.args) > 1 else None
     rest = offset.rest
     targets = {lp.target.value for lp in loops if isinstance(lp.target, cst.Name)}
