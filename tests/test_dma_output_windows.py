@@ -171,6 +171,16 @@ def test_column_chunks_are_not_called_the_same_block():
     assert "a window moving along another dim it does not compare" in finding.refusal
 
 
+def test_a_descriptor_rebuilt_to_wait_is_named_as_such():
+    """`make_async_copy(rows, o_ref.at[pl.ds(i * bm, bm)], sem).wait()` moves no data (detection
+    gives it no window); the refusal said `o_ref` was 'accessed without a program_id window along
+    dim 0' at a line that has one (red team 14)."""
+    source = _variant(_OUT + "    pltpu.make_async_copy(rows, o_ref.at[pl.ds(i * bm, bm)], sem).wait()\n")
+    finding = _output_finding(source)
+    assert finding.plan is None and "without a program_id window" not in finding.refusal
+    assert "built only to be waited" in finding.refusal
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
