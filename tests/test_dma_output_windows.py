@@ -181,6 +181,22 @@ def test_a_descriptor_rebuilt_to_wait_is_named_as_such():
     assert "built only to be waited" in finding.refusal
 
 
+def test_a_descriptor_started_again_after_its_wait_is_refused():
+    """`out.start(); out.wait(); ...; out.start()`: the second copy may still run when the block is
+    written back (red team 14: proposed as safe; TPU interpret mode gave the first copy's rows)."""
+    again = "    rows[...] = rows[...] * 2.0\n    out.start()\n"
+    finding = _output_finding(_variant(_OUT + again))
+    assert finding.plan is None and "is used again after it is waited (line 24)" in finding.refusal
+    chunks = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    assert _output_finding(chunks).plan is not None
+    loop = "    for cp in copies:\n        cp.wait()\n"
+    for later in ("    cp.start()\n", "    rows[...] = rows[...] * 2.0\n    cp.start()\n"):  # the last chunk, again
+        finding = _output_finding(chunks.replace(loop, loop + later))
+        assert finding.plan is None and "is used again after it is waited" in finding.refusal
+    done = chunks.replace(loop, loop + "    cp = None\n    del cp\n")  # rebound: another value
+    assert _output_finding(done).plan is not None
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")

@@ -161,11 +161,46 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
             break
         elif _reads(s, name):
             break
+    if started and waited:
+        _check_not_restarted(ctx, kernel, s, name, line, where)
     if not (started and waited):
         raise Refuse(f"{where} and its DMA `{name}` (line {line}) is not started and then waited in the same step "
                      f"(`{name}.start()` then `{name}.wait()` in the same block, or `copies.append({name})` to a list bound once, "
                      "`copies = []`, and a later `for c in copies: c.wait()` in the kernel's body): the pipeline writes the block back when the "
                      "step ends, and a copy still running would be lost")
+
+
+def _check_not_restarted(ctx, kernel: cst.FunctionDef, done, name: str, line: int, where: str) -> None:
+    """After `done` (its wait, or its append to the waited list) the descriptor `name` is not read
+    again until rebound, nor the last one the wait loop names (`for cp in copies: cp.wait()`, then
+    `cp.start()`): `c.start()` once more after `c.wait()` would leave a copy running when the
+    pipeline writes the block back (red team 14: proposed as safe, the verifier's examples caught it)."""
+    copies = _appended(done, name)
+    names, node = {name}, done
+    while node is not kernel and names:
+        block = ctx.parent(node)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        for s in body[body.index(node) + 1:] if node in body else []:
+            if copies is not None and _waits_all(s, copies):
+                names.add(s.target.value)  # the loop's name holds the descriptors after it too
+                continue
+            names -= {n for n in names if _rebinds(s, n)}
+            used = next((n for n in names if _reads(s, n)), None)
+            if used is not None:
+                raise Refuse(f"{where} and its DMA `{name}` (line {line}) is used again after it is waited (line "
+                             f"{ctx.span(s).line}): pallas-fix proves a copy lands before the pipeline writes the block back "
+                             "only for one `start()` then one `wait()` of a descriptor; build a new one for another copy")
+        node = ctx.parent(block)
+
+
+def _rebinds(stmt, name: str) -> bool:
+    """`name = ...` not reading it, or `for name in ...` not iterating it: later reads are another value."""
+    if isinstance(stmt, cst.For):
+        return isinstance(stmt.target, cst.Name) and stmt.target.value == name and not _reads(stmt.iter, name)
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    assign = stmt.body[0]
+    return any(_reads(t.target, name) for t in assign.targets) and not _reads(assign.value, name)
 
 
 def _bound_name(stmt, call: cst.Call) -> Optional[str]:
