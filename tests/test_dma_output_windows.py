@@ -197,6 +197,26 @@ def test_a_descriptor_started_again_after_its_wait_is_refused():
     assert _output_finding(done).plan is not None
 
 
+def test_an_exit_between_start_and_wait_is_refused():
+    """`cp.start()`, `if c == bm // 8 - 1: break`, `cp.wait()`: the last chunk is never waited (red
+    team 14: proposed as safe; TPU interpret mode left its rows NaN in the block)."""
+    source = _variant("""    for c in range(bm // 8):
+        cp = pltpu.make_async_copy(rows.at[pl.ds(c * 8, 8)], o_ref.at[pl.ds(i * bm + c * 8, 8)], sem)
+        cp.start()
+        if c == bm // 8 - 1:
+            break
+        cp.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+    assert _output_finding(source.replace("            break\n", "            pass\n")).plan is not None
+    chunks = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    appended = "        copies.append(cp)\n"
+    for exit_ in ("        if c == 0:\n            return\n", "    if bm == 16:\n        return\n"):
+        finding = _output_finding(chunks.replace(appended, appended + exit_))  # the wait loop skipped
+        assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")

@@ -148,8 +148,8 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
                      "another pass's copy")
     started = waited = False
     for s in body[at + 1:]:
-        if _binds(s, name):
-            break
+        if _binds(s, name) or _exits(s):
+            break  # an exit between start and wait (`if c == last: break`) may skip the wait (red team 14)
         method = _method_call(s, name)
         if method == "start" and not started:
             started = True
@@ -191,6 +191,11 @@ def _check_not_restarted(ctx, kernel: cst.FunctionDef, done, name: str, line: in
                              f"{ctx.span(s).line}): pallas-fix proves a copy lands before the pipeline writes the block back "
                              "only for one `start()` then one `wait()` of a descriptor; build a new one for another copy")
         node = ctx.parent(block)
+
+
+def _exits(stmt) -> bool:
+    """A `return`, `break`, `continue` or `raise` in `stmt`: the statements after it may not run."""
+    return any(isinstance(n, (cst.Return, cst.Break, cst.Continue, cst.Raise)) for n in walk(stmt))
 
 
 def _rebinds(stmt, name: str) -> bool:
@@ -257,6 +262,8 @@ def _waited_later(ctx, kernel: cst.FunctionDef, copies: str, stmt) -> bool:
     loops = [k for k, s in enumerate(body[holder + 1:], holder + 1) if _waits_all(s, copies)]
     if len(made) != 1 or not loops:
         return False
+    if any(isinstance(n, (cst.Return, cst.Raise)) for s in body[holder:loops[0]] for n in walk(s)):
+        return False  # a `return` before the wait loop (`if c == 1: return` after an append) skips it
     binding = body[made[0]]
     for node in walk(kernel.body):
         if isinstance(node, cst.Name) and node.value == copies:
