@@ -217,6 +217,31 @@ def test_an_exit_between_start_and_wait_is_refused():
         assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
 
 
+def test_a_block_shared_across_a_parallel_axis_is_refused():
+    """Grid (m // bm, 2), step (i, j) copying its columns `pl.ds(j * 128, 128)` of the rows at `i`:
+    in HBM the two steps of a row block write disjoint bytes from any core; the block of `bm` rows at
+    `i` is shared by them, and on an axis marked "parallel" each core writes its copy back (red team
+    14: proposed as safe; TPU interpret mode on 8 cores found the race). "arbitrary" keeps the lift."""
+    source = _variant("""    j = pl.program_id(1)
+    out = pltpu.make_async_copy(rows.at[:, pl.ds(j * 128, 128)], o_ref.at[pl.ds(i * bm, bm), pl.ds(j * 128, 128)], sem)
+    out.start()
+    out.wait()
+""").replace("f32[40, 128]", "f32[40, 256]").replace("grid=(m // bm,),", "grid=(m // bm, 2),")
+    params = "        ),\n        compiler_params=pltpu.CompilerParams(dimension_semantics=({}, {})),\n    )(ids, table)"
+    assert "        ),\n    )(ids, table)" in source
+
+    def rows_finding(semantics):
+        text = source.replace("        ),\n    )(ids, table)", params.format(*semantics))
+        found = [f for f in analyze_source(text, "<t>").findings if f.code == "PF103" and "`o_ref`" in f.message
+                 and "`i * bm`" in f.message]
+        assert len(found) == 1
+        return found[0]
+
+    refused = rows_finding(('"parallel"', '"parallel"'))
+    assert refused.plan is None and 'its block would not follow grid axis 1, marked "parallel"' in refused.refusal
+    assert rows_finding(('"parallel"', '"arbitrary"')).plan is not None
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
