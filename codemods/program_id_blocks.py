@@ -30,6 +30,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.accesses import only_waited
 from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
@@ -250,6 +251,17 @@ def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExp
     return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
+def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> str:
+    """Why an access of `ref` gives no window: a descriptor rebuilt only to wait has its window,
+    which detection reads as moving no data (red team 14: it was called 'without a window')."""
+    line = ctx.span(node).line
+    if only_waited(ctx, node):
+        return (f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
+                "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the descriptor "
+                "that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
+    return f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})"
+
+
 def _check_operand(cs: CallSite, ref: str) -> None:
     """An input or output of a gridded call. Its BlockSpec may already block it: the kernel's
     window then lies inside that block, and SpecWriter composes the two (a sub-block numbered
@@ -275,7 +287,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
-            raise Refuse(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {ctx.span(node).line})")
+            raise Refuse(_unwindowed(ctx, ref, dim, node))
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.

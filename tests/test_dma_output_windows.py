@@ -23,7 +23,7 @@ from pallas_fix.engine import analyze_source
 from pallas_fix.verify.examples.sources import collect_examples
 
 FOLDER = FIXTURES / "codemods" / "program_id_blocks"
-PAIRS = ["pid_dma_hbm_block", "pid_dma_hbm_chunks", "pid_offset_dma_any_output"]
+PAIRS = ["pid_dma_hbm_block", "pid_dma_hbm_chunks", "pid_dma_hbm_head", "pid_offset_dma_any_output"]
 
 
 def _kernel(path: Path):
@@ -138,6 +138,110 @@ def test_refused_where_windows_may_overlap():
     assert finding.plan is None and "do not overlap" in finding.refusal
 
 
+def test_a_window_wider_than_its_step_names_no_loop():
+    """`pl.ds(i * bm, 2 * bm)`: no loop walks the window, so the refusal says what it needs of the
+    block (red team 14: it said to bound 'the loop that walks it' by `bm // 2 * bm`)."""
+    source = _variant(_OUT.replace("o_ref.at[pl.ds(i * bm, bm)]", "o_ref.at[pl.ds(i * bm, 2 * bm)]"))
+    finding = _output_finding(source)
+    assert finding.plan is None
+    assert "it fits only where `bm >= 2 * bm`" in finding.refusal and "loop" not in finding.refusal
+
+
+def test_one_dma_at_a_fixed_offset_is_not_an_overlap():
+    """One DMA per step into `pl.ds(i * bm, 8)`, `bm >= 8` stated: one window cannot overlap another;
+    it was refused as windows pallas-fix 'cannot prove do not overlap' (red team 14; the
+    pid_dma_hbm_head pair runs it)."""
+    head = _OUT.replace("src_ref=rows,", "src_ref=rows.at[pl.ds(0, 8)],").replace("pl.ds(i * bm, bm)", "pl.ds(i * bm, 8)")
+    source = _variant(head).replace("    if m % bm:", "    assert bm >= 8\n    if m % bm:")
+    assert _output_finding(source).plan is not None
+    assert _output_finding(source.replace("    assert bm >= 8\n", "")).plan is None  # the bound is what proves it
+
+
+def test_column_chunks_are_not_called_the_same_block():
+    """A static loop whose DMAs move along the columns (`pl.ds(c * 128, 128)`) copies different
+    bytes each pass: refused, as pallas-fix compares only the program id's rows, but no longer as
+    'the same block is copied into it in every pass' (red team 14)."""
+    source = _variant("""    for c in range(2):
+        out = pltpu.make_async_copy(rows.at[:, pl.ds(c * 128, 128)], o_ref.at[pl.ds(i * bm, bm), pl.ds(c * 128, 128)], sem)
+        out.start()
+        out.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "the same block is copied" not in finding.refusal
+    assert "a window moving along another dim it does not compare" in finding.refusal
+
+
+def test_a_descriptor_rebuilt_to_wait_is_named_as_such():
+    """`make_async_copy(rows, o_ref.at[pl.ds(i * bm, bm)], sem).wait()` moves no data (detection
+    gives it no window); the refusal said `o_ref` was 'accessed without a program_id window along
+    dim 0' at a line that has one (red team 14)."""
+    source = _variant(_OUT + "    pltpu.make_async_copy(rows, o_ref.at[pl.ds(i * bm, bm)], sem).wait()\n")
+    finding = _output_finding(source)
+    assert finding.plan is None and "without a program_id window" not in finding.refusal
+    assert "built only to be waited" in finding.refusal
+
+
+def test_a_descriptor_started_again_after_its_wait_is_refused():
+    """`out.start(); out.wait(); ...; out.start()`: the second copy may still run when the block is
+    written back (red team 14: proposed as safe; TPU interpret mode gave the first copy's rows)."""
+    again = "    rows[...] = rows[...] * 2.0\n    out.start()\n"
+    finding = _output_finding(_variant(_OUT + again))
+    assert finding.plan is None and "is used again after it is waited (line 24)" in finding.refusal
+    chunks = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    assert _output_finding(chunks).plan is not None
+    loop = "    for cp in copies:\n        cp.wait()\n"
+    for later in ("    cp.start()\n", "    rows[...] = rows[...] * 2.0\n    cp.start()\n"):  # the last chunk, again
+        finding = _output_finding(chunks.replace(loop, loop + later))
+        assert finding.plan is None and "is used again after it is waited" in finding.refusal
+    done = chunks.replace(loop, loop + "    cp = None\n    del cp\n")  # rebound: another value
+    assert _output_finding(done).plan is not None
+
+
+def test_an_exit_between_start_and_wait_is_refused():
+    """`cp.start()`, `if c == bm // 8 - 1: break`, `cp.wait()`: the last chunk is never waited (red
+    team 14: proposed as safe; TPU interpret mode left its rows NaN in the block)."""
+    source = _variant("""    for c in range(bm // 8):
+        cp = pltpu.make_async_copy(rows.at[pl.ds(c * 8, 8)], o_ref.at[pl.ds(i * bm + c * 8, 8)], sem)
+        cp.start()
+        if c == bm // 8 - 1:
+            break
+        cp.wait()
+""")
+    finding = _output_finding(source)
+    assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+    assert _output_finding(source.replace("            break\n", "            pass\n")).plan is not None
+    chunks = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    appended = "        copies.append(cp)\n"
+    for exit_ in ("        if c == 0:\n            return\n", "    if bm == 16:\n        return\n"):
+        finding = _output_finding(chunks.replace(appended, appended + exit_))  # the wait loop skipped
+        assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+
+
+def test_a_block_shared_across_a_parallel_axis_is_refused():
+    """Grid (m // bm, 2), step (i, j) copying its columns `pl.ds(j * 128, 128)` of the rows at `i`:
+    in HBM the two steps of a row block write disjoint bytes from any core; the block of `bm` rows at
+    `i` is shared by them, and on an axis marked "parallel" each core writes its copy back (red team
+    14: proposed as safe; TPU interpret mode on 8 cores found the race). "arbitrary" keeps the lift."""
+    source = _variant("""    j = pl.program_id(1)
+    out = pltpu.make_async_copy(rows.at[:, pl.ds(j * 128, 128)], o_ref.at[pl.ds(i * bm, bm), pl.ds(j * 128, 128)], sem)
+    out.start()
+    out.wait()
+""").replace("f32[40, 128]", "f32[40, 256]").replace("grid=(m // bm,),", "grid=(m // bm, 2),")
+    params = "        ),\n        compiler_params=pltpu.CompilerParams(dimension_semantics=({}, {})),\n    )(ids, table)"
+    assert "        ),\n    )(ids, table)" in source
+
+    def rows_finding(semantics):
+        text = source.replace("        ),\n    )(ids, table)", params.format(*semantics))
+        found = [f for f in analyze_source(text, "<t>").findings if f.code == "PF103" and "`o_ref`" in f.message
+                 and "`i * bm`" in f.message]
+        assert len(found) == 1
+        return found[0]
+
+    refused = rows_finding(('"parallel"', '"parallel"'))
+    assert refused.plan is None and 'its block would not follow grid axis 1, marked "parallel"' in refused.refusal
+    assert rows_finding(('"parallel"', '"arbitrary"')).plan is not None
+
+
 def test_a_wait_list_read_elsewhere_is_refused():
     """`copies` handed to a helper may be waited anywhere, or not at all."""
     source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
@@ -145,6 +249,16 @@ def test_a_wait_list_read_elsewhere_is_refused():
     assert loop in source
     finding = _output_finding(source.replace(loop, "    jax.tree.map(lambda cp: cp.wait(), copies)\n"))
     assert finding.plan is None and "is not started and then waited in the same step" in finding.refusal
+
+
+def test_a_wait_list_bound_again_is_refused():
+    """`copies = []` again before `for cp in copies: cp.wait()`: the loop waits a fresh list and no
+    chunk is waited in the step (red team 14: proposed as safe; TPU interpret mode gave all NaN)."""
+    source = (FOLDER / "pid_dma_hbm_chunks_before.py").read_text(encoding="utf-8")
+    loop = "    for cp in copies:\n        cp.wait()\n"
+    for rebinding in ("    copies = []\n", "    copies, done = [], True\n"):
+        finding = _output_finding(source.replace(loop, rebinding + loop))
+        assert finding.plan is None and "to a list bound once" in finding.refusal
 
 
 def test_sems_read_other_than_as_a_dma_semaphore_stays_refused():

@@ -86,7 +86,7 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     if isinstance(ref_expr, cst.Attribute) and ref_expr.attr.value in ("shape", "strides", "at"):
         return []
     base_val = env.value(ref_expr)
-    if base_val.vtype == "reflist" or _only_waited(ctx, sub):
+    if base_val.vtype == "reflist" or only_waited(ctx, sub):
         return []
     elements, starred = _index_elements(sub, env)
     access = _Access(site, sub, fn, env, ref_expr, via_at, starred)
@@ -215,7 +215,7 @@ def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:
     if isinstance(ref_expr, cst.Attribute) and ref_expr.attr.value in ("shape", "strides", "at"):
         return []
     base_val = env.value(ref_expr)
-    if not (base_val.is_ref or via_at) or base_val.vtype == "reflist" or _only_waited(env.ctx, sub):
+    if not (base_val.is_ref or via_at) or base_val.vtype == "reflist" or only_waited(env.ctx, sub):
         return []
     elements, _ = _index_elements(sub, env)
     return [dim for dim, sl in elements if _traced_int_scalar(env, sl)]
@@ -311,7 +311,7 @@ def _short(env: Env, node: cst.CSTNode) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _only_waited(ctx: ModuleContext, sub: cst.Subscript) -> bool:
+def only_waited(ctx: ModuleContext, sub: cst.Subscript) -> bool:
     """`make_async_copy(x.at[...], ...).wait()` rebuilds a descriptor only to wait on its
     semaphore: no data moves through that slice."""
     for anc in ctx.ancestors(sub):

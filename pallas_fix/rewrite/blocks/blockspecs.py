@@ -188,6 +188,24 @@ class SpecWriter:
                 "(an accumulator or a block shared by several steps); blocking it would revisit blocks",
                 slot.param, frozenset(unused),
             )
+        if unused and spec.unblocked():
+            self._check_parallel_revisits(slot, spec, unused)
+
+    def _check_parallel_revisits(self, slot: Slot, spec: Spec, unused: list[int]) -> None:
+        """An output left in HBM (written by DMA) whose new block ignores an axis marked "parallel":
+        the steps along it wrote disjoint windows of the one HBM array, safe from any core, while
+        one VMEM block revisited across them is written back by every core that runs one of them
+        (red team 14: proposed as safe; TPU interpret mode on 8 cores found the race)."""
+        _, _, semantics = self.cs.dimension_semantics()
+        parallel = [a for a in unused if semantics and a < len(semantics) and "parallel" in semantics[a]]
+        if parallel:
+            raise ResidentOutput(
+                f"the output `{slot.param}` is left in HBM (`{spec.placement}`) and its block would not follow grid axis "
+                f"{parallel[0]}, marked \"parallel\": the steps along it write their windows of the HBM array from any "
+                "core, but a VMEM block they share is written back by each core that runs one of them (a race on a "
+                "chip with two cores); mark the axis \"arbitrary\", or block the output along it too",
+                slot.param, frozenset(parallel),
+            )
 
 
 def _moves_along(exprs: list[cst.BaseExpression], name: str) -> bool:

@@ -110,11 +110,13 @@ def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
 def _check_disjoint(ctx, sub: cst.Subscript, offset, loops: list[cst.For], where: str) -> None:
     """One DMA per step, or one per static-loop pass at an offset `c * size` of its own loop
     index: the windows of one step never overlap (in VMEM as in HBM, overlapping copies race)."""
+    if not loops:
+        return  # one DMA in the step, one window (`pl.ds(0, 8)` of a block of `bm >= 8` rows too): nothing to overlap
     if offset is None:
-        if loops:
-            raise Refuse(f"{where} and the same block is copied into it by DMA in every pass of a loop (line "
-                         f"{ctx.span(sub).line}): overlapping copies race; copy the block once")
-        return
+        raise Refuse(f"{where} and its DMA (line {ctx.span(sub).line}) copies into the same rows of the block in every pass "
+                     "of a loop: pallas-fix proves the passes' copies disjoint only by an offset `c * size` of the loop's "
+                     "index in the rows the program id picks (a window moving along another dim it does not compare; copies "
+                     "in flight together into the same bytes race); copy the block once, or walk the chunks along those rows")
     size = offset.ds.args[1].value if len(offset.ds.args) > 1 else None
     rest = offset.rest
     targets = {lp.target.value for lp in loops if isinstance(lp.target, cst.Name)}
@@ -146,8 +148,8 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
                      "another pass's copy")
     started = waited = False
     for s in body[at + 1:]:
-        if _binds(s, name):
-            break
+        if _binds(s, name) or _exits(s):
+            break  # an exit between start and wait (`if c == last: break`) may skip the wait (red team 14)
         method = _method_call(s, name)
         if method == "start" and not started:
             started = True
@@ -159,11 +161,51 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
             break
         elif _reads(s, name):
             break
+    if started and waited:
+        _check_not_restarted(ctx, kernel, s, name, line, where)
     if not (started and waited):
         raise Refuse(f"{where} and its DMA `{name}` (line {line}) is not started and then waited in the same step "
-                     f"(`{name}.start()` then `{name}.wait()` in the same block, or `copies.append({name})` and a later "
-                     "`for c in copies: c.wait()` in the kernel's body): the pipeline writes the block back when the "
+                     f"(`{name}.start()` then `{name}.wait()` in the same block, or `copies.append({name})` to a list bound once, "
+                     "`copies = []`, and a later `for c in copies: c.wait()` in the kernel's body): the pipeline writes the block back when the "
                      "step ends, and a copy still running would be lost")
+
+
+def _check_not_restarted(ctx, kernel: cst.FunctionDef, done, name: str, line: int, where: str) -> None:
+    """After `done` (its wait, or its append to the waited list) the descriptor `name` is not read
+    again until rebound, nor the last one the wait loop names (`for cp in copies: cp.wait()`, then
+    `cp.start()`): `c.start()` once more after `c.wait()` would leave a copy running when the
+    pipeline writes the block back (red team 14: proposed as safe, the verifier's examples caught it)."""
+    copies = _appended(done, name)
+    names, node = {name}, done
+    while node is not kernel and names:
+        block = ctx.parent(node)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        for s in body[body.index(node) + 1:] if node in body else []:
+            if copies is not None and _waits_all(s, copies):
+                names.add(s.target.value)  # the loop's name holds the descriptors after it too
+                continue
+            names -= {n for n in names if _rebinds(s, n)}
+            used = next((n for n in names if _reads(s, n)), None)
+            if used is not None:
+                raise Refuse(f"{where} and its DMA `{name}` (line {line}) is used again after it is waited (line "
+                             f"{ctx.span(s).line}): pallas-fix proves a copy lands before the pipeline writes the block back "
+                             "only for one `start()` then one `wait()` of a descriptor; build a new one for another copy")
+        node = ctx.parent(block)
+
+
+def _exits(stmt) -> bool:
+    """A `return`, `break`, `continue` or `raise` in `stmt`: the statements after it may not run."""
+    return any(isinstance(n, (cst.Return, cst.Break, cst.Continue, cst.Raise)) for n in walk(stmt))
+
+
+def _rebinds(stmt, name: str) -> bool:
+    """`name = ...` not reading it, or `for name in ...` not iterating it: later reads are another value."""
+    if isinstance(stmt, cst.For):
+        return isinstance(stmt.target, cst.Name) and stmt.target.value == name and not _reads(stmt.iter, name)
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return False
+    assign = stmt.body[0]
+    return any(_reads(t.target, name) for t in assign.targets) and not _reads(assign.value, name)
 
 
 def _bound_name(stmt, call: cst.Call) -> Optional[str]:
@@ -220,12 +262,18 @@ def _waited_later(ctx, kernel: cst.FunctionDef, copies: str, stmt) -> bool:
     loops = [k for k, s in enumerate(body[holder + 1:], holder + 1) if _waits_all(s, copies)]
     if len(made) != 1 or not loops:
         return False
+    if any(isinstance(n, (cst.Return, cst.Raise)) for s in body[holder:loops[0]] for n in walk(s)):
+        return False  # a `return` before the wait loop (`if c == 1: return` after an append) skips it
+    binding = body[made[0]]
     for node in walk(kernel.body):
         if isinstance(node, cst.Name) and node.value == copies:
             parent = ctx.parent(node)
             is_append = isinstance(parent, cst.Attribute) and parent.attr.value == "append"
             is_iter = isinstance(parent, cst.For) and parent.iter is node
-            if not (is_append or is_iter or _in_target(ctx, node)):
+            # the one `copies = []`: a second binding (`copies = []` again before the waits) leaves
+            # the appended copies unwaited while the loop waits a fresh list (red team 14)
+            is_made = _in_target(ctx, node) and any(a is binding for a in ctx.ancestors(node))
+            if not (is_append or is_iter or is_made):
                 return False
     return True
 

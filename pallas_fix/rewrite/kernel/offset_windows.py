@@ -28,6 +28,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.kernel.for_ranges import for_range_iter
+from pallas_fix.rewrite.kernel.window_messages import past_block
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.text.syntax import code, paren_text
 from pallas_fix.rewrite.text.translate import Translator
@@ -126,10 +127,7 @@ def offset_window(analysis, cs, use: IndexUse, ref: str, ngrid: int) -> Optional
         raise Refuse(f"the offset `{code(rest)}` of `{ref}`'s window inside the block of `{b_text}` rows of "
                      f"`pl.program_id({axis})` may be negative; keep it in [0, {b_text} - {code(use.size)}]")
     if not bounds.prover.nonneg(b_poly - bounds.poly(size) - high):
-        raise Refuse(f"cannot prove the window `pl.ds({code(rest)}, {code(use.size)})` of `{ref}` stays inside the block "
-                     f"of `{b_text}` rows of `pl.program_id({axis})` (its offset may pass `{b_text} - {code(use.size)}`); "
-                     f"bound the loop that walks it by `{b_text} // {code(use.size)}`, or state what keeps it inside in the "
-                     f"wrapper before the pallas_call (`assert {b_text} >= ...`)")
+        raise Refuse(past_block(ref, code(rest), code(use.size), b_text, axis, walked=bool(others)))
     named = ds is not use.subscript.slice[use.dim].slice.value
     return OffsetWindow(axis, block, b_text, rest, use.element if named else dropped, ds, binding)
 
