@@ -19,8 +19,8 @@ the call site; then access the whole block in the kernel and give the ref a Bloc
 index_map returns the window's block index. One ref per round: the engine re-analyses between.
 A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
-(rewrite.kernel.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
-DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.kernel.dma_outputs).
+(rewrite.inblock.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
+DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.inblock.dma_outputs).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits, extent_read
-from pallas_fix.rewrite.kernel.dma_outputs import dma_written
+from pallas_fix.rewrite.inblock.dma_outputs import dma_written
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
-from pallas_fix.rewrite.kernel.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
+from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
@@ -121,7 +121,7 @@ class _Window:
     index: BlockIndexExpr
     squeezed: dict[int, int]  # dims indexed by exactly pl.program_id(k) -> k
     subscripts: list[cst.Subscript]
-    # id(subscript) -> its window at an offset inside the program's block (rewrite.kernel.offset_windows)
+    # id(subscript) -> its window at an offset inside the program's block (rewrite.inblock.offset_windows)
     offsets: dict[int, OffsetWindow]
     dma: bool = False  # an output left in HBM, written by DMAs that now copy into its VMEM block
 
@@ -306,7 +306,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     if found is None:
         raise Refuse(f"no program_id window on `{ref}`")
     _, use, index, squeezed = found
-    dma = dma_written(ctx, cs, ref, subscripts, offsets)  # rewrite.kernel.dma_outputs
+    dma = dma_written(ctx, cs, ref, subscripts, offsets)  # rewrite.inblock.dma_outputs
     if offsets:
         check_offset_accesses(ctx, cs, ref, [] if dma else subscripts, squeezed)
     return _Window(use, index, squeezed, subscripts, offsets, dma)

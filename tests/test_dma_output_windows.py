@@ -1,5 +1,5 @@
 """An output left in HBM (`memory_space=pl.ANY` / `pltpu.HBM`) that the kernel writes by DMA into
-its program's block (issue 28, pallas_fix/rewrite/kernel/dma_outputs.py).
+its program's block (issue 28, pallas_fix/rewrite/inblock/dma_outputs.py).
 
 The pairs (golden text, both interpreters, the dynamic-slice count) and the refusal fixtures run in
 test_codemod_pairs.py with the rest of program_id_blocks/ (`pid_dma_hbm_*`, `refuse_pid_dma_hbm_*`,

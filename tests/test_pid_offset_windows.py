@@ -1,5 +1,5 @@
 """Program-id windows at an offset inside their program's block (issue 28,
-pallas_fix/rewrite/kernel/offset_windows.py): the jaxpr check of where the windows land.
+pallas_fix/rewrite/inblock/offset_windows.py): the jaxpr check of where the windows land.
 
 The pairs themselves (golden text, both interpreters, the dynamic-slice count, refusals with their
 messages) run in test_codemod_pairs.py with the rest of program_id_blocks/. Here: in the traced

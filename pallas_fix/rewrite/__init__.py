@@ -3,7 +3,7 @@ shares: refusals, anchoring findings to plans) the rooms are, roughly in import 
 `text/` (syntax, edits, statements, scopes, imports, line width), `callsite/` (read and edit what a
 pallas_call says), `blocks/` (block plans and the BlockSpecs, grid and kernel edits they become),
 `guards/` (checks a lift writes into the wrapper), `proofs/` (bounds and ragged blocks), `extents/` (full-extent and squeezed shape reads of a lifted
-ref), `kernel/` (how the kernel touches its refs, block-relative accesses, views, dead stores and
+ref), `inblock/` (windows and DMAs re-based onto a program's block), `kernel/` (how the kernel touches its refs, block-relative accesses, views, dead stores and
 parameters), `loops/` (R1's loop regions and
 checks), `reduction/` (R2's carries and scratch), `prefetch/` (R6).
 

@@ -117,7 +117,7 @@ class RefBlock:
     # The block dim `dim` itself is squeezed (None, size 1): a scalar index (rewrite.kernel.scalar_lift).
     squeeze: bool = False
     # An output left in HBM that the kernel writes by DMA: its new spec drops the memory space,
-    # the DMAs now copy into the VMEM block (rewrite.kernel.dma_outputs).
+    # the DMAs now copy into the VMEM block (rewrite.inblock.dma_outputs).
     to_vmem: bool = False
 
 

@@ -53,7 +53,7 @@ class Spec:
         or "". A blocked VMEM / SMEM spec or a pipeline mode keeps its meaning on a new block;
         any other space (`pl.ANY`, HBM) hands the kernel the whole array however it is blocked,
         so pallas-fix refuses to block it, unless `drop_space`: an output written by DMA that
-        the plan moves into VMEM blocks (rewrite.kernel.dma_outputs)."""
+        the plan moves into VMEM blocks (rewrite.inblock.dma_outputs)."""
         if self.placement is None:
             return ""
         if drop_space:

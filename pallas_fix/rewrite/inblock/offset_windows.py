@@ -27,8 +27,8 @@ from pallas_fix.analysis.values.bindings import bound_names
 from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
-from pallas_fix.rewrite.kernel.for_ranges import for_range_iter
-from pallas_fix.rewrite.kernel.window_messages import past_block
+from pallas_fix.rewrite.inblock.for_ranges import for_range_iter
+from pallas_fix.rewrite.inblock.window_messages import past_block
 from pallas_fix.rewrite.proofs.bounds import Bounds
 from pallas_fix.rewrite.text.syntax import code, paren_text
 from pallas_fix.rewrite.text.translate import Translator
@@ -330,7 +330,7 @@ def _range_of(env, expr: cst.BaseExpression) -> Optional[tuple]:
         return None
     owner = env.owner(expr.value)
     binds = owner.bindings().get(expr.value, []) if owner is not None else []
-    call = for_range_iter(env.ctx, expr, binds)  # one `for`, or the one around `expr` (rewrite.kernel.for_ranges)
+    call = for_range_iter(env.ctx, expr, binds)  # one `for`, or the one around `expr` (rewrite.inblock.for_ranges)
     if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "range"):
         return None
     args = [a.value for a in call.args if a.keyword is None and not a.star]

@@ -1,5 +1,5 @@
 """What a refusal says when pallas-fix cannot prove a window at an offset inside its program's
-block stays inside it (rewrite.kernel.offset_windows): the advice differs with whether a loop
+block stays inside it (rewrite.inblock.offset_windows): the advice differs with whether a loop
 walks the window."""
 
 from __future__ import annotations
