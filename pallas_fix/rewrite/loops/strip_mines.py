@@ -1,0 +1,188 @@
+"""Is a loop a deliberate strip-mine: does it walk, from 0 in steps of its window, the whole
+block a BlockSpec already moves along the grid (JAX's flash attention: `block_k_major =
+k_tile_ref.shape[2]`, `fori_loop(0, block_k_major // block_k, ...)` over `pl.ds(i * block_k,
+block_k)`)? Then a lift would shrink the blocks the grid copies and multiply its steps, which
+pallas-fix does not do unless asked (--lift-for-memory), whatever else the loop's shape allows:
+the refusal that is true of such a loop comes before the reading limits of the lift (where its
+body is defined, how its result is used). The same rule rewrite.blocks.blockspecs applies when a
+lift gets as far as writing the specs (issue 27, issue 28)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
+from pallas_fix.rewrite.text.syntax import is_zero
+
+
+def refuse_strip_mine(analysis, site: KernelSite, loop: LoopInfo) -> None:
+    """Refuse the lift of a loop that strip-mines a block the grid moves, unless the user asked
+    for such lifts (--lift-for-memory, Config.lift_for_memory)."""
+    if getattr(analysis.config, "lift_for_memory", False):
+        return
+    found = strip_mined(analysis, site, loop)
+    if found is None:
+        return
+    ctx: ModuleContext = analysis.ctx
+    use, block, index = found
+    raise Refuse(
+        f"the loop walks `{use.ref_name}` in `{ctx.code(use.size)}` sub-tiles of the block its BlockSpec already moves "
+        f"along dim {use.dim} (`{ctx.code(block)}` at block `{ctx.code(index)}`), from 0 to the end of that block: a "
+        "deliberate strip-mine, the form JAX's flash attention uses (block_k_major > block_k) to compute on small "
+        "tiles while the grid copies large blocks; a lift would shrink the blocks the grid copies and multiply its "
+        "steps, so pallas-fix leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
+
+
+def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[IndexUse, cst.BaseExpression, cst.BaseExpression]]:
+    """(a use the loop windows, the block size and block index its spec writes along that dim)
+    when the loop walks that whole block in windows of the loop's step; None when the code does
+    not show it (a ref reached through `*args`, an index_map that does not move the block)."""
+    ctx: ModuleContext = analysis.ctx
+    kernel = site.kernel
+    walked = _walked(ctx, loop)
+    if kernel is None or walked is None or analysis.detection is None:
+        return None
+    span, step = walked
+    shape = _shape_entry(kernel, span)
+    if shape is None:
+        return None
+    try:
+        cs = CallSite(ctx, site, analysis.detection.envs.get(kernel))
+        extent = cs.kernel_shape_dim(*shape)
+    except CallSiteError:
+        return None
+    if extent is None:
+        return None
+    for use in analysis.uses:
+        try:
+            found = _sub_tile(ctx, cs, loop, use, site, step, extent)
+        except CallSiteError:
+            continue  # a spec pallas-fix cannot read tells nothing about this use
+        if found is not None:
+            return found
+    return None
+
+
+def _sub_tile(ctx: ModuleContext, cs: CallSite, loop: LoopInfo, use: IndexUse, site: KernelSite,
+              step: cst.BaseExpression, extent: cst.BaseExpression):
+    """(use, block, index) when `use` is a window `step` wide at the loop's walk, on a dim whose
+    block (as the kernel sees it) is `extent` and whose block index is not constant 0."""
+    if use.kernel_site is not site or use.provenance.loop is not loop or use.kind != "ds" or use.starred:
+        return None
+    if use.ref_name not in cs.slots or use.size is None or use.start is None:
+        return None
+    if _text(use.size) != _text(step) or not _walks(use.start, loop, step):
+        return None
+    size = cs.kernel_shape_dim(use.ref_name, use.dim)
+    if size is None or _text(size) != _text(extent):
+        return None
+    spec = cs.spec_of(cs.slots[use.ref_name])
+    visible = spec.visible_dims()
+    if use.dim >= len(visible):
+        return None
+    index = spec.index_exprs[visible[use.dim]] if spec.index_exprs is not None else _returned_entry(ctx, spec, visible[use.dim])
+    if index is None or is_zero(index):
+        return None  # the grid does not move this dim (or the code does not say): a lift makes the first axis along it
+    return use, size, index
+
+
+def _returned_entry(ctx: ModuleContext, spec, dim: int) -> Optional[cst.BaseExpression]:
+    """Entry `dim` of what an index_map def with branches returns (`if causal: nxt = ...; else: nxt
+    = kv; return (b, h, nxt, 0)`), when every return of it writes a non-zero entry there: the grid
+    moves the block along that dim on some steps. None when any return is not a tuple literal."""
+    if not isinstance(spec.index_map, cst.Name) or spec.node is None:
+        return None
+    fn = ctx.resolve_def(spec.index_map.value, spec.node)
+    if fn is None:
+        return None
+    entries = []
+    for node in walk(fn.body):
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            return None  # a nested def's returns are not the index_map's: too clever to read
+        if isinstance(node, cst.Return):
+            items = node.value.elements if isinstance(node.value, cst.Tuple) else None
+            if items is None or dim >= len(items) or any(isinstance(e, cst.StarredElement) for e in items):
+                return None
+            entries.append(items[dim].value)
+    if not entries or any(is_zero(e) for e in entries):
+        return None
+    return entries[-1]
+
+
+def _walked(ctx: ModuleContext, loop: LoopInfo) -> Optional[tuple[str, cst.BaseExpression]]:
+    """(the name of the extent the loop walks, its window) for `fori_loop(0, X // w, ...)` and
+    `pl.loop(0, X, step=w)` with X a plain name."""
+    if not is_zero(loop.lower):
+        return None
+    upper = loop.upper
+    if loop.step is not None and isinstance(upper, cst.Name):
+        return upper.value, loop.step
+    if loop.step is None and isinstance(upper, cst.BinaryOperation) and isinstance(upper.operator, cst.FloorDivide):
+        if isinstance(upper.left, cst.Name):
+            return upper.left.value, upper.right
+    return None
+
+
+def _walks(start: cst.BaseExpression, loop: LoopInfo, step: cst.BaseExpression) -> bool:
+    """The window's start is where the loop stands: `start_k` (pl.loop's step walks it) or
+    `i * w` / `w * i` (fori_loop's index counts windows)."""
+    if isinstance(start, cst.Call) and len(start.args) >= 1 and _text(start.func) in ("pl.multiple_of",):
+        start = start.args[0].value  # `pl.multiple_of(i * bk, bk)`: a hint, the same value
+    if loop.step is not None:
+        return isinstance(start, cst.Name) and start.value == loop.index_name
+    if not (isinstance(start, cst.BinaryOperation) and isinstance(start.operator, cst.Multiply)):
+        return False
+    sides = [_text(start.left), _text(start.right)]
+    return sorted(sides) == sorted([loop.index_name, _text(step)])
+
+
+def _shape_entry(kernel: cst.FunctionDef, name: str) -> Optional[tuple[str, int]]:
+    """(ref, dim) when the kernel binds `name` once, to `ref.shape[dim]` or by unpacking `ref.shape`."""
+    found: list[tuple[str, int]] = []
+    bound = 0
+    for node in walk(kernel):
+        if not isinstance(node, cst.Assign):
+            continue
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Name) and t.value == name:
+                bound += 1
+                entry = _shape_index(node.value)
+                if entry is not None:
+                    found.append(entry)
+            elif isinstance(t, (cst.Tuple, cst.List)):
+                names = [e.value.value if isinstance(e.value, cst.Name) else None for e in t.elements]
+                if name in names:
+                    bound += 1
+                    ref = _shape_of(node.value)
+                    if ref is not None and not any(isinstance(e, cst.StarredElement) for e in t.elements):
+                        found.append((ref, names.index(name)))
+    return found[0] if bound == 1 and len(found) == 1 else None
+
+
+def _shape_of(expr: cst.BaseExpression) -> Optional[str]:
+    """`ref` for `ref.shape`."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "shape" and isinstance(expr.value, cst.Name):
+        return expr.value.value
+    return None
+
+
+def _shape_index(expr: cst.BaseExpression) -> Optional[tuple[str, int]]:
+    """(ref, dim) for `ref.shape[dim]` with a non-negative literal dim."""
+    if not (isinstance(expr, cst.Subscript) and len(expr.slice) == 1):
+        return None
+    ref = _shape_of(expr.value)
+    index = expr.slice[0].slice
+    if ref is None or not isinstance(index, cst.Index) or not isinstance(index.value, cst.Integer):
+        return None
+    return ref, int(index.value.value)
+
+
+def _text(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).strip()
