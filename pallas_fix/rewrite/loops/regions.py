@@ -24,7 +24,6 @@ from pallas_fix.rewrite.kernel.dead_stores import DeadStore, overwritten_stores
 from pallas_fix.rewrite.loops.dependence import check_iterations_independent
 from pallas_fix.rewrite.loops.nesting import refuse_nested, static_branch, strip_block_blank_lines, when_container
 from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, helper_aliases, ref_helpers
-from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
 from pallas_fix.rewrite.loops.checks import (
     check_body, check_hygiene, check_loop_statement, check_loop_writes, check_no_core_prng_draws, check_signature,
     check_writes_before_loop, loop_helpers,
@@ -287,7 +286,6 @@ def loop_region(analysis, site: KernelSite, loop: LoopInfo, *, reduction: bool =
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     assert kernel is not None
-    refuse_strip_mine(analysis, site, loop)  # true whatever the loop's shape: said first
     stmts = body_statements(kernel)
     statement = loop.statement
     when, branch = None, None

@@ -24,7 +24,7 @@ from pallas_fix.rewrite.text.syntax import is_zero
 def refuse_strip_mine(analysis, site: KernelSite, loop: LoopInfo) -> None:
     """Refuse the lift of a loop that strip-mines a block the grid moves, unless the user asked
     for such lifts (--lift-for-memory, Config.lift_for_memory)."""
-    if getattr(analysis.config, "lift_for_memory", False):
+    if site is None or getattr(analysis.config, "lift_for_memory", False):
         return
     found = strip_mined(analysis, site, loop)
     if found is None:
