@@ -14,11 +14,13 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import is_zero
+from pallas_fix.rewrite.loops.index_walks import returned_entry, starred_dim
 
 
 def refuse_strip_mine(analysis, site: KernelSite, loop: LoopInfo) -> None:
@@ -30,17 +32,17 @@ def refuse_strip_mine(analysis, site: KernelSite, loop: LoopInfo) -> None:
     if found is None:
         return
     ctx: ModuleContext = analysis.ctx
-    use, block, index = found
+    use, dim, block, index = found
     raise Refuse(
         f"the loop walks `{use.ref_name}` in `{ctx.code(use.size)}` sub-tiles of the block its BlockSpec already moves "
-        f"along dim {use.dim} (`{ctx.code(block)}` at block `{ctx.code(index)}`), from 0 to the end of that block: a "
+        f"along dim {dim} (`{ctx.code(block)}` at block `{ctx.code(index)}`), from 0 to the end of that block: a "
         "deliberate strip-mine, the form JAX's flash attention uses (block_k_major > block_k) to compute on small "
         "tiles while the grid copies large blocks; a lift would shrink the blocks the grid copies and multiply its "
         "steps, so pallas-fix leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
 
 
-def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[IndexUse, cst.BaseExpression, cst.BaseExpression]]:
-    """(a use the loop windows, the block size and block index its spec writes along that dim)
+def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[IndexUse, int, cst.BaseExpression, cst.BaseExpression]]:
+    """(a use the loop windows, its dim, the block size and block index its spec writes along it)
     when the loop walks that whole block in windows of the loop's step; None when the code does
     not show it (a ref reached through `*args`, an index_map that does not move the block)."""
     ctx: ModuleContext = analysis.ctx
@@ -49,11 +51,12 @@ def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[In
     if kernel is None or walked is None or analysis.detection is None:
         return None
     span, step = walked
-    shape = _shape_entry(kernel, span)
+    shape = _shape_entry(_holder(ctx, site, loop), span)
     if shape is None:
         return None
     try:
-        cs = CallSite(ctx, site, analysis.detection.envs.get(kernel))
+        # Refs the kernel forwards into the variant it runs are named as the variant names them.
+        cs = CallSite(ctx, site, analysis.detection.envs.get(kernel), read_forwarded=True)
         extent = cs.kernel_shape_dim(*shape)
     except CallSiteError:
         return None
@@ -73,46 +76,38 @@ def _sub_tile(ctx: ModuleContext, cs: CallSite, loop: LoopInfo, use: IndexUse, s
               step: cst.BaseExpression, extent: cst.BaseExpression):
     """(use, block, index) when `use` is a window `step` wide at the loop's walk, on a dim whose
     block (as the kernel sees it) is `extent` and whose block index is not constant 0."""
-    if use.kernel_site is not site or use.provenance.loop is not loop or use.kind != "ds" or use.starred:
+    if use.kernel_site is not site or use.provenance.loop is not loop or use.kind != "ds":
         return None
     if use.ref_name not in cs.slots or use.size is None or use.start is None:
         return None
-    if _text(use.size) != _text(step) or not _walks(use.start, loop, step):
+    if _text(use.size) != _text(step) or not _walks(ctx, use, loop, step):
         return None
-    size = cs.kernel_shape_dim(use.ref_name, use.dim)
+    dim = starred_dim(ctx, use, site) if use.starred else use.dim
+    if dim is None:
+        return None
+    size = cs.kernel_shape_dim(use.ref_name, dim)
     if size is None or _text(size) != _text(extent):
         return None
     spec = cs.spec_of(cs.slots[use.ref_name])
     visible = spec.visible_dims()
-    if use.dim >= len(visible):
+    if dim >= len(visible):
         return None
-    index = spec.index_exprs[visible[use.dim]] if spec.index_exprs is not None else _returned_entry(ctx, spec, visible[use.dim])
+    index = spec.index_exprs[visible[dim]] if spec.index_exprs is not None else returned_entry(ctx, spec, visible[dim])
     if index is None or is_zero(index):
         return None  # the grid does not move this dim (or the code does not say): a lift makes the first axis along it
-    return use, size, index
+    return use, dim, size, index
 
 
-def _returned_entry(ctx: ModuleContext, spec, dim: int) -> Optional[cst.BaseExpression]:
-    """Entry `dim` of what an index_map def with branches returns (`if causal: nxt = ...; else: nxt
-    = kv; return (b, h, nxt, 0)`), when every return of it writes a non-zero entry there: the grid
-    moves the block along that dim on some steps. None when any return is not a tuple literal."""
-    if not isinstance(spec.index_map, cst.Name) or spec.node is None:
-        return None
-    fn = ctx.resolve_def(spec.index_map.value, spec.node)
-    if fn is None:
-        return None
-    entries = []
-    for node in walk(fn.body):
-        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            return None  # a nested def's returns are not the index_map's: too clever to read
-        if isinstance(node, cst.Return):
-            items = node.value.elements if isinstance(node.value, cst.Tuple) else None
-            if items is None or dim >= len(items) or any(isinstance(e, cst.StarredElement) for e in items):
-                return None
-            entries.append(items[dim].value)
-    if not entries or any(is_zero(e) for e in entries):
-        return None
-    return entries[-1]
+def _holder(ctx: ModuleContext, site: KernelSite, loop: LoopInfo) -> cst.FunctionDef:
+    """The def whose code binds the loop's names: the kernel, or the module-level function it
+    runs (`inner(idx, q_ref, *args)`) that holds the loop."""
+    holder = site.kernel
+    for scope in ctx.scope_chain(loop.call):
+        if isinstance(scope, cst.FunctionDef):
+            holder = scope
+        if scope is site.kernel or ctx.scope_of(scope) is ctx.module:
+            break
+    return holder
 
 
 def _walked(ctx: ModuleContext, loop: LoopInfo) -> Optional[tuple[str, cst.BaseExpression]]:
@@ -129,10 +124,15 @@ def _walked(ctx: ModuleContext, loop: LoopInfo) -> Optional[tuple[str, cst.BaseE
     return None
 
 
-def _walks(start: cst.BaseExpression, loop: LoopInfo, step: cst.BaseExpression) -> bool:
+def _walks(ctx: ModuleContext, use: IndexUse, loop: LoopInfo, step: cst.BaseExpression) -> bool:
     """The window's start is where the loop stands: `start_k` (pl.loop's step walks it) or
-    `i * w` / `w * i` (fori_loop's index counts windows)."""
-    if isinstance(start, cst.Call) and len(start.args) >= 1 and _text(start.func) in ("pl.multiple_of",):
+    `i * w` / `w * i` (fori_loop's index counts windows), also through one name assigned once in
+    the function holding the access (`start_k = pl.multiple_of(i * block_k, block_k)`)."""
+    start = use.start
+    if isinstance(start, cst.Name) and start.value != loop.index_name:
+        values = ctx.assignments(start.value, use.function)
+        start = values[0] if len(values) == 1 else start
+    if isinstance(start, cst.Call) and len(start.args) == 2 and ctx.imports.is_(start.func, N.MULTIPLE_OF):
         start = start.args[0].value  # `pl.multiple_of(i * bk, bk)`: a hint, the same value
     if loop.step is not None:
         return isinstance(start, cst.Name) and start.value == loop.index_name
