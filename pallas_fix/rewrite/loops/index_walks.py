@@ -27,7 +27,7 @@ def returned_entry(ctx: ModuleContext, spec, dim: int) -> Optional[cst.BaseExpre
     entries = _returned(ctx, fn, dim, depth=0) if fn is not None else None
     if not entries or any(is_zero(e) for e in entries):
         return None
-    return entries[-1]
+    return entries[0]
 
 
 def _returned(ctx: ModuleContext, fn: cst.FunctionDef, dim: int, depth: int) -> Optional[list[cst.BaseExpression]]:
