@@ -117,3 +117,13 @@ def test_a_size_read_by_index_blocks_a_rewrite():
     refusals = _refusals(src)
     assert all("`n = refs[0].shape[0]` reads the size of `refs[0]` (line 6), a ref the kernel does not name" in r
                for r in refusals), refusals
+
+
+def test_a_ref_named_by_a_local_helper_parameter_is_not_read_by_name():
+    # `_tile(k_ref, i)` could be given any ref: its parameter's name says nothing about the operand.
+    src = WHEN_BODY.read_text(encoding="utf-8").replace(
+        "    def body(i, _):\n        k = k_ref[pl.ds(i * BK, BK), :]\n",
+        "    def _tile(k_ref, i):\n        return k_ref[pl.ds(i * BK, BK), :]\n\n"
+        "    def body(i, _):\n        k = _tile(k_ref, i)\n")
+    assert "_tile(k_ref, i)" in src
+    assert not any(STRIP in r for r in _refusals(src))

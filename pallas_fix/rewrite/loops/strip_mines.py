@@ -15,6 +15,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
+from pallas_fix.analysis.discovery.forwarded_refs import callees
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -51,7 +52,10 @@ def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[In
     if kernel is None or walked is None or analysis.detection is None:
         return None
     span, step = walked
-    shape = _shape_entry(_holder(ctx, site, loop), span)
+    holder = _holder(ctx, site, loop)
+    if holder is not kernel and not _forwarded_into(ctx, kernel, holder):
+        return None  # a helper given refs by name: its parameter names are not the kernel's
+    shape = _shape_entry(holder, span)
     if shape is None:
         return None
     try:
@@ -78,7 +82,7 @@ def _sub_tile(ctx: ModuleContext, cs: CallSite, loop: LoopInfo, use: IndexUse, s
     block (as the kernel sees it) is `extent` and whose block index is not constant 0."""
     if use.kernel_site is not site or use.provenance.loop is not loop or use.kind != "ds":
         return None
-    if use.ref_name not in cs.slots or use.size is None or use.start is None:
+    if use.ref_name not in cs.slots or use.size is None or use.start is None or _shadowed(ctx, use, site):
         return None
     if _text(use.size) != _text(step) or not _walks(ctx, use, loop, step):
         return None
@@ -108,6 +112,28 @@ def _holder(ctx: ModuleContext, site: KernelSite, loop: LoopInfo) -> cst.Functio
         if scope is site.kernel or ctx.scope_of(scope) is ctx.module:
             break
     return holder
+
+
+def _forwarded_into(ctx: ModuleContext, kernel: cst.FunctionDef, holder: cst.FunctionDef) -> bool:
+    """Does the kernel forward its `*refs` into `holder` (`inner(idx, q_ref, *refs)`), so that
+    holder's parameters name the kernel's refs (analysis.discovery.forwarded_refs)?"""
+    star = kernel.params.star_arg
+    if not isinstance(star, cst.Param):
+        return False
+    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and holder in callees(ctx, kernel, n)
+               and any(a.star == "*" and isinstance(a.value, cst.Name) and a.value.value == star.name.value for a in n.args)
+               for n in walk(kernel))
+
+
+def _shadowed(ctx: ModuleContext, use: IndexUse, site: KernelSite) -> bool:
+    """Is the ref's name a parameter of a def nested between the access and the function whose
+    names are the kernel's (a local helper `def tile(k_ref)` given another ref)?"""
+    for scope in ctx.scope_chain(use.subscript):
+        if not isinstance(scope, cst.FunctionDef) or scope is site.kernel or ctx.scope_of(scope) is ctx.module:
+            return False
+        if use.ref_name in [p.name.value for p in (*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params)]:
+            return True
+    return False
 
 
 def _walked(ctx: ModuleContext, loop: LoopInfo) -> Optional[tuple[str, cst.BaseExpression]]:
