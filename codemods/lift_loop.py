@@ -37,6 +37,7 @@ from pallas_fix.rewrite.kernel.dead_stores import confirm_dead_stores
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rewrite.extents.extent_reads import extent_edits
 from pallas_fix.rewrite.loops.nesting import check_other_branch
+from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
@@ -56,6 +57,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     site = uses[0].kernel_site
     if loop.carries:
         raise Refuse("the loop carries a value (a reduction): see PF102")
+    refuse_strip_mine(analysis, site, loop)  # true of the loop whatever else its kernel's shape allows: said first
     check_single_call(analysis, site)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)

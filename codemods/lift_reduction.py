@@ -87,6 +87,7 @@ from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_re
 from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
 from pallas_fix.rewrite.reduction.lanes import lane_layout, lane_leaf
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
+from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.text.stale_comments import stale_comments_note
@@ -101,6 +102,7 @@ NAME = "lift-reduction"
 def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: bool = True) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
+    refuse_strip_mine(analysis, site, loop)  # true of the loop whatever else its kernel's shape allows: said first
     _check_site(analysis, site, loop)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop, reduction=True)

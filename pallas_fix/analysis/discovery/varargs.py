@@ -24,6 +24,7 @@ import libcst as cst
 
 from pallas_fix.analysis.values.bindings import scope_bindings
 from pallas_fix.analysis.discovery.dma_calls import semaphore_pick
+from pallas_fix.analysis.discovery.forwarded_refs import constant_index, forwarded_names, sized_read, unnamed_problem
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import KernelSite
 
@@ -68,6 +69,10 @@ class StarFacts:
     pops: list[tuple[str, _Run, Optional[cst.BaseExpression], cst.CSTNode]] = field(default_factory=list)
     # `for h_ref in h_refs:` over a starred run: (loop name, run); the name stands for every ref of the run.
     loops: list[tuple[str, _Run, cst.For]] = field(default_factory=list)
+    # `inner(idx, *refs)`: (callee's parameter name, run, index, call), names in the callee's scope
+    # (analysis.discovery.forwarded_refs), read only on request; `refs[0].shape`: sizes read by index.
+    forwards: list[tuple[str, _Run, int, cst.Call]] = field(default_factory=list)
+    sized: list[cst.Subscript] = field(default_factory=list)
 
     def names(self) -> set[str]:
         return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops}
@@ -116,8 +121,13 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         return
     if semaphore_pick(ctx, parent, read):
         return  # `sems[k % n]` as a DMA's `sem`: a semaphore, never an operand a plan blocks
+    if forwarded := forwarded_names(ctx, kernel, read, VarargsError):  # `inner(idx, q_ref, *refs)`: the callee names them
+        facts.forwards.extend((name, run, k, ctx.parent(ctx.parent(read))) for k, (name, _fn) in enumerate(forwarded))
+        return
+    if sized_read(ctx, parent, read):
+        return facts.sized.append(parent)  # `refs[0].shape`: the item's metadata
     if isinstance(parent, cst.Subscript) and parent.value is read:
-        index = _constant_index(parent)
+        index = constant_index(parent)
         bound = _bound_to(ctx, parent)
         if index is not None and bound is not None:
             target, stmt = bound
@@ -218,17 +228,6 @@ def _unpack(facts: StarFacts, arm: Arm, target, run: _Run, stmt, lists, pending)
             facts.binds.append((arm, value.value, run, k))
 
 
-def _constant_index(sub: cst.Subscript) -> Optional[int]:
-    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
-        return None
-    value = sub.slice[0].slice.value
-    if isinstance(value, cst.Integer):
-        return int(value.evaluated_value)
-    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and isinstance(value.expression, cst.Integer):
-        return -int(value.expression.evaluated_value)
-    return None
-
-
 def _arm(ctx: ModuleContext, kernel, stmt: cst.CSTNode, static_test, facts: StarFacts) -> Arm:
     """Which arm of which kernel-level `if` holds the binding statement `stmt`."""
     line = ctx.parent(stmt)
@@ -254,14 +253,19 @@ def _arm(ctx: ModuleContext, kernel, stmt: cst.CSTNode, static_test, facts: Star
     )
 
 
-def star_ref_names(site: KernelSite, env, leading: int, total: Optional[int]) -> list[Optional[str]]:
+def star_ref_names(site: KernelSite, env, leading: int, total: Optional[int], *, forwarded: bool = False,
+                   at_least: Optional[int] = None) -> list[Optional[str]]:
     """The names the kernel binds from its `*refs` for each item of the list, when the kernel
     receives `total` refs (None: the call site does not say) of which `leading` are named
-    parameters before the varargs. `env` is the kernel's provenance environment."""
-    return star_names(checked_star_facts(site, env), None if total is None else total - leading)
+    parameters before the varargs. `env` is the kernel's provenance environment. `forwarded`: also
+    names refs forwarded into a callee and allows `refs[0].shape` (to read specs, not to rewrite)."""
+    facts = checked_star_facts(site, env, forwarded=forwarded)
+    if total is None and forwarded and not (facts.binds or facts.unpacks or facts.pops or facts.loops):
+        total = at_least  # refs only forwarded, counted from the front: the first `at_least` are named exactly
+    return star_names(facts, None if total is None else total - leading, forwarded=forwarded)
 
 
-def checked_star_facts(site: KernelSite, env) -> StarFacts:
+def checked_star_facts(site: KernelSite, env, *, forwarded: bool = False) -> StarFacts:
     """The facts of the kernel's `*refs`, each name bound only from it."""
     kernel = site.kernel
     assert kernel is not None
@@ -269,6 +273,9 @@ def checked_star_facts(site: KernelSite, env) -> StarFacts:
     assert facts is not None
     if len(site.partial_args) > len(kernel.params.posonly_params) + len(kernel.params.params):
         raise VarargsError(f"functools.partial binds positional arguments into `*{facts.star}`; bind them by keyword")
+    problem = None if forwarded else unnamed_problem(env.ctx, facts.star, [c for *_, c in facts.forwards], facts.sized)
+    if problem is not None:
+        raise VarargsError(problem)
     _refuse_rebound(facts, env)
     return facts
 
@@ -329,7 +336,7 @@ def _refuse_rebound(facts: StarFacts, env) -> None:
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
 
 
-def star_names(facts: StarFacts, total: Optional[int]) -> list[Optional[str]]:
+def star_names(facts: StarFacts, total: Optional[int], *, forwarded: bool = False) -> list[Optional[str]]:
     """The name of each item of the star list (None where no name is bound), for a list of
     `total` refs as the call site fixes it."""
     if total is None:
@@ -359,6 +366,12 @@ def star_names(facts: StarFacts, total: Optional[int]) -> list[Optional[str]]:
         if out[pos] not in (None, name):
             raise VarargsError(f"two names (`{out[pos]}`, `{name}`) stand for ref {pos} of `*{facts.star}`")
         where[name], out[pos] = pos, name
+    for name, run, index, _call in facts.forwards if forwarded else ():
+        pos = run.position(index, total)  # None: a callee parameter past the refs names none
+        if pos is not None and out[pos] not in (None, name):
+            raise VarargsError(f"two names (`{out[pos]}`, `{name}`) stand for ref {pos} of `*{facts.star}`")
+        if pos is not None:
+            out[pos] = name
     # A name only some running arms bind is unbound when another runs: its reads either sit in
     # code that arm does not reach or fail when traced, so the position it has where bound holds.
     return out

@@ -39,10 +39,11 @@ from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_
 __all__ = ["CallSite", "CallSiteError", "Slot", "Spec", "pallas_alias"]
 
 class CallSite(CallTiming):
-    def __init__(self, ctx: ModuleContext, site: KernelSite, kernel_env: Env) -> None:
+    def __init__(self, ctx: ModuleContext, site: KernelSite, kernel_env: Env, *, read_forwarded: bool = False) -> None:
         self.ctx = ctx
         self.site = site
         self.env = kernel_env
+        self.read_forwarded = read_forwarded  # refs named in a callee (discovery.forwarded_refs): specs read, no rewrite
         if site.kernel is None:
             raise CallSiteError("the kernel function is not defined in this module")
         if site.invocation is None or site.invocation_issue:
@@ -138,7 +139,8 @@ class CallSite(CallTiming):
         try:
             if self.conditional:
                 return all_present_ref_names(self.ctx, self.site, self.env, leading, self.operand_entries, n_out, scratch)
-            return star_ref_names(self.site, self.env, leading, None if scratch is None else len(self.args) + n_out + scratch)
+            return star_ref_names(self.site, self.env, leading, None if scratch is None else len(self.args) + n_out + scratch,
+                                  forwarded=self.read_forwarded, at_least=len(self.args) + n_out)
         except VarargsError as e:
             raise CallSiteError(str(e)) from None
 
