@@ -263,3 +263,52 @@ def test_a_loop_from_a_computed_lower_bound_is_refused_for_its_offset(lower, off
     assert findings and all(not f.fixable for f in findings)
     assert all(f"the block offset {offset} of" in f.refusal and "cannot be written at the pallas_call" in f.refusal
                for f in findings), [f.refusal for f in findings]
+
+
+def test_refs_unpacked_in_both_arms_of_a_static_if_are_refs():
+    # astronomix (real corpus part i): `*refs` unpacked one way per static flag, then read through
+    # integer arrays built from the program id in a nested helper. Combining the two bindings
+    # typed the ref as an int, and the kernel had no finding at all.
+    src, findings = _findings(
+        """
+        def call(x, nx, bx, accumulate):
+            def kernel(*refs):
+                if accumulate:
+                    f_ref, o_ref = refs
+                else:
+                    f_ref, o_ref = refs
+                ii = (pl.program_id(0) * bx + jnp.arange(bx)) % nx
+                def diff(var):
+                    return f_ref[var, ii] - f_ref[var, (ii - 1) % nx]
+                for var in range(2):
+                    o_ref[var, ...] = diff(var)
+            return pl.pallas_call(kernel, grid=(nx // bx,), out_shape=x)(x)
+        """
+    )
+    assert [f.code for f in findings] == ["PF108", "PF108"]
+    assert all("`f_ref`" in f.message for f in findings)
+
+
+@pytest.mark.parametrize("appended, codes", [("(i0 + k) % n", ["PF108"]), ("k * 8", [])])
+def test_a_list_holds_what_is_appended_to_it(appended, codes):
+    # nufftax (real corpus part i): gather indices appended to a list bound empty; the list read
+    # as the empty list's nothing, so the data-dependent gather had no finding.
+    src, findings = _findings(
+        f"""
+        def kernel(x_ref, t_ref, o_ref, *, n):
+            i0 = jnp.ceil(x_ref[:]).astype(jnp.int32)
+            idx = []
+            for k in range(4):
+                idx.append({appended})
+            acc = jnp.zeros_like(x_ref[:])
+            for k in range(4):
+                acc = acc + t_ref[idx[k]]
+            o_ref[:] = acc
+        def f(x, t):
+            return pl.pallas_call(functools.partial(kernel, n=t.shape[0]), out_shape=x)(x, t)
+        """
+    )
+    assert [f.code for f in findings] == codes
+    if codes:
+        [f] = findings
+        assert not f.fixable and "a data-dependent gather" in f.refusal

@@ -17,7 +17,7 @@ import libcst as cst
 from pallas_fix.core import names as N
 from pallas_fix.analysis.values.bindings import Bindings, Unpack, scope_bindings, single_binding
 from pallas_fix.analysis.values.call_values import call_value
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, own_nodes
 from pallas_fix.analysis.loops.loops import describe_loop, find_loops
 from pallas_fix.analysis.values.positional import PositionalReads
 from pallas_fix.analysis.values.values import REF, REFLIST, STATIC, STATIC_FLOAT, Val, combine, int_binop
@@ -51,6 +51,7 @@ class Env(PositionalReads):
         self._at: dict[int, Optional[Val]] = {}  # id(name node) -> its value where it is read
         self._augmented: dict[int, cst.BinaryOperation] = {}
         self._params_read: dict[str, Val] = {}
+        self._growth: Optional[dict[str, list[cst.BaseExpression]]] = None
 
     # -- bindings -------------------------------------------------------------------------------
     def bindings(self) -> Bindings:
@@ -94,7 +95,7 @@ class Env(PositionalReads):
             return STATIC  # `acc = acc + x`: the other assignments decide
         self._busy.add(name)
         try:
-            vals = [self._binding_val(how, node) for how, node in binds]
+            vals = [self._binding_val(how, node) for how, node in binds] + self._grown(name)
         finally:
             self._busy.discard(name)
         val = combine(vals)
@@ -116,6 +117,20 @@ class Env(PositionalReads):
             return base if base.dynamic else STATIC
         # `a, b = refs` / `for r in refs`: each name is one ref.
         return REF if base.vtype == "reflist" and (how == "for" or isinstance(node, Unpack)) else base
+
+    def _grown(self, name: str) -> list[Val]:
+        """The values `name.append(v)` / `.extend(vs)` / `.insert(i, v)` add in this scope: a list
+        bound empty (`idx = []`) and grown in a loop (`idx.append((i0 + k) % n)`) holds what was
+        appended, traced arrays here, not the empty list's nothing (nufftax's gather indices)."""
+        if self._growth is None:
+            self._growth = {}
+            body = self.scope.body if isinstance(self.scope, cst.FunctionDef) else None
+            for node in own_nodes(body) if body is not None else ():
+                if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.args
+                        and isinstance(node.func.value, cst.Name)
+                        and node.func.attr.value in ("append", "extend", "insert")):
+                    self._growth.setdefault(node.func.value.value, []).append(node.args[-1].value)
+        return [self.value(e) for e in self._growth.get(name, [])]
 
     # -- expressions ----------------------------------------------------------------------------
     def value(self, expr: cst.BaseExpression) -> Val:

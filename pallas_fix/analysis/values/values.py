@@ -67,6 +67,10 @@ def combine(vals: list[Val]) -> Val:
 
 
 def _combined_type(vals: list[Val]) -> str:
+    if len({v.vtype for v in vals}) == 1 and vals[0].is_ref:
+        # a ref bound in both arms of a static `if` (`if bias: x_ref, b_ref, o_ref = refs` /
+        # `else: x_ref, o_ref = refs`) is a ref whichever arm runs
+        return vals[0].vtype
     dyn = [v for v in vals if v.dynamic]
     types = {v.vtype for v in dyn} or {v.vtype for v in vals}
     if "array" in types:
