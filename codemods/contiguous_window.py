@@ -42,7 +42,7 @@ from pallas_fix.analysis.in_place import atomic_refusal
 from pallas_fix.analysis.values.ranges import Range, contiguous_range, redirected_range, unhinted
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core import names as N
-from pallas_fix.core.model import FixSafety, IndexUse
+from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refuse
 from pallas_fix.rewrite import common as C
 from pallas_fix.rewrite.text.libcst_scopes import scope_at
@@ -223,11 +223,17 @@ def _windows(analysis, use: IndexUse, pl: str) -> dict:
                 " that are kept; pad the array to whole windows and index the window (on Triton, a masked `load` of the"
                 " window reads the lanes past the end as padding)"
             )
+    if use.provenance.origin is Origin.REF_LOAD and (any(k == "array" for k in kinds) or not ranges):
+        raise Refuse(
+            f"`{ctx.code(sub)}` gathers at integer arrays computed from data the kernel loads"
+            f" ({use.provenance.description}): a data-dependent gather, which no window or BlockSpec expresses;"
+            " it stays as it is (the array stays whole on chip)"
+        )
     if any(k == "array" for k in kinds) or not ranges:
         raise Refuse(
             f"an integer-array index of `{ctx.code(sub)}` is not a contiguous range `start + jnp.arange(n)` written in the"
-            " subscript (a step, a reversal or a table read through the range picks elements no window can); only a"
-            " range is a `pl.ds(start, n)` window"
+            " subscript (a step, a reversal, a wrap around the end (`% n`) or a table read through the range"
+            " picks elements no window can); only a range is a `pl.ds(start, n)` window"
         )
     gathered = [dim for dim, k in enumerate(kinds) if isinstance(k, Range) or k == "scalar"]
     if gathered != list(range(gathered[0], gathered[-1] + 1)):
