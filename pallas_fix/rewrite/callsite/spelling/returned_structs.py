@@ -157,7 +157,7 @@ class _Reader:
             raise self.refuse(f"which reads `{name.value}` before binding it", name)
         if _binding_scope(self.ctx, name.value, name) is not _binding_scope(self.ctx, name.value, self.call):
             raise self.refuse(f"which reads `{name.value}`, a name that means something else at the call "
-                              f"(line {self.ctx.span(self.call).line})", name)
+                              f"(line {self.ctx.span(self.call).line})")
         return None  # a module constant, an import, a builtin: the node itself, read where it is written
 
 
