@@ -88,14 +88,12 @@ def one_named_output(cs, rest: int) -> list:
     return []
 
 
-def built_structs(cs, out: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
+def built_structs(cs, out: cst.BaseExpression) -> Optional[tuple[list[cst.BaseExpression], bool]]:
     """The structs of an out_shape that code builds (a generator over a tuple of arrays, `+` of
     such parts, `[s] * 3`, the list a builder def returns: spelling.built_structs), in the call
-    site's names; None when it is not so built. The nodes the reading built are recorded
+    site's names, and whether it is one struct (not a list); None when it is not so built. The nodes the reading built are recorded
     (`cs.grafted`): a size copied from them is checked part by part (CallTiming.same_at_call)."""
-    structs = read_structs(cs.ctx, out, cs.anchor(out))
-    if structs is None:
-        return None
-    for struct in structs:
+    found = read_structs(cs.ctx, out, cs.anchor(out))
+    for struct in found[0] if found is not None else []:
         cs.grafted |= grafted_ids(struct, cs.in_tree)
-    return structs
+    return found

@@ -101,8 +101,8 @@ class CallSite(CallTiming):
         out = self.ctx.resolve_value(out, self.anchor(out))
         items = elements(out)
         if items is None:
-            structs = built_structs(self, out)  # `tuple(... for x in (a, b))`, `_out_shapes(x)`
-            return (structs, False) if structs is not None else ([out], True)
+            built = built_structs(self, out)  # `tuple(... for x in (a, b))`, `_out_shapes(x)`
+            return built if built is not None else ([out], True)
         return [self.ctx.resolve_value(i, self.anchor(i)) for i in items], False
 
     def _slots(self) -> dict[str, Slot]:

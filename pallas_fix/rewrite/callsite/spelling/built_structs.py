@@ -27,15 +27,23 @@ from pallas_fix.rewrite.text.syntax import elements
 _MAX_REPEAT = 64  # `[s] * n`: more outputs than any kernel has says the reading went wrong
 
 
-def read_structs(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[list[cst.BaseExpression]]:
-    """The structs of an out_shape built by code, in order (see the module's docstring); None
-    when `expr` is a literal list (the caller's own reading) or not built so."""
-    if elements(ctx.resolve_value(expr, at)) is not None:
+def read_structs(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list[cst.BaseExpression], bool]]:
+    """The structs of an out_shape built by code, in order (see the module's docstring), and
+    whether it is one struct, not a list of them (a builder returning `jax.ShapeDtypeStruct(...)`:
+    the out_specs is then one spec too); None when `expr` is a literal list or one struct (the
+    caller's own reading) or not built so."""
+    value = ctx.resolve_value(expr, at)
+    if elements(value) is not None or is_struct(value):
         return None
     items = _parts(ctx, expr, at)
     if items is None or not all(is_struct(i) for i in items):
         return None
-    return items
+    return items, len(items) == 1 and is_struct(_whole(ctx, value))
+
+
+def _whole(ctx: ModuleContext, value: cst.BaseExpression) -> cst.BaseExpression:
+    """What a builder call returns (itself for anything else): one struct or a list of them."""
+    return (returned_value(ctx, value) or value) if isinstance(value, cst.Call) else value
 
 
 def is_struct(expr: cst.BaseExpression) -> bool:
