@@ -123,3 +123,16 @@ def test_the_builder_error_is_a_call_site_error():
     assign = ctx.nodes_of(cst.Assign)[-1]
     with pytest.raises(CallSiteError, match="rebinds its parameter `r`"):
         read_structs(ctx, assign.value, assign)
+
+
+def test_an_argument_rebound_between_the_builder_call_and_the_pallas_call_is_refused():
+    """`shapes = _outs(x); x = x[:, ::2]`: the sizes read `x` as the builder got it, and written at
+    the pallas_call `x.shape[1]` would be the halved array's."""
+    builder = "def _outs(r):\n    B, T, D = r.shape\n    return [jax.ShapeDtypeStruct((B, T, D), r.dtype), jax.ShapeDtypeStruct((B, T // CHUNK, D), r.dtype)]\n"
+    kernel = _KERNEL.replace("    return pl.pallas_call(_kernel, grid=(x.shape[0],), out_shape=_outs(x))(x)\n",
+                             "    shapes = _outs(x)\n    x = x[:, ::2]\n    return pl.pallas_call(_kernel, grid=(x.shape[0],), out_shape=shapes)(x)\n")
+    findings = analyze_source(_HEAD + builder + kernel, "k.py").findings
+    assert {f.refusal for f in findings if not f.fixable} == {
+        "`x` in out_shape (line 19) is rebound at line 20 before the pallas_call (line 21): written there, it would not be the "
+        "size the kernel gets; build out_shape next to the pallas_call, or give the new value another name"}
+    assert sum(f.fixable for f in findings) == 1  # the input's window: its block is read at the call
