@@ -94,12 +94,15 @@ def test_a_helper_of_the_chain_called_elsewhere_is_refused_naming_the_call():
     assert told and all("`build` is called 2 times, not only by `run`, so the chain may run other kernels" in r for r in told), told
 
 
-def test_an_out_shape_built_by_a_function_is_refused_saying_what_to_write():
+def test_an_out_shape_built_by_a_function_is_read_at_the_outer_call():
+    """`_outs(x)` passed down the chain: read as the list it returns, in the outer call's names
+    (tests/test_built_out_shapes.py has the reader's own cases and refusals)."""
     src = _BEFORE.read_text().replace("def norm_then_gate(x, g):", "def _outs(x):\n    return [jax.ShapeDtypeStruct(x.shape, x.dtype)]\n\n\ndef norm_then_gate(x, g):")
     src = src.replace("y = run(_norm_kernel, [jax.ShapeDtypeStruct((B, N, D), x.dtype)],", "y = run(_norm_kernel, _outs(x),")
-    told = _refusals(src, "_norm_kernel")
-    assert told == {"the out_shape `_outs(x)` is built by `_outs`, whose outputs' count and sizes pallas-fix cannot read at the call; "
-                    "write the list of `jax.ShapeDtypeStruct`s at the call (sizes named there) to get this fix"}, told
+    assert not _refusals(src, "_norm_kernel")
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert "_outs(x)," in fixed  # the out_shape stays as written
+    assert "out_specs=[pl.BlockSpec((None, None, x.shape[2]), lambda i, j: (i, j, 0))]" in fixed, fixed
 
 
 def test_a_grid_written_inside_the_chain_is_not_read_at_the_outer_call():

@@ -144,7 +144,7 @@ class KernelSite:
     passed_by: Optional[cst.Call] = None
     # `call_kernel(kernel=k, grid=(...), in_specs=specs)` into `pl.pallas_call(..., grid=grid, ...)`:
     # the pallas_call keywords whose value is a parameter the passing call supplies; `keywords`
-    # then holds that call's argument, so the lift reads and edits it there (discovery.passed_in)
+    # then holds that call's argument, so the lift reads and edits it there (analysis.relays.passed_in)
     forwarded: tuple[str, ...] = ()
     # `launch(kernel=_fwd)` whose `launch` hands its parameter on to `make_call(kernel)`, which
     # holds the pallas_call: the outer calls the kernel came through, outermost first (`passed_by`

@@ -22,6 +22,7 @@ from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.relays.passed_in import free_names, outer_call, own_names
 from pallas_fix.analysis.values.same_value import Change, bound_after, name_change, value_change
 from pallas_fix.core.model import KernelSite
+from pallas_fix.rewrite.callsite.spelling.grafts import source_parts
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 
 
@@ -61,11 +62,19 @@ class CallTiming:
 
     def same_at_call(self, expr: cst.BaseExpression, what: str) -> cst.BaseExpression:
         """`expr` (part of `what`) to copy into the pallas_call; refused when a name in it is
-        rebound between where it stands and the pallas_call."""
-        reason = copied_change(self.ctx, self.site, expr, what)
-        if reason is not None:
-            raise CallSiteError(reason)
+        rebound between where it stands and the pallas_call. An expression an out_shape's
+        reading built (`x.shape[0]` for a builder's `B`: CallSite.grafted) is asked for each
+        part of the source it holds."""
+        parts = source_parts(expr, self.in_tree) if id(expr) in getattr(self, "grafted", ()) else [expr]
+        for part in parts:
+            reason = copied_change(self.ctx, self.site, part, what)  # type: ignore[arg-type]
+            if reason is not None:
+                raise CallSiteError(reason)
         return expr
+
+    def in_tree(self, node: cst.CSTNode) -> bool:
+        """Is `node` one of the module's own (not one a rewrite or reading built)?"""
+        return node is self.ctx.module or self.ctx.parent(node) is not None
 
 
 def operand_change(ctx: ModuleContext, site: KernelSite, arg: cst.BaseExpression,

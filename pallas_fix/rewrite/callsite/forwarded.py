@@ -26,6 +26,7 @@ once per analysis.
 from __future__ import annotations
 
 import re
+import weakref
 from collections import Counter
 from typing import Callable, Iterator, Optional
 
@@ -143,7 +144,7 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> 
     # of helpers, every one of them (the outermost call's function last).
     threaded = threaded_helpers(ctx, site)
     name = threaded[-1][0].name.value
-    old_lines = Counter(_statements(ctx.module))
+    old_lines = _module_lines(ctx)
     for fn, done in threaded:
         old_lines += Counter(_statements(cst.Module(body=[done])))
         old_lines -= Counter(_statements(cst.Module(body=[fn])))
@@ -247,21 +248,42 @@ def _visible(ctx: ModuleContext, stmt: cst.CSTNode, name: str, scopes: list) -> 
     return any(isinstance(n, (cst.Global, cst.Nonlocal)) and any(a.name.value == name for a in n.names) for n in walk(scope))
 
 
-def _builders(ctx: ModuleContext, name: str) -> Iterator[cst.SimpleStatementLine]:
+def _builders(ctx: ModuleContext, name: str) -> list[cst.SimpleStatementLine]:
     """The simple statements of the module that bind `name` or build it in place."""
-    for stmt in ctx.nodes_of(cst.SimpleStatementLine):
-        for node in walk(stmt):
-            target = None
-            if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
-                target = node.target
-            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _BUILDERS:
-                target = node.func.value
-            while isinstance(target, (cst.Subscript, cst.Attribute)):
-                target = target.value
-            names = [n.value for n in walk(target) if isinstance(n, cst.Name)] if target is not None else []
-            if name in names:
-                yield stmt  # type: ignore[misc]
-                break
+    index = _BUILDER_INDEX.get(ctx)
+    if index is None:  # once per module: every forwarded plan of a chain asks for the same names
+        index = _BUILDER_INDEX[ctx] = {}
+        for stmt in ctx.nodes_of(cst.SimpleStatementLine):
+            for built in dict.fromkeys(_built_names(stmt)):
+                index.setdefault(built, []).append(stmt)  # type: ignore[arg-type]
+    return index.get(name, [])
+
+
+def _built_names(stmt: cst.CSTNode) -> Iterator[str]:
+    for node in walk(stmt):
+        target = None
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
+            target = node.target
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _BUILDERS:
+            target = node.func.value
+        while isinstance(target, (cst.Subscript, cst.Attribute)):
+            target = target.value
+        if target is not None:
+            yield from (n.value for n in walk(target) if isinstance(n, cst.Name))
+
+
+_BUILDER_INDEX: "weakref.WeakKeyDictionary[ModuleContext, dict[str, list]]" = weakref.WeakKeyDictionary()
+
+
+def _module_lines(ctx: ModuleContext) -> Counter:
+    """`_statements` of the module as it stands, counted once per module (every plan compares with it)."""
+    found = _LINES.get(ctx)
+    if found is None:
+        found = _LINES[ctx] = Counter(_statements(ctx.module))
+    return Counter(found)
+
+
+_LINES: "weakref.WeakKeyDictionary[ModuleContext, Counter]" = weakref.WeakKeyDictionary()
 
 
 def _statements(module: cst.Module) -> Iterator[str]:

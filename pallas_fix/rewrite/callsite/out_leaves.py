@@ -6,7 +6,9 @@ the call: `jax.tree.leaves(kwargs['outs'])[k].shape[d]` (the out_shape's leaves 
 in order, whether it is one struct or a list of them). That expression is what the bounds proofs
 reason about, and a guard written with it (rewrite.guards.shape_guards) reads the same value before
 the call, as long as nothing rebinds its names between the two (rewrite.guards.unchanged).
-Only for an out_shape that is a plain read: names, attributes, constant subscripts.
+Only for an out_shape that is a plain read: names, attributes, constant subscripts. One that
+code builds (a builder def's list, a generator over arrays) is read as its structs instead
+(`built_structs`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import plain_read, walk
+from pallas_fix.analysis.context import plain_read
 from pallas_fix.analysis.discovery.operand_refs import scratch_count
+from pallas_fix.rewrite.callsite.spelling.built_structs import read_structs
+from pallas_fix.rewrite.callsite.spelling.grafts import grafted_ids
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.imports import module_alias
 
@@ -84,14 +88,12 @@ def one_named_output(cs, rest: int) -> list:
     return []
 
 
-def returned_list(cs, out: cst.BaseExpression) -> None:
-    """Refuse an out_shape that is a call of a module function returning a list or tuple literal
-    (`_fwd_out_shape(r)`): it names several outputs, whose count and sizes are written inside that
-    function, in its own names, where no spec written at the call can read them."""
-    ctx = cs.ctx
-    fn = ctx.resolve_def(out.func.value, out) if isinstance(out, cst.Call) and isinstance(out.func, cst.Name) else None
-    returns = [n for n in walk(fn.body) if isinstance(n, cst.Return) and ctx.enclosing_function(n) is fn] if fn is not None else []
-    if returns and any(isinstance(r.value, (cst.List, cst.Tuple)) for r in returns):
-        raise CallSiteError(f"the out_shape `{ctx.code(out).strip()}` is built by `{fn.name.value}`, whose outputs' count and "
-                            "sizes pallas-fix cannot read at the call; write the list of `jax.ShapeDtypeStruct`s at the call "
-                            "(sizes named there) to get this fix")
+def built_structs(cs, out: cst.BaseExpression) -> Optional[tuple[list[cst.BaseExpression], bool]]:
+    """The structs of an out_shape that code builds (a generator over a tuple of arrays, `+` of
+    such parts, `[s] * 3`, the list a builder def returns: spelling.built_structs), in the call
+    site's names, and whether it is one struct (not a list); None when it is not so built. The nodes the reading built are recorded
+    (`cs.grafted`): a size copied from them is checked part by part (CallTiming.same_at_call)."""
+    found = read_structs(cs.ctx, out, cs.anchor(out))
+    for struct in found[0] if found is not None else []:
+        cs.grafted |= grafted_ids(struct, cs.in_tree)
+    return found

@@ -31,7 +31,7 @@ from pallas_fix.rewrite.text.imports import pallas_alias
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
 from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, absent_spec, local_index_def
-from pallas_fix.rewrite.callsite.out_leaves import leaf_dim, one_named_output, returned_list
+from pallas_fix.rewrite.callsite.out_leaves import built_structs, leaf_dim, one_named_output
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
 from pallas_fix.rewrite.callsite.spelling.repeated_specs import no_block_spec, repeated_items
 from pallas_fix.rewrite.text.syntax import elements, is_none, is_plain_name, is_zero, shape_index
@@ -56,6 +56,7 @@ class CallSite(CallTiming):
         self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.callsite.spelling.built_lists)
         self.builder_reads: set[int] = set()  # the list names those building statements read
         self.args = self._invocation_args()
+        self.grafted: set[int] = set()  # ids of the nodes an out_shape read by substitution built
         self.out_shapes, self.single_output = self._out_shapes()
         self.slots = self._slots()
         self.in_specs_expr = self._spec_container("in_specs")
@@ -101,8 +102,8 @@ class CallSite(CallTiming):
         out = self.ctx.resolve_value(out, self.anchor(out))
         items = elements(out)
         if items is None:
-            returned_list(self, out)
-            return [out], True
+            built = built_structs(self, out)  # `tuple(... for x in (a, b))`, `_out_shapes(x)`
+            return built if built is not None else ([out], True)
         return [self.ctx.resolve_value(i, self.anchor(i)) for i in items], False
 
     def _slots(self) -> dict[str, Slot]:

@@ -50,11 +50,11 @@ def drop_dead_params(before: cst.Module, after: cst.Module, kernel: str, passed:
     """`after` without the parameters of `kernel` the rewrite made dead (see the module doc).
     `passed`: the kernel reaches its pallas_call as an argument of a helper's call (discovery
     followed it there), so a partial passed as a call's argument is what that pallas_call runs."""
+    partial = _only_partial(after, kernel, passed)  # first: most kernels have none, and walks are slow
+    if partial is None:
+        return after
     old_def, new_def = _only_def(before, kernel), _only_def(after, kernel)
     if old_def is None or new_def is None:
-        return after
-    partial = _only_partial(after, kernel, passed)
-    if partial is None:
         return after
     bound = {a.keyword.value: a for a in partial.args[1:] if a.keyword is not None}
     if len(bound) != len(partial.args) - 1:
@@ -113,10 +113,15 @@ def _only_def(module: cst.Module, name: str) -> Optional[cst.FunctionDef]:
 def _only_partial(module: cst.Module, name: str, passed: bool = False) -> Optional[cst.Call]:
     """The one `functools.partial(name, ...)` / `partial(name, ...)` call, when `name` is read
     nowhere else."""
-    reads = [n for n in _walk(module) if isinstance(n, cst.Name) and n.value == name]
-    calls = [n for n in _walk(module) if isinstance(n, cst.Call) and code(n.func) in ("functools.partial", "partial")
-             and n.args and isinstance(n.args[0].value, cst.Name) and n.args[0].value.value == name]
-    defs = [n for n in _walk(module) if isinstance(n, cst.FunctionDef) and n.name.value == name]
+    reads, calls, defs = [], [], []
+    for n in _walk(module):  # one walk: each asks every node for its children anew
+        if isinstance(n, cst.Name) and n.value == name:
+            reads.append(n)
+        elif isinstance(n, cst.Call) and n.args and isinstance(n.args[0].value, cst.Name) and n.args[0].value.value == name \
+                and code(n.func) in ("functools.partial", "partial"):
+            calls.append(n)
+        elif isinstance(n, cst.FunctionDef) and n.name.value == name:
+            defs.append(n)
     if len(calls) != 1 or len(reads) != len(defs) + 1:
         return None
     return calls[0] if _runs_as_the_kernel(module, calls[0]) or (passed and _an_argument(module, calls[0])) else None
