@@ -101,9 +101,8 @@ class CallSite(CallTiming):
             return [self.ctx.resolve_value(i, self.anchor(i)) for i in built[0]], False
         out = self.ctx.resolve_value(out, self.anchor(out))
         items = elements(out)
-        if items is None:
-            built = built_structs(self, out)  # `tuple(... for x in (a, b))`, `_out_shapes(x)`
-            return built if built is not None else ([out], True)
+        if items is None:  # `tuple(... for x in (a, b))`, `_out_shapes(x)`, or one struct
+            return built_structs(self, out) or ([out], True)
         return [self.ctx.resolve_value(i, self.anchor(i)) for i in items], False
 
     def _slots(self) -> dict[str, Slot]:
