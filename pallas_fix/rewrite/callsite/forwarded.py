@@ -50,11 +50,14 @@ def screen(analysis, outcomes: dict[Anchor, list[Outcome]], apply: Callable[[cst
     """`outcomes` with every plan of a forwarded site that changes what the helper's calls share
     replaced by a refusal saying why. `apply`: the engine's plan application (the text it writes)."""
     verdicts: dict[int, Outcome] = {}
+    # Several findings' plans of one kernel often write the same text (rwkv7: 44 plans through
+    # a launcher chain): each text is screened once per site.
+    seen: dict[tuple[int, str], Optional[str]] = {}
     for items in outcomes.values():
         for outcome in items:
             plan = outcome.first if isinstance(outcome, FixAfter) else outcome
             if isinstance(plan, FixPlan) and plan.site is not None and plan.site.forwarded and id(plan) not in verdicts:
-                reason = _shared_change(analysis, plan.site, lambda: apply(analysis.ctx.module, plan))
+                reason = _shared_change(analysis, plan.site, lambda: apply(analysis.ctx.module, plan), seen)
                 verdicts[id(plan)] = plan if reason is None else Refusal(plan.codemod, reason)
                 if reason is None:
                     plan.description += chain_note(analysis.ctx, plan.site)
@@ -129,16 +132,27 @@ def shadowed_read(ctx: ModuleContext, read: cst.Name, scope) -> bool:
     return False
 
 
-def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str]) -> Optional[str]:
-    """Why the plan's text changes something the helper's other calls share, or None."""
-    ctx: ModuleContext = analysis.ctx
-    helper = ctx.enclosing_function(site.call)
+def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str],
+                   seen: dict[tuple[int, str], Optional[str]]) -> Optional[str]:
+    """Why the plan's text changes something the helper's other calls share, or None; `seen`
+    holds what each (site, text) screened to."""
+    helper = analysis.ctx.enclosing_function(site.call)
     if helper is None or site.passed_by is None:
         return None
     try:
-        new = cst.parse_module(rewritten())
+        text = rewritten()
+        new = cst.parse_module(text)
     except Exception:  # noqa: BLE001 - a plan that does not apply is the engine's to report
         return None
+    key = (id(site), text)
+    if key not in seen:
+        seen[key] = _shared_in(analysis, site, helper, new)
+    return seen[key]
+
+
+def _shared_in(analysis, site: KernelSite, helper: cst.FunctionDef, new: cst.Module) -> Optional[str]:
+    """`_shared_change` of the plan's parsed text `new`."""
+    ctx: ModuleContext = analysis.ctx
     # The helpers as every call shares them once the lift is applied: with the spec parameters the
     # lift threads through them (rewrite.callsite.spec_params), else as they are; through a chain
     # of helpers, every one of them (the outermost call's function last).
