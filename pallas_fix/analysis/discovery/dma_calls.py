@@ -1,6 +1,5 @@
 """TPU DMA calls as a kernel spells them: `pltpu.make_async_copy(src_ref, dst_ref, sem)` and
-`pltpu.async_copy(...)`, read by name (the module's import spelling aside), and which argument
-is which."""
+`pltpu.async_copy(...)`, through the module's imports, and which argument is which."""
 
 from __future__ import annotations
 
@@ -8,28 +7,22 @@ from typing import Optional
 
 import libcst as cst
 
-COPIES = ("make_async_copy", "async_copy")
+from pallas_fix.core import names as N
+from pallas_fix.core.names import call_arg
+
+MAKE_COPY = frozenset({N.TPU + ".make_async_copy"})
+COPIES = MAKE_COPY | {N.TPU + ".async_copy"}
 _POSITION = {"src_ref": 0, "dst_ref": 1, "sem": 2}
 
 
-def callee(call: cst.Call) -> Optional[str]:
-    """The called name: `make_async_copy` for `pltpu.make_async_copy(...)` and a bare name."""
-    func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-
-
-def copy_argument(ctx, node: cst.BaseExpression, role: str) -> Optional[cst.Call]:
-    """The DMA call that takes `node` as its `role` argument (`src_ref`, `dst_ref` or `sem`, by
-    keyword or position), or None."""
+def copy_argument(ctx, node: cst.BaseExpression, role: str, copies: frozenset[str] = COPIES) -> Optional[cst.Call]:
+    """The DMA call (one of `copies`) that takes `node` as its `role` argument (`src_ref`,
+    `dst_ref` or `sem`, by keyword or position), or None."""
     arg = ctx.parent(node)
     call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
-    if not isinstance(call, cst.Call) or callee(call) not in COPIES or arg.value is not node:
+    if not isinstance(call, cst.Call) or not ctx.imports.is_(call.func, copies):
         return None
-    if arg.keyword is not None:
-        return call if arg.keyword.value == role else None
-    positional = [a for a in call.args if a.keyword is None and not a.star]
-    k = _POSITION[role]
-    return call if len(positional) > k and positional[k] is arg else None
+    return call if call_arg(call, _POSITION[role], role) is node else None
 
 
 def semaphore_pick(ctx, parent, read: cst.Name) -> bool:

@@ -26,7 +26,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.discovery.dma_calls import callee, copy_argument
+from pallas_fix.analysis.discovery.dma_calls import MAKE_COPY, copy_argument
 from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -83,8 +83,7 @@ def _copy_destination(ctx, sub: cst.Subscript) -> Optional[cst.Call]:
     """The DMA that takes `ref.at[...]` as its destination (`dst_ref`, by keyword or position)."""
     if not (isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "at"):
         return None
-    call = copy_argument(ctx, sub, "dst_ref")
-    return call if call is not None and callee(call) == "make_async_copy" else None  # `async_copy` starts unnamed
+    return copy_argument(ctx, sub, "dst_ref", MAKE_COPY)  # `async_copy` starts unnamed
 
 
 def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
@@ -97,7 +96,9 @@ def _static_loops(ctx, cs, call: cst.Call, where: str) -> list[cst.For]:
         if anc is kernel:
             return loops
         if isinstance(anc, cst.For):
-            if not (isinstance(anc.iter, cst.Call) and callee(anc.iter) == "range") or (env is not None and env.value(anc.iter).dynamic):
+            iterable = anc.iter
+            if (not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "range")
+                    or (env is not None and env.value(iterable).dynamic)):
                 break
             loops.append(anc)
         elif isinstance(anc, (cst.FunctionDef, cst.If, cst.While, cst.With, cst.Try, cst.Lambda)):
@@ -156,7 +157,7 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
         elif method == "wait" and started:
             waited = True
             break
-        elif started and _appended(s, name) is not None and _waited_later(ctx, kernel, _appended(s, name), stmt):
+        elif started and (copies := _appended(s, name)) is not None and _waited_later(ctx, kernel, copies, stmt):
             waited = True
             break
         elif _reads(s, name):
