@@ -24,7 +24,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.analysis.values.bindings import binding_count, declared_elsewhere
 from pallas_fix.rewrite.callsite.spelling.grafts import item, substitute
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -143,11 +144,11 @@ class _Reader:
         """`expr` in the call's names. A comprehension's own target stays (the list reader
         substitutes it); other scopes inside the expression are not read."""
         own: set[str] = set()
-        for node in _walk(expr):
+        for node in walk(expr):
             if isinstance(node, (cst.Lambda, cst.SetComp, cst.DictComp, cst.NamedExpr)):
                 raise self.refuse(f"which computes with `{self.ctx.code(node).strip()}`", node)
             if isinstance(node, cst.CompFor):
-                own |= {n.value for n in _walk(node.target) if isinstance(n, cst.Name)}
+                own |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
         return substitute(expr, lambda name: None if name.value in own else self._lookup(name))  # type: ignore[return-value]
 
     def _lookup(self, name: cst.Name) -> Optional[cst.BaseExpression]:
@@ -163,25 +164,18 @@ class _Reader:
 
 def _binding_scope(ctx: ModuleContext, name: str, at: cst.CSTNode):
     for scope in ctx.scope_chain(at):
-        params = scope.params if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else None
-        names = set() if params is None else {p.name.value for p in [*params.posonly_params, *params.params, *params.kwonly_params]}
-        if binding_count(ctx, scope, name) or name in names:
+        params = param_names(scope) if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else ()
+        if binding_count(ctx, scope, name) or name in params:
             return scope
     return None
 
 
 def _assigned_names(fn: cst.FunctionDef) -> set[str]:
     out: set[str] = set()
-    for node in _walk(fn.body):
+    for node in walk(fn.body):
         if isinstance(node, cst.AssignTarget):
-            out |= {n.value for n in _walk(node.target) if isinstance(n, cst.Name)}
+            out |= {n.value for n in walk(node.target) if isinstance(n, cst.Name)}
     return out
-
-
-def _walk(node: cst.CSTNode):
-    yield node
-    for kid in node.children:
-        yield from _walk(kid)
 
 
 def _kind(stmt: cst.CSTNode) -> str:
