@@ -20,6 +20,12 @@ from pallas_fix.rewrite.blocks.grid_params import GridParams
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec
 from pallas_fix.rewrite.text.syntax import code, is_zero, names_in, paren_text
 
+# Why a loop walking sub-tiles of a block the grid already moves is left alone (also said by
+# rewrite.loops.strip_mines, which finds such a loop before a lift reads the rest of it).
+STRIP_MINE = ("a deliberate strip-mine, the form JAX's flash attention uses (block_k_major > block_k) to compute on "
+              "small tiles while the grid copies large blocks; a lift would shrink the blocks the grid copies and "
+              "multiply its steps, so pallas-fix leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
+
 
 def _refuse_hidden_reads(param: str, block: RefBlock, index: str, params: list[str]) -> None:
     """The block index reads the wrapper's names (`k // bk - 1 - kk`, `i // H`) inside the
@@ -129,10 +135,7 @@ class SpecWriter:
             if self.grid.adds_axis and not self.grid.undo_strip_mines:
                 raise CallSiteError(
                     f"the loop walks `{param}` in sub-tiles of the block its BlockSpec already moves along dim {e} "
-                    f"(`{code(old.size)}` at block `{code(old_index)}`): a deliberate strip-mine, the form JAX's flash "
-                    "attention uses (block_k_major > block_k) to compute on small tiles while the grid copies large "
-                    "blocks; a lift would shrink the blocks the grid copies and multiply its steps, so pallas-fix "
-                    "leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
+                    f"(`{code(old.size)}` at block `{code(old_index)}`): {STRIP_MINE}")
             ratio = f"({code(old.size)} // {paren_text(code(block.size))})"
             return code(block.size), f"{paren_text(code(old_index))} * {ratio} + {paren_text(dims.new_index)}"
         if old_block is not None:

@@ -14,13 +14,15 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core import names as N
 from pallas_fix.analysis.discovery.forwarded_refs import callees
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.blockspecs import STRIP_MINE
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.text.syntax import is_zero
+from pallas_fix.rewrite.text.syntax import code, is_zero
 from pallas_fix.rewrite.loops.index_walks import returned_entry, starred_dim
 
 
@@ -36,10 +38,8 @@ def refuse_strip_mine(analysis, site: KernelSite, loop: LoopInfo) -> None:
     use, dim, block, index = found
     raise Refuse(
         f"the loop walks `{use.ref_name}` in `{ctx.code(use.size)}` sub-tiles of the block its BlockSpec already moves "
-        f"along dim {dim} (`{ctx.code(block)}` at block `{ctx.code(index)}`), from 0 to the end of that block: a "
-        "deliberate strip-mine, the form JAX's flash attention uses (block_k_major > block_k) to compute on small "
-        "tiles while the grid copies large blocks; a lift would shrink the blocks the grid copies and multiply its "
-        "steps, so pallas-fix leaves it (--lift-for-memory lifts it: smaller blocks, more steps)")
+        f"along dim {dim} (`{ctx.code(block)}` at block `{ctx.code(index)}`), from 0 to the end of that block: "
+        f"{STRIP_MINE}")
 
 
 def strip_mined(analysis, site: KernelSite, loop: LoopInfo) -> Optional[tuple[IndexUse, int, cst.BaseExpression, cst.BaseExpression]]:
@@ -84,13 +84,13 @@ def _sub_tile(ctx: ModuleContext, cs: CallSite, loop: LoopInfo, use: IndexUse, s
         return None
     if use.ref_name not in cs.slots or use.size is None or use.start is None or _shadowed(ctx, use, site):
         return None
-    if _text(use.size) != _text(step) or not _walks(ctx, use, loop, step):
+    if _code(use.size) != _code(step) or not _walks(ctx, use, loop, step):
         return None
     dim = starred_dim(ctx, use, site) if use.starred else use.dim
     if dim is None:
         return None
     size = cs.kernel_shape_dim(use.ref_name, dim)
-    if size is None or _text(size) != _text(extent):
+    if size is None or _code(size) != _code(extent):
         return None
     spec = cs.spec_of(cs.slots[use.ref_name])
     visible = spec.visible_dims()
@@ -131,7 +131,7 @@ def _shadowed(ctx: ModuleContext, use: IndexUse, site: KernelSite) -> bool:
     for scope in ctx.scope_chain(use.subscript):
         if not isinstance(scope, cst.FunctionDef) or scope is site.kernel or ctx.scope_of(scope) is ctx.module:
             return False
-        if use.ref_name in [p.name.value for p in (*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params)]:
+        if use.ref_name in param_names(scope):
             return True
     return False
 
@@ -164,8 +164,8 @@ def _walks(ctx: ModuleContext, use: IndexUse, loop: LoopInfo, step: cst.BaseExpr
         return isinstance(start, cst.Name) and start.value == loop.index_name
     if not (isinstance(start, cst.BinaryOperation) and isinstance(start.operator, cst.Multiply)):
         return False
-    sides = [_text(start.left), _text(start.right)]
-    return sorted(sides) == sorted([loop.index_name, _text(step)])
+    sides = [_code(start.left), _code(start.right)]
+    return sorted(sides) == sorted([loop.index_name, _code(step)])
 
 
 def _shape_entry(kernel: cst.FunctionDef, name: str) -> Optional[tuple[str, int]]:
@@ -210,5 +210,5 @@ def _shape_index(expr: cst.BaseExpression) -> Optional[tuple[str, int]]:
     return ref, int(index.value.value)
 
 
-def _text(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node).strip()
+def _code(node: cst.CSTNode) -> str:
+    return code(node).strip()
