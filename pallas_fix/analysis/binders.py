@@ -16,6 +16,11 @@ def bound_names(target: cst.BaseExpression) -> set[str]:
     return bound_names(target.value) if type(target) is cst.StarredElement else set()  # type: ignore[attr-defined]
 
 
+def positional_names(fn: cst.FunctionDef | cst.Lambda) -> list[str]:
+    """The names a function's positional parameters bind, in order (position-only ones first)."""
+    return [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+
+
 UNASSIGNED_BINDERS = (cst.ImportAlias, cst.MatchAs, cst.MatchStar, cst.MatchMapping, cst.ExceptHandler)
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.context import ModuleContext
 
 
@@ -37,7 +38,7 @@ def forwarded_names(ctx: ModuleContext, kernel: cst.FunctionDef, read: cst.Name,
     keywords = {a.keyword.value for a in call.args if a.keyword is not None}
     names: list[tuple[str, cst.FunctionDef]] = []
     for fn in found:
-        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][len(written):]
+        params = positional_names(fn)[len(written):]
         for k, name in enumerate(params):
             if name in keywords:
                 raise error(f"`{ctx.code(call).strip()}` also passes `{name}` by keyword")

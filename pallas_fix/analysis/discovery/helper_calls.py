@@ -15,6 +15,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.values.provenance import Env
@@ -49,7 +50,7 @@ def partial_arguments(ctx: ModuleContext, fn: cst.FunctionDef,
             continue
         if any(a.star for a in value.args):
             return None
-        positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        positional = positional_names(fn)
         out = {p: a.value for p, a in zip(positional, [a for a in value.args[1:] if a.keyword is None])}
         out.update({a.keyword.value: a.value for a in value.args[1:] if a.keyword is not None})
         return value, out

@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.binders import paired
+from pallas_fix.analysis.binders import paired, positional_names
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.relays.passed_in import partial_target, passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
@@ -190,7 +190,7 @@ def _operand_windows(analysis, site: KernelSite) -> tuple[int, dict[int, tuple[s
     windowed: "dim d by pl.program_id(a)" or "dim d by a loop index" ...)) for every operand the
     kernel takes a dynamic window of."""
     kernel = site.kernel
-    params = [p.name.value for p in (*kernel.params.posonly_params, *kernel.params.params)][len(site.partial_args):]
+    params = positional_names(kernel)[len(site.partial_args):]
     found: dict[int, tuple[str, set[str]]] = {}
     for u in analysis.detection.uses if analysis.detection is not None else ():
         if u.kernel_site is site and u.ref_name in params:

@@ -8,12 +8,13 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.context import ModuleContext
 
 
 def param_names(fn: cst.FunctionDef | cst.Lambda) -> list[str]:
     ps = fn.params
-    names = [p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]]
+    names = [*positional_names(fn), *(p.name.value for p in ps.kwonly_params)]
     if isinstance(ps.star_arg, cst.Param):
         names.append(ps.star_arg.name.value)
     if ps.star_kwarg is not None:

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.loops.read_bindings import reaching_binding, settled_binding
 from pallas_fix.analysis.values.bindings import (Unpack, attribute_written, binding_count, field_may_change, indexed_only,
                                                  scope_bindings, single_binding)
@@ -163,7 +164,7 @@ class Symbols:
         if (fn is None or isinstance(fn.params.star_arg, (cst.Param, cst.ParamStar)) or fn.params.kwonly_params
                 or fn.params.star_kwarg is not None or fn.decorators or fn.asynchronous is not None):
             return None
-        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        params = positional_names(fn)
         body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
         if (len(params) != len(call.args) or any(a.keyword or a.star for a in call.args) or len(body) != 1
                 or not isinstance(body[0], cst.SimpleStatementLine) or not isinstance(body[0].body[0], cst.Return)

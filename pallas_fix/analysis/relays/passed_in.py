@@ -18,6 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -224,7 +225,7 @@ def argument_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cs
 
 def _arg_for(fn: cst.FunctionDef, call: cst.Call, param: str) -> Optional[cst.Arg]:
     """The argument `call` passes for `fn`'s parameter `param` (by keyword or position)."""
-    positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    positional = positional_names(fn)
     pos = 0
     for arg in call.args:
         if arg.star:

@@ -37,6 +37,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.context import plain_read, walk
 from pallas_fix.analysis.relays.passed_in import outer_call
 from pallas_fix.analysis.loops.proofs import Facts
@@ -254,7 +255,7 @@ def traced_names(ctx, fn: Optional[cst.FunctionDef]) -> frozenset:
     jits = [d.decorator for d in fn.decorators if "jit" in ctx.code(d.decorator)]
     if not jits:
         return frozenset()
-    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    params = positional_names(fn)
     names = set(params) | {p.name.value for p in fn.params.kwonly_params}
     for deco in jits:
         for node in walk(deco):

@@ -10,6 +10,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import positional_names
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.forwarded_refs import callees
 from pallas_fix.core import names as N
@@ -96,10 +97,10 @@ def _index_items(sub: cst.Subscript) -> Optional[list[cst.CSTNode]]:
 def _passed_length(ctx: ModuleContext, name: cst.Name, use: IndexUse, kernel: cst.FunctionDef) -> Optional[int]:
     """The length of the tuple literal bound to parameter `name` at every call of its def."""
     fn = next((s for s in ctx.scope_chain(use.subscript) if isinstance(s, cst.FunctionDef)
-               and name.value in [p.name.value for p in (*s.params.posonly_params, *s.params.params)]), None)
+               and name.value in positional_names(s)), None)
     if fn is None or ctx.assignments(name.value, fn):
         return None
-    position = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)].index(name.value)
+    position = positional_names(fn).index(name.value)
     lengths = set()
     for call in walk(kernel):
         if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and fn in callees(ctx, kernel, call)):
