@@ -8,7 +8,7 @@ guess: every rule below holds for all positive integer values of the atoms.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import libcst as cst
 
@@ -22,6 +22,15 @@ class Facts:
     divides: list[tuple[Poly, Poly]] = field(default_factory=list)  # (d, n): d divides n
     equal: dict[str, Poly] = field(default_factory=dict)  # atom key -> its value
     nonneg: list[Poly] = field(default_factory=list)  # p >= 0 (`assert a >= b` gives a - b)
+
+
+def statements_before(ctx, at: cst.CSTNode) -> Iterator[list[cst.CSTNode]]:
+    """For each scope around `at`, innermost first, its statements that run before the one
+    holding `at` (all of them where none holds it): where the checks `at` may rely on stand."""
+    for scope in ctx.scope_chain(at):
+        stmts = ctx.body_statements(scope)
+        holder = next((s for s in stmts if s is at or any(a is s for a in ctx.ancestors(at))), None)
+        yield stmts[: stmts.index(holder)] if holder is not None else stmts
 
 
 def read_facts(symbols: Symbols, stmts: list[cst.CSTNode], at: cst.CSTNode, facts: Facts, translate: Optional[Translate] = None) -> None:

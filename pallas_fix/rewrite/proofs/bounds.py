@@ -14,7 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts, statements_before
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -70,10 +70,7 @@ class Bounds:
     def _read_call_facts(self, facts: Facts) -> None:
         """Checks that run before the pallas_call: earlier statements of every enclosing scope."""
         ctx, call = self.cs.ctx, self.cs.anchor()  # the pallas_call, or the helper's call passing its specs
-        for scope in ctx.scope_chain(call):
-            stmts = ctx.body_statements(scope)
-            holder = next((s for s in stmts if s is call or any(a is s for a in ctx.ancestors(call))), None)
-            before = stmts[: stmts.index(holder)] if holder is not None else stmts
+        for before in statements_before(ctx, call):
             broken = broken_checks(self.symbols, before, call)
             self.broken.extend(broken.values())
             read_facts(self.symbols, [s for s in before if id(s) not in broken], call, facts)

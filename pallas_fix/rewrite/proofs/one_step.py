@@ -13,7 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts
+from pallas_fix.analysis.loops.proofs import Facts, Prover, read_facts, statements_before
 from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -30,10 +30,8 @@ def zero_step_size(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock
     symbols = Symbols(cs.ctx)
     at = cs.anchor()
     facts = Facts()
-    for scope in cs.ctx.scope_chain(at):  # `assert nk >= 2` before the call says it too
-        stmts = cs.ctx.body_statements(scope)
-        holder = next((s for s in stmts if s is at or any(a is s for a in cs.ctx.ancestors(at))), None)
-        read_facts(symbols, stmts[: stmts.index(holder)] if holder is not None else stmts, at, facts)
+    for before in statements_before(cs.ctx, at):  # `assert nk >= 2` before the call says it too
+        read_facts(symbols, before, at, facts)
     counts = []
     for block in blocks:
         try:
