@@ -30,6 +30,7 @@ DS = _alts(PALLAS + ".ds", PALLAS + ".dslice", "jax.ds", "jax._src.state.indexin
 SLICE = _alts(PALLAS + ".Slice", "jax._src.state.indexing.Slice")
 FORI_LOOP = _alts("jax.lax.fori_loop", "jax._src.lax.control_flow.loops.fori_loop")
 COND = _alts("jax.lax.cond")
+SWITCH = _alts("jax.lax.switch")
 PL_LOOP = _alts(PALLAS + ".loop")
 PL_WHEN = _alts(PALLAS + ".when")
 PROGRAM_ID = _alts(PALLAS + ".program_id")

@@ -11,10 +11,11 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.core import names as N
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.text.syntax import code
 
-_BRANCHING = ("jax.lax.cond", "jax.lax.switch")
+_BRANCHING = N.COND | N.SWITCH
 
 
 def check_unguarded(ctx, kernel: cst.FunctionDef, ref: str, subscripts: list[cst.Subscript]) -> None:
@@ -50,7 +51,7 @@ def _guard_of(ctx, kernel: cst.FunctionDef, node: cst.CSTNode) -> Optional[str]:
 
 def _branch_function(ctx, kernel: cst.FunctionDef, name: str) -> bool:
     for n in walk(kernel):
-        if isinstance(n, cst.Call) and (ctx.imports.qualify(n.func) or "") in _BRANCHING:
+        if isinstance(n, cst.Call) and ctx.imports.is_(n.func, _BRANCHING):
             if any(isinstance(x, cst.Name) and x.value == name for a in n.args for x in walk(a.value)):
                 return True
     return False
@@ -60,7 +61,7 @@ def _branch_lambda(ctx, lam: cst.Lambda) -> bool:
     """`lam` is an argument (or inside one, a list of branches) of a lax.cond / lax.switch call."""
     for anc in ctx.ancestors(lam):
         if isinstance(anc, cst.Call):
-            return (ctx.imports.qualify(anc.func) or "") in _BRANCHING
+            return ctx.imports.is_(anc.func, _BRANCHING)
         if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
             return False
     return False
