@@ -11,6 +11,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.model import Write, loop_body_writes, statement_writes, write_words
+from pallas_fix.core import names as N
 from pallas_fix.core.names import call_arg
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.plans import Refuse
@@ -290,9 +291,9 @@ def check_writes_before_loop(analysis, region) -> None:
 
 
 _CORE_PRNG = frozenset(
-    f"jax.experimental.pallas.tpu.{f}"
-    for f in ("prng_random_bits", "stateful_bits", "stateful_uniform", "stateful_normal", "stateful_bernoulli")
+    f"{N.TPU}.{f}" for f in ("prng_random_bits", "stateful_bits", "stateful_uniform", "stateful_normal", "stateful_bernoulli")
 )
+_SEED = frozenset({N.TPU + ".prng_seed"})
 
 
 def check_no_core_prng_draws(ctx: ModuleContext, functions: list) -> None:
@@ -303,10 +304,10 @@ def check_no_core_prng_draws(ctx: ModuleContext, functions: list) -> None:
     the loop seeds the stream itself every iteration (`pltpu.prng_seed(seed, k)`): then each step
     draws what its iteration drew."""
     calls = [n for fn in functions for n in walk(fn) if isinstance(n, cst.Call)]
-    if any((ctx.imports.qualify(n.func) or "") == "jax.experimental.pallas.tpu.prng_seed" for n in calls):
+    if any(ctx.imports.is_(n.func, _SEED) for n in calls):
         return
     for node in calls:
-        if (ctx.imports.qualify(node.func) or "") in _CORE_PRNG:
+        if ctx.imports.is_(node.func, _CORE_PRNG):
             raise Refuse(
                 f"the loop draws random bits from the TPU core's PRNG stream (`{ctx.code(node.func)}`, line "
                 f"{ctx.span(node).line}), which advances iteration by iteration; as grid steps, each step would "

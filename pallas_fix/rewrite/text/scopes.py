@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.effects.syntax import param_names as declared_params
 
 _FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 _FUNCTIONS_AND_CLASSES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
@@ -72,13 +73,7 @@ def bindings(root: cst.CSTNode, *, nested: bool) -> Iterator[str]:
 
 def param_names(fn: cst.FunctionDef | cst.Lambda) -> set[str]:
     """Every parameter a function declares: positional-only, plain, `*args`, keyword-only, `**kw`."""
-    ps = fn.params
-    names = {p.name.value for p in [*ps.posonly_params, *ps.params, *ps.kwonly_params]}
-    if isinstance(ps.star_arg, cst.Param):
-        names.add(ps.star_arg.name.value)
-    if ps.star_kwarg is not None:
-        names.add(ps.star_kwarg.name.value)
-    return names
+    return set(declared_params(fn))
 
 
 def target_names(target: cst.CSTNode) -> set[str]:
