@@ -31,6 +31,7 @@ class CallTiming:
 
     ctx: ModuleContext
     site: KernelSite
+    grafted: set[int]  # ids of nodes an out_shape's reading built (CallSite sets it first)
 
     def anchor(self, expr: Optional[cst.CSTNode] = None) -> cst.CSTNode:
         """Where `expr` is read as the pallas_call reads it (`call_anchor`)."""
@@ -65,7 +66,7 @@ class CallTiming:
         rebound between where it stands and the pallas_call. An expression an out_shape's
         reading built (`x.shape[0]` for a builder's `B`: CallSite.grafted) is asked for each
         part of the source it holds."""
-        parts = source_parts(expr, self.in_tree) if id(expr) in getattr(self, "grafted", ()) else [expr]
+        parts = source_parts(expr, self.in_tree) if id(expr) in self.grafted else [expr]
         for part in parts:
             reason = copied_change(self.ctx, self.site, part, what)  # type: ignore[arg-type]
             if reason is not None:

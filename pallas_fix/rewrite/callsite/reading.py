@@ -44,6 +44,7 @@ class CallSite(CallTiming):
         self.site = site
         self.env = kernel_env
         self.read_forwarded = read_forwarded  # refs named in a callee (discovery.forwarded_refs): specs read, no rewrite
+        self.grafted: set[int] = set()  # ids of the nodes an out_shape read by substitution built
         if site.kernel is None:
             raise CallSiteError("the kernel function is not defined in this module")
         if site.invocation is None or site.invocation_issue:
@@ -56,7 +57,6 @@ class CallSite(CallTiming):
         self.built: dict[str, list[cst.BaseExpression]] = {}  # spec lists built by code (rewrite.callsite.spelling.built_lists)
         self.builder_reads: set[int] = set()  # the list names those building statements read
         self.args = self._invocation_args()
-        self.grafted: set[int] = set()  # ids of the nodes an out_shape read by substitution built
         self.out_shapes, self.single_output = self._out_shapes()
         self.slots = self._slots()
         self.in_specs_expr = self._spec_container("in_specs")
