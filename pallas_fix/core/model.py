@@ -171,6 +171,10 @@ class KernelSite:
     # kernel, its keywords read as partial keywords (written in the pallas_call, it lifts like one;
     # analysis.discovery.kernel_entry refuses the others)
     forwarder: Optional[cst.Lambda] = None
+    # ref -> the rank every access of it in the kernel spells (rewrite.callsite.ranks): the kernel's
+    # tree never changes, and each plan of a site asks again (not an init field: a site copied for
+    # another kernel by dataclasses.replace starts empty)
+    kernel_ranks: dict[str, Optional[int]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def kw(self, name: str) -> Optional[cst.BaseExpression]:
         """A pallas_call setting, looked up on the call first, then on its grid_spec."""

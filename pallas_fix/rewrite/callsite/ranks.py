@@ -143,10 +143,9 @@ def rank_from_kernel(site: KernelSite, param: str) -> Optional[int]:
     """Every access to the ref spells out the same number of indices and no `...`."""
     fn = site.kernel
     assert fn is not None
-    per_kernel = site.__dict__.setdefault("_kernel_ranks", {})  # a kernel's tree never changes; plans ask often
-    if param not in per_kernel:
-        per_kernel[param] = _counted_rank(fn, param)
-    return per_kernel[param]
+    if param not in site.kernel_ranks:
+        site.kernel_ranks[param] = _counted_rank(fn, param)
+    return site.kernel_ranks[param]
 
 
 def _counted_rank(fn: cst.FunctionDef, param: str) -> Optional[int]:
