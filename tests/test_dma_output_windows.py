@@ -315,3 +315,42 @@ def test_a_dma_into_an_output_already_in_vmem_is_checked_the_same_way():
 """)
     finding = _output_finding(later)
     assert finding.plan is None and "`o_ref` is written by DMA and its DMA `out`" in finding.refusal
+
+
+_NEXT_ROW = """    @pl.when(i + 1 < pl.num_programs(0))
+    def _():
+        pltpu.make_async_copy(table_ref.at[pl.ds(0, 1)], rows.at[pl.ds(0, 1)], sem).start()
+
+"""
+
+
+def test_a_copy_on_the_output_semaphore_left_running_is_refused():
+    """A copy on the output's semaphore started and not waited in its step (a prefetch for the next
+    step) adds to the count the output's `.wait()` reads, so that wait may return while the output's
+    copy runs and the pipeline writes the block back without its rows. In HBM the copy still lands,
+    so the interpreters agree with the rewrite; only the proof can refuse it (red team 14's open case:
+    proposed as safe before)."""
+    for running in (_NEXT_ROW, "    pltpu.make_async_copy(table_ref.at[pl.ds(0, 1)], rows.at[pl.ds(0, 1)], sem).start()\n"):
+        finding = _output_finding(_variant(running + _OUT))
+        assert finding.plan is None, running
+        assert "its semaphore `sem` is also the semaphore of the DMA at line" in finding.refusal
+        assert "give the output's DMA a semaphore of its own" in finding.refusal
+
+
+def test_a_drained_copy_on_the_output_semaphore_is_not_left_running():
+    """Started in place and drained by a kernel-level wait of the buffer the output then copies
+    (the packed embedding lookup's form): every copy on the semaphore has landed. A drain of another
+    buffer proves nothing about the rows the output copies."""
+    start = "    pltpu.make_async_copy(table_ref.at[pl.ds(0, 1)], rows.at[pl.ds(0, 1)], sem).start()\n"
+    drained = _variant(start + "    pltpu.make_async_copy(rows, rows, sem).wait()\n" + _OUT)
+    assert _output_finding(drained).plan is not None
+    other = _variant(start + "    pltpu.make_async_copy(table_ref, table_ref, sem).wait()\n" + _OUT)
+    finding = _output_finding(other)
+    assert finding.plan is None and "also the semaphore of the DMA at line" in finding.refusal
+
+
+def test_a_semaphore_used_otherwise_is_refused():
+    finding = _output_finding(_variant("    pltpu.semaphore_signal(sem)\n" + _OUT))
+    assert finding.plan is None and "its semaphore `sem` is used other than as a DMA's semaphore" in finding.refusal
+    rebound = _output_finding(_variant(_OUT.replace("    out = ", "    sem = sem\n    out = ", 1)))
+    assert rebound.plan is None and "is bound again in the kernel" in rebound.refusal

@@ -30,6 +30,7 @@ from pallas_fix.analysis.discovery.dma_calls import MAKE_COPY, copy_argument
 from pallas_fix.core.model import Backend
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
+from pallas_fix.rewrite.inblock.dma_semaphores import check_semaphore
 from pallas_fix.rewrite.text.syntax import code
 
 
@@ -77,6 +78,7 @@ def _check_dmas(ctx, cs, subscripts: list[cst.Subscript], offsets: dict, where: 
     loops = _static_loops(ctx, cs, call, where)
     _check_disjoint(ctx, sub, offsets.get(id(sub)), loops, where)
     _check_waited(ctx, cs.site.kernel, call, where)
+    check_semaphore(ctx, cs.site.kernel, call, where, lambda other: _proved_waited(ctx, cs.site.kernel, other))
 
 
 def _copy_destination(ctx, sub: cst.Subscript) -> Optional[cst.Call]:
@@ -171,6 +173,15 @@ def _check_waited(ctx, kernel: cst.FunctionDef, call: cst.Call, where: str) -> N
                      "step ends, and a copy still running would be lost")
 
 
+def _proved_waited(ctx, kernel: cst.FunctionDef, call: cst.Call) -> bool:
+    """Does another DMA pass the output's own proof (named, started and waited in its block)?"""
+    try:
+        _check_waited(ctx, kernel, call, "")
+    except Refuse:
+        return False
+    return True
+
+
 def _check_not_restarted(ctx, kernel: cst.FunctionDef, done, name: str, line: int, where: str) -> None:
     """After `done` (its wait, or its append to the waited list) the descriptor `name` is not read
     again until rebound, nor the last one the wait loop names (`for cp in copies: cp.wait()`, then
@@ -186,7 +197,7 @@ def _check_not_restarted(ctx, kernel: cst.FunctionDef, done, name: str, line: in
                 names.add(s.target.value)  # the loop's name holds the descriptors after it too
                 continue
             names -= {n for n in names if _rebinds(s, n)}
-            used = next((n for n in names if _reads(s, n)), None)
+            used = next((n for n in names if _reads(s, n) and not _fresh_in_loop(s, n)), None)
             if used is not None:
                 raise Refuse(f"{where} and its DMA `{name}` (line {line}) is used again after it is waited (line "
                              f"{ctx.span(s).line}): pallas-fix proves a copy lands before the pipeline writes the block back "
@@ -207,6 +218,17 @@ def _rebinds(stmt, name: str) -> bool:
         return False
     assign = stmt.body[0]
     return any(_reads(t.target, name) for t in assign.targets) and not _reads(assign.value, name)
+
+
+def _fresh_in_loop(stmt, name: str) -> bool:
+    """`for c in range(n): name = make_async_copy(...); name.start(); ...`: every pass binds `name`
+    before it reads it, so the loop reads a new descriptor, not the waited one (the name may still
+    hold it after a loop of no passes, so the statements after stay checked)."""
+    if not isinstance(stmt, cst.For) or _reads(stmt.iter, name) or stmt.orelse is not None:
+        return False
+    body = list(stmt.body.body) if isinstance(stmt.body, cst.IndentedBlock) else []
+    first = next((b for b in body if _reads(b, name)), None)
+    return first is not None and _rebinds(first, name)
 
 
 def _bound_name(stmt, call: cst.Call) -> Optional[str]:
