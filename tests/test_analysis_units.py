@@ -312,3 +312,50 @@ def test_a_list_holds_what_is_appended_to_it(appended, codes):
     if codes:
         [f] = findings
         assert not f.fixable and "a data-dependent gather" in f.refusal
+
+
+_PICKED = '''
+import functools
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _scaled_kernel(x_ref, o_ref, *, bm):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * bm, bm), :] = x_ref[pl.ds(i * bm, bm), :] * 2.0
+
+
+def _plain_kernel(x_ref, o_ref, *, bm):
+    i = pl.program_id(0)
+    o_ref[pl.ds(i * bm, bm), :] = x_ref[pl.ds(i * bm, bm), :]
+
+
+def run(x, scaled: bool, bm=8):
+    if scaled:
+        kernel_fn = _scaled_kernel
+    else:
+        kernel_fn = _plain_kernel
+    return pl.pallas_call(
+        functools.partial(kernel_fn, bm=bm),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(x.shape[0] // bm,),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+def test_a_kernel_picked_by_a_name_bound_in_each_arm_is_read():
+    """`kernel_fn = _a` / `kernel_fn = _b` in the arms of `if flag:`, then
+    `functools.partial(kernel_fn, ...)` (flashoptim-jax, part j): both defs are the call's kernel.
+    They got no finding at all; now each is analysed and, as for a kernel defined once per arm, the
+    lift is refused naming the variants (one pallas_call cannot be written for both)."""
+    findings = analyze_source(_PICKED, "k.py").findings
+    lines = {f.span.line for f in findings}
+    assert {11, 16} <= lines, lines  # a window of each variant
+    lifts = [f for f in findings if f.code == "PF103"]
+    assert lifts and all(f.plan is None for f in lifts)
+    assert all("a name bound to one of `_scaled_kernel`, `_plain_kernel`" in f.refusal for f in lifts), lifts[0].refusal
+    one = _PICKED.replace("    else:\n        kernel_fn = _plain_kernel\n", "")
+    assert {f.span.line for f in analyze_source(one, "k.py").findings} == {11}  # one binding: the one kernel

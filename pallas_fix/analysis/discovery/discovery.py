@@ -12,6 +12,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.relays.passed_in import forward_keywords, passed_kernels, relayed
 from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded_call
 from pallas_fix.analysis.discovery.reaching import reaching_value
+from pallas_fix.analysis.discovery.variants import picked_kernels, variant_sites
 from pallas_fix.analysis.relays.relay_chain import forward_chain
 from pallas_fix.analysis.relays.splat_dict import splat_dict, splatted_settings
 from pallas_fix.analysis.relays.static_test import test_value
@@ -42,7 +43,7 @@ def discover(ctx: ModuleContext, backend_override: Optional[Backend] = None,
             continue
         site.backend, site.backend_reason = _backend(ctx, site, backend_override)
         for each in _passed_in_sites(ctx, site, backend_override):
-            sites += _variant_sites(ctx, each)
+            sites += variant_sites(ctx, each)
     return sites
 
 
@@ -89,73 +90,6 @@ def _passed_in_sites(ctx: ModuleContext, site: KernelSite, backend_override: Opt
             # handed on through several helpers: read at the outermost call (analysis.relays.relay_chain)
             forward_chain(ctx, each) if each.relayed_by else forward_keywords(ctx, each)
     return found or [site]
-
-
-def _variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
-    """The site, or one site per def when the kernel's name is defined more than once in its scope
-    (`if transpose: def kernel(...) ... else: def kernel(...)`): which def the call runs is decided
-    when the wrapper runs, so every def is analysed (and none rewritten: kernel_entry)."""
-    kernel = site.kernel
-    if kernel is None or site.factory is not None or site.decorated is not None:
-        return [site]
-    scope = ctx.scope_of(kernel)
-    defs = tuple(d for d in ctx.nodes_of(cst.FunctionDef)
-                 if d.name.value == kernel.name.value and ctx.scope_of(d) is scope)  # type: ignore[attr-defined]
-    if len(defs) < 2 or len({id(ctx.parent(d)) for d in defs}) < len(defs):
-        return [site]  # one def, or a def redefined in one block (only the last one runs)
-    own = _def_in_call_arm(ctx, site.call, defs, scope)
-    if own is not None:
-        site.kernel = own
-        return [site]
-    site.variants = defs  # type: ignore[assignment]
-    return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in defs]
-
-
-def _def_in_call_arm(ctx: ModuleContext, call: cst.Call, defs: tuple[cst.FunctionDef, ...],
-                     scope) -> Optional[cst.FunctionDef]:
-    """The def the pallas_call runs when every def sits in its own arm of one `if` / `elif` /
-    `else` chain and the call sits in one of those arms, after that arm's def (directly, or in a
-    function defined there: `if transpose: def kernel(...) ...; def run(w): pl.pallas_call(kernel,
-    ...)`). Only that arm's def is ever bound when the call runs, so the call runs it alone; None
-    when that is not certain (a chain inside a loop, which could run another arm in between, or the
-    name also bound otherwise)."""
-    if ctx.assignments(defs[0].name.value, scope):
-        return None
-    arms = [_chain_arm(ctx, d) for d in defs]
-    if any(a is None for a in arms) or len({id(a[0]) for a in arms}) != 1:  # type: ignore[index]
-        return None
-    root = arms[0][0]  # type: ignore[index]
-    for anc in ctx.ancestors(root):
-        if anc is scope:
-            break
-        if isinstance(anc, (cst.For, cst.While)):
-            return None
-    ancestors = list(ctx.ancestors(call))
-    for d, (_, block) in zip(defs, arms):  # type: ignore[misc]
-        if block not in ancestors:
-            continue
-        holder = ancestors[ancestors.index(block) - 1] if ancestors.index(block) > 0 else call
-        body = list(block.body)
-        if holder in body and body.index(holder) > body.index(d):
-            return d
-        return None
-    return None
-
-
-def _chain_arm(ctx: ModuleContext, d: cst.FunctionDef) -> Optional[tuple[cst.If, cst.IndentedBlock]]:
-    """The outermost `if` of the `if` / `elif` / `else` chain whose arm holds `d` directly, and
-    that arm's block; None when `d` is not directly in such an arm."""
-    block = ctx.parent(d)
-    arm = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
-    if isinstance(arm, cst.Else):
-        arm = ctx.parent(arm)
-    if not isinstance(arm, cst.If):
-        return None
-    while True:
-        up = ctx.parent(arm)
-        if not (isinstance(up, cst.If) and up.orelse is arm):
-            return arm, block  # type: ignore[return-value]
-        arm = up
 
 
 def _is_partial_of_pallas_call(ctx: ModuleContext, call: cst.Call) -> bool:
@@ -281,6 +215,8 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
             # it): analysed as that def, its fixes refused (kernel_entry)
             site.kernel_name, site.maybe_argument = values[0].value, values[0]
             site.kernel = ctx.resolve_def(values[0].value, values[0])
+        elif len(values) > 1:
+            picked_kernels(ctx, site, values)
     elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
         made = factory_kernel(ctx, ctx.resolve_def(expr.func.value, at))
         if made is not None:

@@ -43,6 +43,14 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "not the whole kernel (the decorator may run code, or write refs, around it); pallas-fix only rewrites "
             "kernels whose body is all that runs"
         )
+    if len(site.variants) > 1 and len({d.name.value for d in site.variants}) > 1:
+        names = ", ".join(f"`{d.name.value}`" for d in site.variants)
+        return (
+            f"the pallas_call runs `{site.kernel_name}`, a name bound to one of {names} when the wrapper runs (a static "
+            f"flag), and {_compared(analysis, {f'`{d.name.value}`': d for d in site.variants})}; pallas-fix rewrites one "
+            "body with its one pallas_call and does not lift per variant. Give each variant its own pallas_call (the "
+            "same flag choosing between them) to get this fix"
+        )
     if len(site.variants) > 1:
         lines = ", ".join(str(ctx.span(d).line) for d in site.variants)
         return (

@@ -1,0 +1,102 @@
+"""Kernel variants: a call whose kernel is one of several defs, chosen when the wrapper runs
+(a def of the same name in each arm of an `if`, or a name bound to a different def in each arm).
+Each def is analysed as the call's kernel (and none rewritten: kernel_entry), unless the call
+sits in one arm and so runs that arm's def alone."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.core.model import KernelSite
+
+
+def variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
+    """The site, or one site per def when the kernel's name is defined more than once in its scope
+    (`if transpose: def kernel(...) ... else: def kernel(...)`): which def the call runs is decided
+    when the wrapper runs, so every def is analysed (and none rewritten: kernel_entry)."""
+    kernel = site.kernel
+    if kernel is None or site.factory is not None or site.decorated is not None:
+        return [site]
+    if site.variants:  # picked by a name bound to a def in each arm (picked_kernels)
+        return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in site.variants]
+    scope = ctx.scope_of(kernel)
+    defs = tuple(d for d in ctx.nodes_of(cst.FunctionDef)
+                 if d.name.value == kernel.name.value and ctx.scope_of(d) is scope)  # type: ignore[attr-defined]
+    if len(defs) < 2 or len({id(ctx.parent(d)) for d in defs}) < len(defs):
+        return [site]  # one def, or a def redefined in one block (only the last one runs)
+    own = _def_in_call_arm(ctx, site.call, defs, scope)
+    if own is not None:
+        site.kernel = own
+        return [site]
+    site.variants = defs  # type: ignore[assignment]
+    return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in defs]
+
+
+def _def_in_call_arm(ctx: ModuleContext, call: cst.Call, defs: tuple[cst.FunctionDef, ...],
+                     scope) -> Optional[cst.FunctionDef]:
+    """The def the pallas_call runs when every def sits in its own arm of one `if` / `elif` /
+    `else` chain and the call sits in one of those arms, after that arm's def (directly, or in a
+    function defined there: `if transpose: def kernel(...) ...; def run(w): pl.pallas_call(kernel,
+    ...)`). Only that arm's def is ever bound when the call runs, so the call runs it alone; None
+    when that is not certain (a chain inside a loop, which could run another arm in between, or the
+    name also bound otherwise)."""
+    if ctx.assignments(defs[0].name.value, scope):
+        return None
+    arms = [_chain_arm(ctx, d) for d in defs]
+    if any(a is None for a in arms) or len({id(a[0]) for a in arms}) != 1:  # type: ignore[index]
+        return None
+    root = arms[0][0]  # type: ignore[index]
+    for anc in ctx.ancestors(root):
+        if anc is scope:
+            break
+        if isinstance(anc, (cst.For, cst.While)):
+            return None
+    ancestors = list(ctx.ancestors(call))
+    for d, (_, block) in zip(defs, arms):  # type: ignore[misc]
+        if block not in ancestors:
+            continue
+        holder = ancestors[ancestors.index(block) - 1] if ancestors.index(block) > 0 else call
+        body = list(block.body)
+        if holder in body and body.index(holder) > body.index(d):
+            return d
+        return None
+    return None
+
+
+def _chain_arm(ctx: ModuleContext, d: cst.FunctionDef) -> Optional[tuple[cst.If, cst.IndentedBlock]]:
+    """The outermost `if` of the `if` / `elif` / `else` chain whose arm holds `d` directly, and
+    that arm's block; None when `d` is not directly in such an arm."""
+    block = ctx.parent(d)
+    arm = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if isinstance(arm, cst.Else):
+        arm = ctx.parent(arm)
+    if not isinstance(arm, cst.If):
+        return None
+    while True:
+        up = ctx.parent(arm)
+        if not (isinstance(up, cst.If) and up.orelse is arm):
+            return arm, block  # type: ignore[return-value]
+        arm = up
+
+
+def picked_kernels(ctx: ModuleContext, site: KernelSite, values: list) -> None:
+    """`kernel_fn = _quantized_kernel` in one arm of an `if`, `kernel_fn = _full_kernel` in the
+    other, then `functools.partial(kernel_fn, ...)`: which def the call runs is decided when the
+    wrapper runs, so each def is analysed as a variant of the call (and none rewritten:
+    kernel_entry), as a kernel defined once per arm is."""
+    blocks = {id(ctx.parent(ctx.statement_of(v))) for v in values}
+    if len(blocks) < len(values):
+        return  # bound twice in one block: the later binding is the one that runs (or a loop rebinds it)
+    defs = []
+    for value in values:
+        d = ctx.resolve_def(value.value, value) if isinstance(value, cst.Name) else None
+        if d is None:
+            return  # one binding is not a def: what the call runs is not known
+        if all(d is not other for other in defs):
+            defs.append(d)
+    if len(defs) > 1:
+        site.kernel, site.variants = defs[0], tuple(defs)  # type: ignore[assignment]
