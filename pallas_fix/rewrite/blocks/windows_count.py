@@ -1,0 +1,49 @@
+"""A strip-mined lift's count of windows per step (rewrite.reduction.strip), bound in the
+wrapper before the statement that runs the pallas_call: `windows_per_step =
+_windows_per_step(trip, (window block shape, dtype), ...)` over the strip-mined operands, the
+helper the rewrite adds choosing it for the chip at trace time. Where the guards go
+(rewrite.guards.shape_guards.placement): the operands and sizes exist there."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from pallas_fix.rewrite.blocks.plan import NewAxis
+from pallas_fix.rewrite.callsite.dtypes import operand_dtype
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
+from pallas_fix.rewrite.guards.shape_guards import placement
+from pallas_fix.rewrite.text.edits import Edit, chain
+from pallas_fix.rewrite.text.syntax import code
+
+
+def add_windows_count(edits: dict, cs: CallSite, axis: NewAxis, params: list[str], window_shapes: dict[str, str]) -> None:
+    """Put the count before the call's statement (before its guards, a comment above it kept
+    above); CallSiteError where it cannot be written."""
+    windows = axis.windows
+    assert windows is not None
+    if cs.site.forwarded:
+        raise CallSiteError("the sizes are passed in by a helper's call; the windows per step are not counted there")
+    anchor = placement(cs.ctx, cs.site)
+    if anchor is None:
+        raise CallSiteError("no statement of the wrapper runs the pallas_call to count the windows per step before")
+    blocks = []
+    for param in params:
+        dtype = operand_dtype(cs, param)
+        if dtype is None or param not in window_shapes:
+            raise CallSiteError(f"cannot write the dtype or the window of `{param}` at the call site")
+        blocks.append(f"({window_shapes[param]}, {code(dtype)})")
+    count = cst.parse_statement(f"{windows.name} = {windows.helper}({code(axis.trip)}, {', '.join(blocks)})")
+    chain(edits, anchor, _before(count))
+
+
+def _before(count: cst.BaseStatement) -> Edit:
+    def edit(out: cst.CSTNode):
+        rest = list(out.nodes) if isinstance(out, cst.FlattenSentinel) else [out]
+        first = count
+        if hasattr(rest[0], "leading_lines"):  # comments above the call stay above the count
+            first = count.with_changes(leading_lines=rest[0].leading_lines)
+            rest[0] = rest[0].with_changes(leading_lines=())
+        return cst.FlattenSentinel([first, *rest])
+
+    return edit
