@@ -138,8 +138,11 @@ def test_without_an_example_the_message_says_the_speed_is_unknown():
     out = rewrite_by_kernel(MATMUL.read_text(), str(MATMUL), Config(), None, allow_unsafe=True)
     (k,) = out.kernels
     assert k.status == "not verified" and "pl.program_id(2)" in out.source  # today's behaviour
-    assert ("may trade speed for memory on TPU: the call is already pipelined over 2 grid axes and the lift"
-            " multiplies its grid steps, each step reading and writing its scratch state") in k.applied[0]
+    # the K loop is strip-mined now (rewrite.reduction.strip): the note says by how much the steps grow
+    assert ("may trade speed for memory on TPU where the windows per step do not cover the loop: the call is already"
+            " pipelined over 2 grid axes and the lift multiplies its grid steps by the loop's trip count over the"
+            " windows each step walks (each step walking `windows_per_step` of its windows") in k.applied[0]
+    assert "each step reading and writing its scratch state" in k.applied[0]
     assert "speed at your sizes unknown without an example call" in k.applied[0]
     # a call without a grid: nothing to say
     (m,) = rewrite_by_kernel(MAP.read_text(), str(MAP), Config(), None, allow_unsafe=False).kernels

@@ -92,10 +92,11 @@ def test_the_notes_say_how_many_windows_each_step_walks():
     assert f"the rewrite takes 8 steps (x2), {WORDS}, each reading and writing its scratch state" in note
 
 
-def _scripted(records: list[dict]):
+def _scripted(records: list[dict], steps: tuple = (4, 4)):
     def verify(old, new, kernel):
         return [Verdict(entry="flash", status="verified", example="flash(...)", speed=records,
-                        details={"pallas_calls": [{"kernel": kernel}]})]
+                        details={"pallas_calls_original": [{"kernel": kernel, "steps": steps[0]}],
+                                 "pallas_calls": [{"kernel": kernel, "steps": steps[1]}]})]
     return verify
 
 
@@ -106,6 +107,9 @@ def test_a_strip_mined_lift_whose_steps_the_example_did_not_multiply_is_no_trade
     assert k.status == "verified", k.reason
     assert WORDS in k.applied[0] and "trade" not in k.applied[0]
     assert "windows_per_step = _windows_per_step(" in out.source
+    # no example counted the steps: the source's note, which says it may trade speed for memory
+    unknown = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([], (None, None)), allow_unsafe=False)
+    assert "may trade speed for memory on TPU where the windows per step do not cover the loop" in unknown.kernels[0].applied[0]
 
 
 def test_a_strip_mined_lift_that_still_multiplies_the_steps_is_held_saying_how_many_windows():
@@ -113,7 +117,7 @@ def test_a_strip_mined_lift_that_still_multiplies_the_steps_is_held_saying_how_m
     record = {"kernel": "_flash_kernel", "steps_before": 4, "steps_after": 8, "pipelined_before": True,
               "before_bytes": 2 * MiB, "after_bytes": 1 * MiB, "limit_bytes": 16 * MiB, "fits_before": True,
               "adds_scratch": True, "trades_speed_for_memory": True}
-    out = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([record]), allow_unsafe=False)
+    out = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([record], (4, 8)), allow_unsafe=False)
     (k,) = out.kernels
     assert k.status == "refused" and "trades speed for memory on TPU" in k.reason
     assert f"takes 8 steps (x2), {WORDS}" in k.reason

@@ -201,8 +201,7 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     if held is None:  # no example measured the steps: the source's note (core.speed), if any
         # An example that ran the kernel measured its steps: none multiplied (a strip-mined lift
         # whose windows per step cover the loop there) is no trade of speed for memory.
-        ran = any(v.ok and reached(v, kernel) for v in verdicts)
-        applied = tuple(candidate.applied) if measured or ran else _static_notes(candidate)
+        applied = tuple(candidate.applied) if measured or steps_counted(verdicts, kernel) else _static_notes(candidate)
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
     if not lift_for_memory:
         what = "; ".join(candidate.applied) or "the rewrite"
@@ -210,6 +209,16 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     lifts = [n for n, p in enumerate(candidate.pipelined) if p is not None] or [len(candidate.applied) - 1]
     applied = [f"{d}; {note}" if n in lifts else d for n, d in enumerate(candidate.applied)]
     return KernelRewrite(kernel, "verified", tuple(applied), verdicts), candidate.source
+
+
+def steps_counted(verdicts, kernel) -> bool:
+    """Did an example count the kernel's grid steps on both sides (as lift_cost pairs them)?
+    Then no lift_cost record means the rewrite did not multiply them."""
+    def counted(calls) -> bool:
+        return any(c.get("kernel") == kernel and isinstance(c.get("steps"), int) for c in calls or ())
+
+    return any(v.ok and counted(v.details.get("pallas_calls")) and counted(v.details.get("pallas_calls_original"))
+               for v in verdicts)
 
 
 def chip_times(verdicts: list[Verdict]) -> Optional[tuple[float, str]]:
