@@ -46,6 +46,17 @@ measured on a v5e, this brings the lifted flash attention to JAX's kernel's spee
 blocks. When nothing carries from step to step (a carry of
 step counters alone) the new axis is parallel.
 
+Where the call is already pipelined over other grid axes on TPU (core.speed.Pipelined), one
+window per step would multiply its steps (0.6-0.85x the original on a v5e), so the lift is
+strip-mined (reduction.strip, issue 27): the new axis moves a block of `windows_per_step` loop
+windows, a count the wrapper binds through a `_windows_per_step` helper the rewrite adds (the
+most that divide the trip count, at most 8, double-buffered within 8 MiB of VMEM), and the
+kernel walks them with a Python `for` over static window numbers, the carry loaded before and
+stored after, as JAX's flash attention walks block_k inside block_k_major. An index the body
+reads beyond its windows (a mask, a position) is bound to `pl.program_id(axis) * windows +
+window`. A causal bound, a step counter, outputs or scalar indices moved by the index, and
+--lift-for-memory keep one window per step.
+
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
 the PF101 form of the same reduction) is lifted the same way with no scratch: the output block is
@@ -86,7 +97,7 @@ from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
 from pallas_fix.rewrite.reduction.lanes import lane_layout, lane_leaf
-from pallas_fix.rewrite.reduction.strip import static_start_edits, strip_plan
+from pallas_fix.rewrite.reduction.strip import strip_plan, window_edits
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
@@ -143,7 +154,9 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     axis = NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped,
                    undo_strip_mines=analysis.config.lift_for_memory)
     pipe = pipelined(cs, scratch=bool(carry.scratch))
-    strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe)
+    pl = imports.spelling(ctx, imports.PALLAS)
+    strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe,
+                       len(cs.grid), pl.text)
     built = None
     if strip is not None:  # several windows per step where the call is already pipelined (reduction.strip)
         try:
@@ -160,8 +173,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
                 edits[sub] = block_subscript_edit(b, dims, packed_tuple(analysis, sub, dims))
     else:
         pipe = replace(pipe, windows=strip.words())
-        edits.update(static_start_edits(ctx, blocks))
-    pl = imports.spelling(ctx, imports.PALLAS)
+        edits.update(window_edits(ctx, strip, blocks))
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (len(cs.grid), trip)}, pl.text))
     step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded, lanes, strip, jnp.text)
     kernel_edits(edits, step, lifted_element_ids(blocks))

@@ -214,7 +214,9 @@ def test_a_block_known_from_the_source_to_break_the_rule_is_refused_statically()
 @pytest.mark.interp
 def test_a_block_only_the_example_shows_breaks_the_rule_is_refused_at_verification():
     src = "\n".join(l for l in TILING.read_text().splitlines() if "pallas-fix: example" not in l) + "\n"
-    fixed = fix_source(src, "tiling.py", unsafe=True)
+    # the one-window lift: strip-mined (the default on a pipelined call), the 4 windows of this
+    # example make one block of the whole 256 columns, which the rule allows
+    fixed = fix_source(src, "tiling.py", Config(lift_for_memory=True), unsafe=True)
     assert fixed.changed, "without an example the sizes are not known from the source"
     (v,) = verify_sources(src, fixed.source, [parse_example("rowsum(f32[64, 256], bk=64)")], path="tiling.py")
     assert v.status == "refused", v.message
@@ -282,7 +284,8 @@ def test_cli_holds_the_gridded_matmul_and_writes_it_on_request(capsys, tmp_path)
     code, err = _run(capsys, "--apply", "--no-color", path)
     assert code == 1 and path.read_text() == MATMUL.read_text(), err
     assert "not written" in err and "trades speed for memory on TPU" in err
-    assert "on-chip per step 1.1 MiB -> 448 KiB (limit 16 MiB)" in err and "--lift-for-memory" in err
+    assert "on-chip per step 8.1 MiB -> 2.2 MiB (limit 16 MiB)" in err and "--lift-for-memory" in err
+    assert "the rewrite takes 16 steps (x4), each step walking `windows_per_step` of its windows" in err
     code, err = _run(capsys, "--apply", "--no-color", "--lift-for-memory", path)
     assert code == 0, err
     assert "fixed" in err and "trades speed for memory on TPU" in err and "pl.program_id(2)" in path.read_text()

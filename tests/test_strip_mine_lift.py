@@ -121,3 +121,20 @@ def test_a_strip_mined_lift_that_still_multiplies_the_steps_is_held_saying_how_m
     (k,) = out.kernels
     assert k.status == "refused" and "trades speed for memory on TPU" in k.reason
     assert f"takes 8 steps (x2), {WORDS}" in k.reason
+
+
+def test_a_causal_bound_or_lift_for_memory_keeps_one_window_per_step():
+    from pallas_fix.engine import fix_source
+
+    causal = PAIRS / "flash_attention_causal_before.py"
+    out = fix_source(causal.read_text(), str(causal), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source and "windows" not in out.applied[0]
+    flash = PAIRS / "strip_flash_windows_before.py"
+    memory = fix_source(flash.read_text(), str(flash), Config(lift_for_memory=True), unsafe=True)
+    assert memory.changed and "_windows_per_step" not in memory.source and "k_ref[0, :, :]" in memory.source
+
+
+def test_an_index_read_beyond_its_windows_gets_its_global_value():
+    text = (PAIRS / "strip_position_mask_global_index_after.py").read_text()
+    assert "    for window in range(x_ref.shape[1] // bk):\n        k = pl.program_id(1) * (x_ref.shape[1] // bk) + window\n" in text
+    assert "x = x_ref[:, pl.ds(window * bk, bk)]" in text and "cols = k * bk + " in text

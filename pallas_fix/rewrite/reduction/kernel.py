@@ -64,7 +64,7 @@ def kernel_edits(edits: dict, step: Step, lifted_ids: set[int]) -> None:
     region = step.region
     ctx = region.ctx
     effect_stmts = side_effect_statements(region.analysis, region.site, region.before)
-    if step.strip is not None:
+    if step.strip is not None and step.strip.local is None:
         lifted_ids = set()  # the windows stay, inside the strip's blocks, and so does what computes their starts
     removable = list(region.dead_slice_statements(lifted_ids))
     if step.guard is None:
@@ -142,6 +142,9 @@ def strip_statements(step: Step, unpack, step_id: str, stmts: list, result) -> l
     region, carry = step.region, step.carry
     assert step.strip is not None
     index = region.loop.index_name
+    if step.strip.local is not None:  # the body reads the index beyond its windows: its global value
+        stmts = [stmt(f"{index} = {step.strip.global_index}"), *stmts]
+        index = step.strip.local
     if not carry.leaves:
         return [_for(index, step.strip.count, stmts)]
     if unpack is not None:

@@ -45,6 +45,11 @@ class Strip:
 
     windows: Windows
     count: str
+    # Where the body reads the index beyond its windows (a position, a mask): the `for` walks
+    # `local`, each window becomes `pl.ds(local * size, size)`, and the index is bound to the
+    # loop's own iteration number, `global_index`, at the top of each window.
+    local: Optional[str] = None
+    global_index: Optional[str] = None
 
     def helper_def(self, jnp: str) -> cst.FunctionDef:
         fn = cst.parse_statement(helper_source(self.windows.helper, jnp))
@@ -77,8 +82,9 @@ def helper_source(name: str, jnp: str) -> str:
 
 
 def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carry: Carry, guard: Optional[str],
-               lifted_ids: set[int], extent_reads: list, pipelined) -> Optional[Strip]:
-    """The strip-mined form of this lift, or None where the one-window lift stays (module docstring)."""
+               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str) -> Optional[Strip]:
+    """The strip-mined form of this lift over new grid axis `axis` (`pl`: how the file spells
+    jax.experimental.pallas), or None where the one-window lift stays (module docstring)."""
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
@@ -91,8 +97,6 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     unpack = unpack_to_drop(region, carry)
     if unpack is not None and len(unpacked_names(carry, unpack)) != len(carry.leaves):
         return None  # a leaf unpacked as `_`: nothing would carry it from window to window
-    if region.index_needed(lifted_ids):
-        return None  # the index feeds a position or a mask: it would need the global index
     if not all(_plain_window(b, slots) for b in blocks):
         return None
     size = _kernel_size(ctx, blocks[0])
@@ -108,7 +112,29 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
         return None  # the `for` binds the index name at kernel level
     taken = names_in(ctx.module)
     helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
-    return Strip(Windows(name, helper), f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}")
+    count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
+    if not region.index_needed(lifted_ids):
+        return Strip(Windows(name, helper), count)
+    # the index feeds a position or a mask too: that use gets the loop's iteration number
+    local = _free(taken, "window")
+    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}")
+
+
+def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
+    """The windows' edits: with the index bound to its global value (`Strip.local`), each window
+    `pl.ds(k * bk, bk)` becomes `pl.ds(window * bk, bk)`, the same window inside the step's block;
+    otherwise the windows stay, a `pl.multiple_of` hint on their starts dropped (static_start_edits)."""
+    if strip.local is None:
+        return static_start_edits(ctx, blocks)
+    edits = {}
+    for b in blocks:
+        for sub, dims in b.subscripts:
+            window = _element(sub, next(iter(dims)))
+            assert isinstance(window, cst.Call)  # strip_plan read its size (_kernel_size)
+            size = code(window.args[1].value)
+            text = f"{code(window.func)}({strip.local} * {_paren(size)}, {size})"
+            edits[window] = lambda _node, text=text: cst.parse_expression(text)
+    return edits
 
 
 def static_start_edits(ctx, blocks: list[RefBlock]) -> dict:
