@@ -27,6 +27,10 @@ def add_windows_count(edits: dict, cs: CallSite, axis: NewAxis, params: list[str
     anchor = placement(cs.ctx, cs.site)
     if anchor is None:
         raise CallSiteError("no statement of the wrapper runs the pallas_call to count the windows per step before")
+    for node in _uses(cs, params):
+        if not any(a is anchor for a in [node, *cs.ctx.ancestors(node)]):
+            raise CallSiteError(f"the grid or a BlockSpec is built before the statement that runs the pallas_call (line "
+                                f"{cs.ctx.span(node).line}), where the windows per step are not counted yet")
     blocks = []
     for param in params:
         dtype = operand_dtype(cs, param)
@@ -35,6 +39,25 @@ def add_windows_count(edits: dict, cs: CallSite, axis: NewAxis, params: list[str
         blocks.append(f"({window_shapes[param]}, {code(dtype)})")
     count = cst.parse_statement(f"{windows.name} = {windows.helper}({code(axis.trip)}, {', '.join(blocks)})")
     chain(edits, anchor, _before(count))
+
+
+def _uses(cs: CallSite, params: list[str]) -> list[cst.CSTNode]:
+    """Where the count is read: the grid, and the strip-mined operands' specs (as written, and
+    what a name there is bound to), which must all be evaluated after the count is bound."""
+    nodes = []
+    for expr in [cs.site.kw("grid"), cs.site.grid_spec]:
+        if expr is not None:
+            nodes += [expr, cs.ctx.resolve_value(expr, cs.anchor(expr))]
+    for param in params:
+        slot = cs.slots[param]
+        container = cs.in_specs_expr if slot.kind == "in" else cs.out_specs_expr
+        if container is None:
+            continue  # written as a new keyword of the call
+        expr = cs.spec_list(slot.kind)[slot.index]
+        nodes += [container, cs.ctx.resolve_value(container, cs.anchor(container))]
+        if expr is not None:
+            nodes += [expr, cs.ctx.resolve_value(expr, cs.anchor(expr))]
+    return [n for n in nodes if n is not None]
 
 
 def _before(count: cst.BaseStatement) -> Edit:

@@ -88,7 +88,9 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
-    if guard is not None or extent_reads or not blocks or site.forwarded:
+    # A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
+    # is (n / w) * (w * size), or a keyword carries the size (rewrite.extents.extent_reads).
+    if guard is not None or not blocks or site.forwarded:
         return None  # a causal bound: the skipped steps' block choice is per window (today's lift keeps it)
     if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
         return None
