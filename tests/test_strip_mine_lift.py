@@ -138,3 +138,16 @@ def test_an_index_read_beyond_its_windows_gets_its_global_value():
     text = (PAIRS / "strip_position_mask_global_index_after.py").read_text()
     assert "    for window in range(x_ref.shape[1] // bk):\n        k = pl.program_id(1) * (x_ref.shape[1] // bk) + window\n" in text
     assert "x = x_ref[:, pl.ds(window * bk, bk)]" in text and "cols = k * bk + " in text
+
+
+def test_the_count_goes_before_a_grid_built_early_unless_a_name_it_reads_is_bound_again():
+    from pallas_fix.engine import fix_source
+
+    path = PAIRS / "strip_specs_built_before_call_before.py"
+    src = path.read_text()
+    after = (PAIRS / "strip_specs_built_before_call_after.py").read_text()
+    assert after.index("windows_per_step = _windows_per_step(") < after.index("    grid = (heads,")
+    # `k` bound again after the specs are built: the count could not read the operand the call sees
+    rebound = src.replace("    out_spec = pl.BlockSpec(", "    k = k + 0.0\n    out_spec = pl.BlockSpec(")
+    out = fix_source(rebound, str(path), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source and "k_ref[0, :, :]" in out.source
