@@ -14,9 +14,13 @@ strip covers exactly the elements the one-window lift covers, so its bounds proo
 most 8, with the strip-mined operands' blocks double-buffered within a VMEM budget.
 
 Only where every window moves with the loop index alone (block index = the index, the loop
-from 0 in steps of 1), the index feeds nothing but those windows (a causal mask or a position
-would need the global index), the carry has no step counter and the window size is a kernel
-parameter or a number: elsewhere the one-window lift stays as it was."""
+from 0 in steps of 1, inputs only), the carry has no step counter, no causal bound skips steps,
+and the window size is a kernel parameter or a number: elsewhere the one-window lift stays as it
+was. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
+window number `window`, each window becomes `pl.ds(window * size, size)` and the index is bound
+to its global value, `pl.program_id(axis) * windows + window`: the body sees the iteration
+numbers the loop gave it, in the same order.
+"""
 
 from __future__ import annotations
 
@@ -88,10 +92,11 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
-    # A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
-    # is (n / w) * (w * size), or a keyword carries the size (rewrite.extents.extent_reads).
+    # A causal bound keeps one window per step: its skipped steps' block choice is per window.
+    # (A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
+    # is (n / w) * (w * size), or a keyword carries the size: rewrite.extents.extent_reads.)
     if guard is not None or not blocks or site.forwarded:
-        return None  # a causal bound: the skipped steps' block choice is per window (today's lift keeps it)
+        return None
     if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
         return None
     if any(l.counter is not None or not l.bound_in_body for l in carry.leaves):
@@ -118,6 +123,8 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     if not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
     # the index feeds a position or a mask too: that use gets the loop's iteration number
+    if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
+        return None  # a window taken in a helper outside the body would not see the window number
     local = _free(taken, "window")
     return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}")
 
