@@ -46,6 +46,17 @@ measured on a v5e, this brings the lifted flash attention to JAX's kernel's spee
 blocks. When nothing carries from step to step (a carry of
 step counters alone) the new axis is parallel.
 
+Where the call is already pipelined over other grid axes on TPU (core.speed.Pipelined), one
+window per step would multiply its steps (0.6-0.85x the original on a v5e), so the lift is
+strip-mined (reduction.strip, issue 27): the new axis moves a block of `windows_per_step` loop
+windows, a count the wrapper binds through a `_windows_per_step` helper the rewrite adds (the
+most that divide the trip count, at most 8, double-buffered within 8 MiB of VMEM), and the
+kernel walks them with a Python `for` over static window numbers, the carry loaded before and
+stored after, as JAX's flash attention walks block_k inside block_k_major. An index the body
+reads beyond its windows (a mask, a position) is bound to `pl.program_id(axis) * windows +
+window`. A causal bound, a step counter, outputs or scalar indices moved by the index, and
+--lift-for-memory keep one window per step.
+
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
 the PF101 form of the same reduction) is lifted the same way with no scratch: the output block is
@@ -61,7 +72,7 @@ loop now runs inside `_finalize` (reduction_scopes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import libcst as cst
@@ -86,10 +97,13 @@ from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
 from pallas_fix.rewrite.reduction.lanes import lane_layout, lane_leaf
+from pallas_fix.rewrite.reduction.strip import strip_plan, window_edits
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
+from pallas_fix.rewrite.blocks.windows_count import add_windows_count
 from pallas_fix.rewrite.text.stale_comments import stale_comments_note
 from pallas_fix.rewrite.proofs.one_step import zero_step_size
 from pallas_fix.rewrite.text.statements import body_statements
@@ -135,30 +149,42 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     if lanes is not None:  # an online softmax's (rows, 1) statistics, kept lane-dense (reduction.lanes)
         carry = Carry([lane_leaf(l) if n in lanes.leaves else l for n, l in enumerate(carry.leaves)], carry.tree)
     semantics = _semantics(analysis, region, site, carry, access, embedded)
-    # guarding: blocks the code does not prove inside their arrays may be proved by a shape fact
-    # written into the wrapper as a check (rewrite.guards.shape_guards); a reduction is unsafe anyway.
-    call_edits = CallEdits(cs, blocks, NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped,
-                                                     undo_strip_mines=analysis.config.lift_for_memory),
-                           guarding=True)
     scratch, space = scratch_spelling(ctx, site.backend)
-    if carry.scratch:
-        add_scratch(cs, call_edits, [f"{scratch.text}.{'SMEM' if l.scalar else space}({code(l.shape)}, {code(l.dtype)})"
-                                     for l in carry.scratch])
-    edits = call_edits.build()
-    for b in blocks:
-        for sub, dims in b.subscripts:
-            edits[sub] = block_subscript_edit(b, dims, packed_tuple(analysis, sub, dims))
+    scratch_shapes = [f"{scratch.text}.{'SMEM' if l.scalar else space}({code(l.shape)}, {code(l.dtype)})" for l in carry.scratch]
+    axis = NewAxis(trip=trip, name=loop.index_name, semantics=semantics, skipped_index=skipped,
+                   undo_strip_mines=analysis.config.lift_for_memory)
+    pipe = pipelined(cs, scratch=bool(carry.scratch))
     pl = imports.spelling(ctx, imports.PALLAS)
+    strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe,
+                       len(cs.grid), pl.text)
+    built = None
+    if strip is not None:  # several windows per step where the call is already pipelined (reduction.strip)
+        try:
+            built = _call_edits(cs, [replace(b, windows=strip.windows.name) for b in blocks],
+                                replace(axis, windows=strip.windows), scratch_shapes)
+        except (Refuse, CallSiteError):
+            strip = None  # what the strip needs cannot be written: the one-window lift, refused or not on its own
+    if built is None:
+        built = _call_edits(cs, blocks, axis, scratch_shapes)
+    call_edits, edits = built
+    if strip is None:
+        for b in blocks:
+            for sub, dims in b.subscripts:
+                edits[sub] = block_subscript_edit(b, dims, packed_tuple(analysis, sub, dims))
+    else:
+        pipe = replace(pipe, windows=strip.words())
+        edits.update(window_edits(ctx, strip, blocks))
     edits.update(extent_edits(cs, extent_reads, blocks, {"new": (len(cs.grid), trip)}, pl.text))
-    step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded, lanes)
+    step = Step(region, pl.text, len(cs.grid), guard, carry, tuple(dropped), embedded, lanes, strip, jnp.text)
     kernel_edits(edits, step, lifted_element_ids(blocks))
-    needed = [pl.add, scratch.add] + ([jnp.add] if lanes is not None or skipped is not None else [])
+    needed = [pl.add, scratch.add] + ([jnp.add] if lanes is not None or skipped is not None or strip is not None else [])
 
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], needed), module)
 
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
+        f"{', ' + strip.words() + ',' if strip is not None else ''}"
         f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
@@ -167,7 +193,20 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
                    guards=tuple(g.failing() for g, _why in call_edits.guards),
-                   pipelined=pipelined(cs, scratch=bool(carry.scratch)))
+                   pipelined=pipe)
+
+
+def _call_edits(cs: CallSite, blocks: list[RefBlock], axis: NewAxis, scratch_shapes: list[str]) -> tuple[CallEdits, dict]:
+    """The call-side edits: grid, specs, scratch. `guarding`: blocks the code does not prove
+    inside their arrays may be proved by a shape fact written into the wrapper as a check
+    (rewrite.guards.shape_guards); a reduction is unsafe anyway."""
+    call_edits = CallEdits(cs, blocks, axis, guarding=True)
+    if scratch_shapes:
+        add_scratch(cs, call_edits, scratch_shapes)
+    edits = call_edits.build()
+    if axis.windows is not None:  # a strip-mined lift: the wrapper counts its windows per step
+        add_windows_count(edits, cs, axis, [b.param for b in blocks], call_edits.specs.window_shapes)
+    return call_edits, edits
 
 
 def _no_carry(region: LoopRegion) -> Carry:

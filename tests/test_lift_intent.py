@@ -138,8 +138,11 @@ def test_without_an_example_the_message_says_the_speed_is_unknown():
     out = rewrite_by_kernel(MATMUL.read_text(), str(MATMUL), Config(), None, allow_unsafe=True)
     (k,) = out.kernels
     assert k.status == "not verified" and "pl.program_id(2)" in out.source  # today's behaviour
-    assert ("may trade speed for memory on TPU: the call is already pipelined over 2 grid axes and the lift"
-            " multiplies its grid steps, each step reading and writing its scratch state") in k.applied[0]
+    # the K loop is strip-mined now (rewrite.reduction.strip): the note says by how much the steps grow
+    assert ("may trade speed for memory on TPU where the windows per step do not cover the loop: the call is already"
+            " pipelined over 2 grid axes and the lift multiplies its grid steps by the loop's trip count over the"
+            " windows each step walks (each step walking `windows_per_step` of its windows") in k.applied[0]
+    assert "each step reading and writing its scratch state" in k.applied[0]
     assert "speed at your sizes unknown without an example call" in k.applied[0]
     # a call without a grid: nothing to say
     (m,) = rewrite_by_kernel(MAP.read_text(), str(MAP), Config(), None, allow_unsafe=False).kernels
@@ -211,7 +214,9 @@ def test_a_block_known_from_the_source_to_break_the_rule_is_refused_statically()
 @pytest.mark.interp
 def test_a_block_only_the_example_shows_breaks_the_rule_is_refused_at_verification():
     src = "\n".join(l for l in TILING.read_text().splitlines() if "pallas-fix: example" not in l) + "\n"
-    fixed = fix_source(src, "tiling.py", unsafe=True)
+    # the one-window lift: strip-mined (the default on a pipelined call), the 4 windows of this
+    # example make one block of the whole 256 columns, which the rule allows
+    fixed = fix_source(src, "tiling.py", Config(lift_for_memory=True), unsafe=True)
     assert fixed.changed, "without an example the sizes are not known from the source"
     (v,) = verify_sources(src, fixed.source, [parse_example("rowsum(f32[64, 256], bk=64)")], path="tiling.py")
     assert v.status == "refused", v.message
@@ -279,7 +284,8 @@ def test_cli_holds_the_gridded_matmul_and_writes_it_on_request(capsys, tmp_path)
     code, err = _run(capsys, "--apply", "--no-color", path)
     assert code == 1 and path.read_text() == MATMUL.read_text(), err
     assert "not written" in err and "trades speed for memory on TPU" in err
-    assert "on-chip per step 1.1 MiB -> 448 KiB (limit 16 MiB)" in err and "--lift-for-memory" in err
+    assert "on-chip per step 8.1 MiB -> 2.2 MiB (limit 16 MiB)" in err and "--lift-for-memory" in err
+    assert "the rewrite takes 16 steps (x4), each step walking `windows_per_step` of its windows" in err
     code, err = _run(capsys, "--apply", "--no-color", "--lift-for-memory", path)
     assert code == 0, err
     assert "fixed" in err and "trades speed for memory on TPU" in err and "pl.program_id(2)" in path.read_text()

@@ -97,11 +97,11 @@ def test_fixture_set_is_complete():
 def test_pair_is_an_unsafe_r2_fix(pair):
     # PF102 exactly where the oracle sees a dynamic slice, offered only as an unsafe fix.
     findings = _pf102(pair.before_source, pair.before)
-    (report,) = H.trace_reports(pair.before)
     lines = {f.span.line for f in findings}
-    # A scalar index (`x_ref[k, :]`, lifted into a squeezed dim) is the oracle's "scalar" kind.
-    scalars = lines & {a.line for a in report.scalars()}
-    assert lines == report.lines(str(pair.before)) | scalars
+    for report in H.trace_reports(pair.before):  # one per example (strip_* pairs have two)
+        # A scalar index (`x_ref[k, :]`, lifted into a squeezed dim) is the oracle's "scalar" kind.
+        scalars = lines & {a.line for a in report.scalars()}
+        assert lines == report.lines(str(pair.before)) | scalars
     fixable = [f for f in findings if f.fixable]
     assert all(f.fix_safety is FixSafety.UNSAFE and f.fix_id == CODEMOD for f in fixable)
     assert H.rewrite(pair.before_source, pair.before).source == pair.before_source, "applied without --unsafe-fixes"

@@ -18,6 +18,7 @@ trades speed for memory unless `--lift-for-memory` asks for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 MODEL = "the step-count model"
 MEASURED = "measured on a TPU v5e where the original fit and was pipelined: 0.47-0.91x its speed"
@@ -31,11 +32,18 @@ class Pipelined:
 
     axes: int
     scratch: bool = False
+    # A strip-mined lift (R2): the words saying how many of the loop's windows each step walks
+    windows: Optional[str] = None
 
     def note(self) -> str:
         """What the source alone says about the lift's speed (no example: no footprint)."""
         axes = "axis" if self.axes == 1 else "axes"
         per_step = ", each step reading and writing its scratch state" if self.scratch else ""
+        if self.windows is not None:
+            return (f"may trade speed for memory on TPU where the windows per step do not cover the loop: the call is"
+                    f" already pipelined over {self.axes} grid {axes} and the lift multiplies its grid steps by the loop's"
+                    f" trip count over the windows each step walks ({self.windows}){per_step}; speed at your sizes unknown"
+                    f" without an example call")
         return (f"may trade speed for memory on TPU: the call is already pipelined over {self.axes} grid {axes} and"
                 f" the lift multiplies its grid steps{per_step}; where the original fits on chip {MODEL} expects it"
                 f" slower ({MEASURED}); speed at your sizes unknown without an example call")

@@ -189,7 +189,8 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     """The verified rewrite, or its refusal when it only trades speed for memory (module docstring);
     as `_one_kernel` returns them."""
     measured = [(r, v.example) for v in verdicts if v.ok and reached(v, kernel) for r in v.speed if r.get("kernel") == kernel]
-    held, note = memory_trade(measured)
+    windows = next((p.windows for p in candidate.pipelined if p is not None and p.windows), "")
+    held, note = memory_trade(measured, windows)
     timed = chip_times([v for v in verdicts if v.ok and reached(v, kernel)])
     if timed is not None:  # a measurement on the chip outranks the step-count model
         ratio, words = timed
@@ -198,7 +199,9 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
             return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
         note = f"trades speed for memory: the original fits on chip and is already pipelined; {words}"
     if held is None:  # no example measured the steps: the source's note (core.speed), if any
-        applied = tuple(candidate.applied) if measured else _static_notes(candidate)
+        # An example that ran the kernel measured its steps: none multiplied (a strip-mined lift
+        # whose windows per step cover the loop there) is no trade of speed for memory.
+        applied = tuple(candidate.applied) if measured or steps_counted(verdicts, kernel) else _static_notes(candidate)
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
     if not lift_for_memory:
         what = "; ".join(candidate.applied) or "the rewrite"
@@ -206,6 +209,16 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
     lifts = [n for n, p in enumerate(candidate.pipelined) if p is not None] or [len(candidate.applied) - 1]
     applied = [f"{d}; {note}" if n in lifts else d for n, d in enumerate(candidate.applied)]
     return KernelRewrite(kernel, "verified", tuple(applied), verdicts), candidate.source
+
+
+def steps_counted(verdicts, kernel) -> bool:
+    """Did an example count the kernel's grid steps on both sides (as lift_cost pairs them)?
+    Then no lift_cost record means the rewrite did not multiply them."""
+    def counted(calls) -> bool:
+        return any(c.get("kernel") == kernel and isinstance(c.get("steps"), int) for c in calls or ())
+
+    return any(v.ok and counted(v.details.get("pallas_calls")) and counted(v.details.get("pallas_calls_original"))
+               for v in verdicts)
 
 
 def chip_times(verdicts: list[Verdict]) -> Optional[tuple[float, str]]:
@@ -220,7 +233,7 @@ def chip_times(verdicts: list[Verdict]) -> Optional[tuple[float, str]]:
                             f"({before / after:.2f}x the original's speed)")
 
 
-def memory_trade(measured: list[tuple[dict, str]]) -> tuple[Optional[dict], str]:
+def memory_trade(measured: list[tuple[dict, str]], windows: str = "") -> tuple[Optional[dict], str]:
     """(the record, its note) when a kernel's lift only trades speed for memory at every example
     that measured it, else (None, ""). `measured`: (a ``lift_cost.lift_costs`` record of the
     kernel, the example that made it). Plain --apply holds such a lift back unless
@@ -228,7 +241,7 @@ def memory_trade(measured: list[tuple[dict, str]]) -> tuple[Optional[dict], str]
     held = held_lift([r for r, _ in measured])
     if held is None:
         return None, ""
-    return held, trade_note(held, next(e for r, e in measured if r is held))
+    return held, trade_note(held, next(e for r, e in measured if r is held), windows)
 
 
 def _original_unaligned(source: str, path: str, config: Config, kernel) -> str:

@@ -3,7 +3,7 @@ blocked spec for a ref the plan reads in blocks (its old block and index folded 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
@@ -49,6 +49,8 @@ class SpecWriter:
     grid: GridParams
     pl: str  # how the module spells jax.experimental.pallas
     bounds: Bounds
+    # param -> one window's block shape of a strip-mined lift (RefBlock.windows), as written
+    window_shapes: dict[str, str] = field(default_factory=dict)
 
     def whole(self, slot: Slot) -> str:
         """A spec for the whole array of `slot`, indexed at zero on every step."""
@@ -106,6 +108,9 @@ class SpecWriter:
         if slot.kind == "out":
             self._check_residency(slot, spec, block)
         shape = _tuple_text([size for size, _ in entries])
+        if block.windows is not None:  # one window's block, for the wrapper's count (rewrite.blocks.edits)
+            self.window_shapes[slot.param] = _tuple_text(
+                [code(block.size) if e == dims.array_dim else size for e, (size, _) in enumerate(entries)])
         index = _tuple_text([idx for _, idx in entries])
         return f"{self.pl}.BlockSpec({shape}, lambda {', '.join(grid + rest)}: {index}{placement})"
 
@@ -128,9 +133,11 @@ class SpecWriter:
             return "None", self._nested_row(dims, e, old, old_index)
         if e == dims.array_dim:
             if old_index is None or is_zero(old_index):
-                return code(block.size), dims.new_index
+                return block.written_size(), dims.new_index
             if old is None or old.size is None:
                 raise CallSiteError(f"the BlockSpec of `{param}` has an index but no block shape")
+            if block.windows is not None:
+                raise CallSiteError(f"`{param}` already has a block along dim {e}: a strip-mined lift takes whole dims")
             self._check_nested(dims, e, old.size, old_index)
             if self.grid.adds_axis and not self.grid.undo_strip_mines:
                 raise CallSiteError(

@@ -177,7 +177,7 @@ class CallEdits:
     def write_grid(self) -> None:
         if self.new_axis is None:
             return
-        trip = code(self.new_axis.trip)
+        trip = self.new_axis.grid_trip()
         grid_expr = self.cs.site.kw("grid")
         if grid_expr is None:
             self.new_keywords.insert(0, ("grid", f"({trip},)"))

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from pallas_fix.rewrite.text.syntax import variable_names
+from pallas_fix.rewrite.text.syntax import code, paren_text, variable_names
 
 
 @dataclass
@@ -119,6 +119,13 @@ class RefBlock:
     # An output left in HBM that the kernel writes by DMA: its new spec drops the memory space,
     # the DMAs now copy into the VMEM block (rewrite.inblock.dma_outputs).
     to_vmem: bool = False
+    # A strip-mined lift (NewAxis.windows): the spec moves this many of the loop's windows of
+    # `size` per step, a name the wrapper binds; `size` stays one window, for the proofs.
+    windows: Optional[str] = None
+
+    def written_size(self) -> str:
+        """The block size the spec writes: one window, or `windows` of them."""
+        return code(self.size) if self.windows is None else f"{self.windows} * {paren_text(code(self.size))}"
 
 
 @dataclass
@@ -133,6 +140,24 @@ class NewAxis:
     # A loop walking sub-tiles of a block the grid already moves is a deliberate strip-mine
     # (compute tiles smaller than the blocks copied): kept unless asked (--lift-for-memory).
     undo_strip_mines: bool = False
+    # A strip-mined lift (rewrite.reduction.strip): each step walks `windows.name` of the loop's
+    # windows, a count the wrapper binds before the call; `trip` stays the loop's trip count
+    # (the bounds proofs read it), the grid gets `trip // windows.name`.
+    windows: Optional["Windows"] = None
+
+    def grid_trip(self) -> str:
+        """The new grid axis's size as written: the trip count, or its strip-mined blocks."""
+        trip = code(self.trip)
+        return trip if self.windows is None else f"{paren_text(trip)} // {self.windows.name}"
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How a strip-mined lift's wrapper counts the windows per step: `name = helper(trip,
+    (window shape, dtype), ...)` over the strip-mined operands (rewrite.blocks.edits)."""
+
+    name: str
+    helper: str
 
 
 NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index

@@ -51,7 +51,7 @@ def _reads(body: cst.CSTNode, name: str, besides: cst.CSTNode) -> bool:
     return any(isinstance(n, cst.Name) and n.value == name and id(n) not in skip for n in walk(body))
 
 
-def _unpacked_names(carry: Carry, unpack: cst.SimpleStatementLine) -> dict[int, str]:
+def unpacked_names(carry: Carry, unpack: cst.SimpleStatementLine) -> dict[int, str]:
     """Leaf number -> the name the dropped unpacking bound it to (`_` left out)."""
     assert carry.tree is not None
     names = mirror(carry.tree, unpack.body[0].targets[0].target) or {}  # type: ignore[attr-defined]
@@ -61,7 +61,7 @@ def _unpacked_names(carry: Carry, unpack: cst.SimpleStatementLine) -> dict[int, 
 def step_loads(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine], step: str) -> list[cst.BaseStatement]:
     """The statements that bind the body's carry at the top of grid step `step`."""
     if unpack is not None:
-        names = _unpacked_names(carry, unpack)
+        names = unpacked_names(carry, unpack)
         return [stmt(f"{names[n]} = {leaf.load(step)}") for n, leaf in enumerate(carry.leaves) if n in names and leaf.bound_in_body]
     if region.carry_name is None:
         raise Refuse("the loop body takes no carry parameter")
@@ -74,7 +74,7 @@ def step_loads(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine], 
 def step_bound_names(region, carry: Carry, unpack: Optional[cst.SimpleStatementLine]) -> set[str]:
     """The names `step_loads` binds in the kernel's scope."""
     if unpack is not None:
-        return set(_unpacked_names(carry, unpack).values())
+        return set(unpacked_names(carry, unpack).values())
     return {region.carry_name} if region.carry_name else set()
 
 

@@ -15,7 +15,7 @@ from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.loops.before_loop import init_only_statements, side_effect_statements
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_io import (
-    body_and_result, body_without_return, result_loads, step_bound_names, step_loads, store, unpack_to_drop,
+    body_and_result, body_without_return, result_loads, step_bound_names, step_loads, store, unpack_to_drop, unpacked_names,
 )
 from pallas_fix.rewrite.reduction.carry_names import result_bound_names
 from pallas_fix.rewrite.text.edits import remove_statement
@@ -24,6 +24,7 @@ from pallas_fix.rewrite.loops.regions import LoopRegion
 from pallas_fix.rewrite.loops.result_use import EmbeddedResult
 from pallas_fix.rewrite.reduction.hygiene import WHEN_DEFS, check_reduction_scopes
 from pallas_fix.rewrite.reduction.lanes import LaneLayout, final_statements, step_statements
+from pallas_fix.rewrite.reduction.strip import Strip
 from pallas_fix.rewrite.text.scopes import bindings
 from pallas_fix.rewrite.blocks.scratch import add_params
 from pallas_fix.rewrite.text.statements import capture, comments_only, siblings_of, stmt, strip_leading_blank_lines, when_def, with_blank_line
@@ -42,6 +43,8 @@ class Step:
     dropped: tuple = ()  # statements after the loop that go (deleted_results)
     embedded: Optional[EmbeddedResult] = None  # the statement using the result in a larger expression
     lanes: Optional[LaneLayout] = None  # (rows, 1) leaves kept lane-dense (reduction.lanes)
+    strip: Optional[Strip] = None  # several windows per step, walked by a Python `for` (reduction.strip)
+    jnp: str = "jnp"  # how the file spells jax.numpy (the strip helper reads it)
 
     @property
     def program_id(self) -> str:
@@ -61,6 +64,8 @@ def kernel_edits(edits: dict, step: Step, lifted_ids: set[int]) -> None:
     region = step.region
     ctx = region.ctx
     effect_stmts = side_effect_statements(region.analysis, region.site, region.before)
+    if step.strip is not None and step.strip.local is None:
+        lifted_ids = set()  # the windows stay, inside the strip's blocks, and so does what computes their starts
     removable = list(region.dead_slice_statements(lifted_ids))
     if step.guard is None:
         removable += list(region.bound_stmts)  # the causal guard still reads the bound
@@ -80,7 +85,7 @@ def kernel_edits(edits: dict, step: Step, lifted_ids: set[int]) -> None:
         edits[s] = capture(effects)
     for s in region.after:
         edits[s] = capture(after)
-    need_index = region.index_needed(lifted_ids) or step.guard is not None
+    need_index = step.strip is None and (region.index_needed(lifted_ids) or step.guard is not None)
     body_holder = region.take_body_def(edits)
     edits[region.statement] = _replace_loop(step, need_index, effects, body_holder, unpack, after)
     edits[region.site.kernel] = _finish_kernel(step, after)
@@ -110,7 +115,12 @@ def _replace_loop(step: Step, need_index: bool, effects: list, body_holder: dict
         init_body = list(effects) + [stmt(f"{l.place} = {code(l.init)}") for l in carry.scratch]
         if init_body:  # a carry of step counters alone has nothing to initialise
             out.append(when_def(step.pl, f"{step_id} == 0", "_init", init_body))
-        body = step_loads(region, carry, unpack, step_id) + stmts + store(result, carry) if carry.leaves else stmts
+        if step.strip is not None:
+            body = strip_statements(step, unpack, step_id, stmts, result)
+        elif carry.leaves:
+            body = step_loads(region, carry, unpack, step_id) + stmts + store(result, carry)
+        else:
+            body = stmts
         if step.guard is not None:
             out.append(when_def(step.pl, f"{index} < {step.guard}", "_step", body))
         else:
@@ -123,6 +133,66 @@ def _replace_loop(step: Step, need_index: bool, effects: list, body_holder: dict
         return cst.FlattenSentinel(out)
 
     return replace
+
+
+def strip_statements(step: Step, unpack, step_id: str, stmts: list, result) -> list[cst.BaseStatement]:
+    """The carry loaded once, the step's windows walked by a Python `for` over static window
+    numbers (each iteration the body, then the carry rebound to its result), the carry stored
+    once (reduction.strip)."""
+    region, carry = step.region, step.carry
+    assert step.strip is not None
+    index = region.loop.index_name
+    if step.strip.local is not None:  # the body reads the index beyond its windows: its global value
+        stmts = [stmt(f"{index} = {step.strip.global_index}"), *stmts]
+        index = step.strip.local
+    if not carry.leaves:
+        return [_for(index, step.strip.count, stmts)]
+    if unpack is not None:
+        target = unpack.body[0].targets[0].target  # type: ignore[attr-defined]
+        names = unpacked_names(carry, unpack)  # every leaf named (strip_plan)
+        stores = [stmt(f"{leaf.place} = {names[n]}") for n, leaf in enumerate(carry.leaves) if leaf.ref is not None]
+    else:
+        target = cst.Name(region.carry_name)
+        stores = store(target, carry)
+    return step_loads(region, carry, unpack, step_id) + [_for(index, step.strip.count, stmts + _rebind(target, result))] + stores
+
+
+def _rebind(target: cst.BaseExpression, result: cst.BaseExpression) -> list[cst.BaseStatement]:
+    """`target = result` at the end of a window, less the names the body already left bound to
+    their new values (`acc += ...; return acc`; `m, l, acc = m_new, l, acc` -> `m = m_new`)."""
+    if code(target) == code(result):
+        return []
+    pairs = _name_pairs(target, result)
+    if pairs is None:
+        return [stmt(f"{code(target)} = {code(result)}")]
+    pairs = [(t, v) for t, v in pairs if t != v]  # the right side is read before any name is bound
+    if not pairs:
+        return []
+    return [stmt(f"{', '.join(t for t, _ in pairs)} = {', '.join(v for _, v in pairs)}")]
+
+
+def _name_pairs(target: cst.BaseExpression, result: cst.BaseExpression) -> Optional[list[tuple[str, str]]]:
+    """(name, value text) per element where both sides are flat tuples of the same length and
+    the target's elements are plain names; None otherwise."""
+    if not isinstance(target, cst.Tuple) or not isinstance(result, cst.Tuple):
+        return None
+    if len(target.elements) != len(result.elements) or any(isinstance(e, cst.StarredElement) for e in (*target.elements, *result.elements)):
+        return None
+    if not all(isinstance(e.value, cst.Name) for e in target.elements):
+        return None
+    return [(e.value.value, code(v.value)) for e, v in zip(target.elements, result.elements)]
+
+
+def _for(index: str, count: str, body: list) -> cst.For:
+    loop = cst.parse_statement(f"for {index} in range({count}):\n    pass\n")
+    assert isinstance(loop, cst.For)
+    body = list(body)
+    if body and hasattr(body[0], "leading_lines"):  # its comments stay, a blank line above them goes
+        lines = list(body[0].leading_lines)
+        while lines and lines[0].comment is None:
+            lines.pop(0)
+        body[0] = body[0].with_changes(leading_lines=lines)
+    return loop.with_changes(body=loop.body.with_changes(body=body))
 
 
 def _with_comments(first: cst.BaseStatement, loop_stmt: cst.CSTNode, body_holder: dict) -> cst.BaseStatement:
@@ -153,10 +223,14 @@ def _finish_kernel(step: Step, after: list):
             fdef = when_def(step.pl, last, "_finalize", loads + moved)
             fn = fn.with_changes(body=fn.body.with_changes(body=[*fn.body.body, fdef]))
         fn = strip_leading_blank_lines(hoist_grid_reads(fn, step.pl, set(WHEN_DEFS)))
+        helpers = []
         if lanes is not None and any(isinstance(n, cst.Name) and n.value == lanes.helper for n in walk(fn)):
+            helpers.append(lanes.helper_def())
+        if step.strip is not None:
+            helpers.append(step.strip.helper_def(step.jnp))
+        if helpers:
             blank = [l for l in fn.leading_lines if l.comment is None] or [cst.EmptyLine()]
-            helper = lanes.helper_def().with_changes(leading_lines=blank)
-            return cst.FlattenSentinel([helper, fn])
+            return cst.FlattenSentinel([h.with_changes(leading_lines=blank) for h in helpers] + [fn])
         return fn
 
     return finish

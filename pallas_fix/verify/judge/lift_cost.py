@@ -73,9 +73,11 @@ def held_lift(records: list[dict]) -> Optional[dict]:
     return max(records, key=lambda r: r.get("before_bytes") or 0)
 
 
-def trade_note(record: dict, example: str = "") -> str:
+def trade_note(record: dict, example: str = "", windows: str = "") -> str:
     """The words a fix message gives a lift that trades speed for memory: the footprint before ->
-    after, the steps before -> after, and the model that expects it slower."""
+    after, the steps before -> after (`windows`: how many of the loop's windows each step walks,
+    for a strip-mined lift, whose steps the example still multiplied), and the model that
+    expects it slower."""
     at = f" at {example}" if example else ""
     s0, s1 = record["steps_before"], record["steps_after"]
     per_step = " each reading and writing its scratch state," if record.get("adds_scratch") else ""
@@ -84,5 +86,5 @@ def trade_note(record: dict, example: str = "") -> str:
     if record.get("before_bytes") is not None and record.get("after_bytes") is not None:
         footprint = f"; on-chip per step {format_bytes(record['before_bytes'])} -> {format_bytes(record['after_bytes'])}{limit}"
     return (f"trades speed for memory on TPU: the original fits on chip{at} and is already pipelined over"
-            f" {s0} grid steps; the rewrite takes {s1} steps (x{s1 / s0:.3g}),{per_step} so {MODEL}"
+            f" {s0} grid steps; the rewrite takes {s1} steps (x{s1 / s0:.3g}),{' ' + windows + ',' if windows else ''}{per_step} so {MODEL}"
             f" expects it slower ({MEASURED}){footprint}")

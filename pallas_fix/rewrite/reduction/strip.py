@@ -1,0 +1,206 @@
+"""R2 strip-mined (issue 27's "Strip-mine", issue 28): where the call is already pipelined over
+other grid axes on TPU, a lift with one loop window per grid step multiplies the steps and ran
+0.6-0.85x the original on a v5e. So there the new axis moves a block of `w` windows and the
+kernel walks them inside the step with a Python `for` over static window numbers, the user's
+own windows (`pl.ds(j * bk, bk)`, `j` now the window within the block) and body unchanged, the
+carry read from scratch once before the windows and written once after: JAX's
+ops/tpu/flash_attention.py's block_k_major / block_k. Measured on the chip
+(benchmarks/tpu_experiments, flash_strip_lanes.py): four windows per step, unrolled, with
+lane-dense softmax state, ran 1.35x (f32) and 1.42x (bf16) the user's original where it fits.
+
+`w` is chosen for the chip at trace time, in the wrapper, by a helper the rewrite adds
+(`_windows_per_step`): the most windows that divide the trip count (no partial block: the
+strip covers exactly the elements the one-window lift covers, so its bounds proofs hold), at
+most 8, with the strip-mined operands' blocks double-buffered within a VMEM budget.
+
+Only where every window moves with the loop index alone (block index = the index, the loop
+from 0 in steps of 1, inputs only), the carry has no step counter, no causal bound skips steps,
+and the window size is a kernel parameter or a number: elsewhere the one-window lift stays as it
+was. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
+window number `window`, each window becomes `pl.ds(window * size, size)` and the index is bound
+to its global value, `pl.program_id(axis) * windows + window`: the body sees the iteration
+numbers the loop gave it, in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+from pallas_fix.core import names as N
+from pallas_fix.core.model import Backend
+from pallas_fix.rewrite.blocks.plan import RefBlock, Windows
+from pallas_fix.rewrite.reduction.carries import Carry
+from pallas_fix.rewrite.reduction.carry_io import unpack_to_drop, unpacked_names
+from pallas_fix.rewrite.text.scopes import bindings
+from pallas_fix.rewrite.text.syntax import code, names_in, variable_names
+
+CAP = 8  # windows per step at most: the kernel unrolls them (JAX's kernel unrolls a handful)
+BUDGET = 8 << 20  # bytes for the strip-mined operands' double-buffered blocks: half of v5e's 16 MiB scoped VMEM
+
+
+@dataclass(frozen=True)
+class Strip:
+    """A strip-mined lift: the wrapper binds `windows.name` (via `windows.helper`), and the kernel
+    walks `range(count)` windows per step (`count`: kernel-side, `k_ref.shape[1] // block_k`)."""
+
+    windows: Windows
+    count: str
+    # Where the body reads the index beyond its windows (a position, a mask): the `for` walks
+    # `local`, each window becomes `pl.ds(local * size, size)`, and the index is bound to the
+    # loop's own iteration number, `global_index`, at the top of each window.
+    local: Optional[str] = None
+    global_index: Optional[str] = None
+
+    def helper_def(self, jnp: str) -> cst.FunctionDef:
+        fn = cst.parse_statement(helper_source(self.windows.helper, jnp))
+        assert isinstance(fn, cst.FunctionDef)
+        return fn.with_changes(leading_lines=[], lines_after_decorators=[])
+
+    def words(self) -> str:
+        return (f"each step walking `{self.windows.name}` of its windows (the most that divide the trip count, at most "
+                f"{CAP}, within {BUDGET >> 20} MiB of VMEM double-buffered: `{self.windows.helper}`)")
+
+
+def helper_source(name: str, jnp: str) -> str:
+    """The module-level helper the rewrite adds; tests run it as written."""
+    return (
+        f"def {name}(n, *windows):\n"
+        f'    """How many of a reduction\'s `n` loop windows one grid step walks (pallas-fix): on a TPU,\n'
+        f"    where the call is already pipelined over other axes, fewer and larger steps pay. The most\n"
+        f"    that divide `n` (no partial block), at most {CAP} (the kernel unrolls them), with the blocks of\n"
+        f"    `windows`, each (one window's block shape, dtype), double-buffered within {BUDGET >> 20} MiB: half\n"
+        f'    the 16 MiB of VMEM a v5e gives a kernel by default, the rest for its other blocks."""\n'
+        f"    window_bytes = 0\n"
+        f"    for shape, dtype in windows:\n"
+        f"        size = {jnp}.dtype(dtype).itemsize\n"
+        f"        for d in shape:\n"
+        f"            size *= d if isinstance(d, int) else 1\n"
+        f"        window_bytes += size\n"
+        f"    fits = [w for w in range(1, min(n, {CAP}) + 1) if n % w == 0 and 2 * w * window_bytes <= {BUDGET >> 20} * 2**20]\n"
+        f"    return max(fits, default=1)\n"
+    )
+
+
+def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carry: Carry, guard: Optional[str],
+               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str) -> Optional[Strip]:
+    """The strip-mined form of this lift over new grid axis `axis` (`pl`: how the file spells
+    jax.experimental.pallas), or None where the one-window lift stays (module docstring)."""
+    ctx, loop, env = analysis.ctx, region.loop, region.env
+    if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
+        return None
+    # A causal bound keeps one window per step: its skipped steps' block choice is per window.
+    # (A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
+    # is (n / w) * (w * size), or a keyword carries the size: rewrite.extents.extent_reads.)
+    if guard is not None or not blocks or site.forwarded:
+        return None
+    if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
+        return None
+    if any(l.counter is not None or not l.bound_in_body for l in carry.leaves):
+        return None
+    unpack = unpack_to_drop(region, carry)
+    if unpack is not None and len(unpacked_names(carry, unpack)) != len(carry.leaves):
+        return None  # a leaf unpacked as `_`: nothing would carry it from window to window
+    if not all(_plain_window(b, slots) for b in blocks):
+        return None
+    size = _kernel_size(ctx, blocks[0])
+    kernel = site.kernel
+    params = {p.name.value for p in kernel.params.params + kernel.params.kwonly_params}
+    rebound = set(bindings(kernel.body, nested=True))
+    if size is None or not variable_names(size) <= params - rebound:
+        return None  # the window size must mean the same at kernel level, where the count is taken
+    index = loop.index_name
+    inside = {id(n) for n in walk(region.body)}
+    outside = [n for n in walk(kernel.body) if isinstance(n, cst.Name) and n.value == index and id(n) not in inside]
+    if outside:
+        return None  # the `for` binds the index name at kernel level
+    taken = names_in(ctx.module)
+    helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
+    count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
+    if not region.index_needed(lifted_ids):
+        return Strip(Windows(name, helper), count)
+    # the index feeds a position or a mask too: that use gets the loop's iteration number
+    if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
+        return None  # a window taken in a helper outside the body would not see the window number
+    local = _free(taken, "window")
+    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}")
+
+
+def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
+    """The windows' edits: with the index bound to its global value (`Strip.local`), each window
+    `pl.ds(k * bk, bk)` becomes `pl.ds(window * bk, bk)`, the same window inside the step's block;
+    otherwise the windows stay, a `pl.multiple_of` hint on their starts dropped (static_start_edits)."""
+    if strip.local is None:
+        return static_start_edits(ctx, blocks)
+    edits = {}
+    for b in blocks:
+        for sub, dims in b.subscripts:
+            window = _element(sub, next(iter(dims)))
+            assert isinstance(window, cst.Call)  # strip_plan read its size (_kernel_size)
+            size = code(window.args[1].value)
+            text = f"{code(window.func)}({strip.local} * {_paren(size)}, {size})"
+            edits[window] = lambda _node, text=text: cst.parse_expression(text)
+    return edits
+
+
+def static_start_edits(ctx, blocks: list[RefBlock]) -> dict:
+    """`pl.multiple_of(k * bk, bk)` as a window's start becomes `k * bk`: over a static window
+    number the start is a Python int, which the hint would turn into a traced value (a dynamic
+    start again), and Mosaic needs no hint for a static one."""
+    edits = {}
+    for b in blocks:
+        for sub, dims in b.subscripts:
+            window = _element(sub, next(iter(dims)))
+            start = window.args[0].value if isinstance(window, cst.Call) and window.args else None
+            if isinstance(start, cst.Call) and ctx.imports.is_(start.func, N.MULTIPLE_OF) and start.args:
+                edits[start] = lambda updated: updated.args[0].value
+    return edits
+
+
+def _plain_window(b: RefBlock, slots: dict) -> bool:
+    """An input read in windows at block `index` (no offset, no other axis, no squeezed dim)."""
+    slot = slots.get(b.param)
+    index = b.index
+    return (slot is not None and slot.kind == "in" and index.axes == {"new": 1} and index.offset == 0
+            and not index.symbolic and not index.folds and not b.squeeze and not b.squeezed and not b.to_vmem)
+
+
+def _kernel_size(ctx, b: RefBlock) -> Optional[cst.BaseExpression]:
+    """The window size as the kernel writes it (`bk` of `pl.ds(k * bk, bk)`), the same in every
+    window of the ref; None for another spelling."""
+    sizes = set()
+    found = None
+    for sub, dims in b.subscripts:
+        if len(dims) != 1:
+            return None
+        element = _element(sub, next(iter(dims)))
+        if not (isinstance(element, cst.Call) and ctx.imports.is_(element.func, N.DS) and len(element.args) == 2
+                and all(a.keyword is None for a in element.args)):
+            return None
+        found = element.args[1].value
+        sizes.add(code(found))
+    return found if len(sizes) == 1 else None
+
+
+def _element(sub: cst.Subscript, dim: int) -> Optional[cst.BaseExpression]:
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+        value = sub.slice[0].slice.value
+        if isinstance(value, cst.Tuple):
+            return value.elements[dim].value if dim < len(value.elements) else None
+        return value if dim == 0 else None
+    if dim < len(sub.slice) and isinstance(sub.slice[dim].slice, cst.Index):
+        return sub.slice[dim].slice.value
+    return None
+
+
+def _free(taken: set[str], name: str) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _paren(text: str) -> str:
+    return text if text.isidentifier() or text.isdigit() else f"({text})"

@@ -1,0 +1,153 @@
+"""R2 strip-mined (issue 27's "Strip-mine", issue 28; pallas_fix/rewrite/reduction/strip.py): where
+a TPU call is already pipelined over other grid axes, the lift moves a block of several loop
+windows per grid step and walks them with static starts. The fixture pairs (strip_*,
+tests/fixtures/codemods/lift_reduction/) are run through the interpreters by
+tests/test_codemod_pairs.py; here: the windows helper the rewrite adds, the grid it gives at the
+examples, and the words of the step-count model for such a lift.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from pallas_fix.core.config import Config
+from pallas_fix.core.speed import Pipelined
+from pallas_fix.frontends.kernel_rewrites import rewrite_by_kernel
+from pallas_fix.rewrite.reduction.strip import BUDGET, CAP, helper_source
+from pallas_fix.verify.judge.lift_cost import trade_note
+from pallas_fix.verify.runner import Verdict
+
+PAIRS = Path(__file__).parent / "fixtures" / "codemods" / "lift_reduction"
+MiB = 1 << 20
+
+
+def _helper():
+    namespace = {"jnp": jnp}
+    exec(helper_source("_windows_per_step", "jnp"), namespace)
+    return namespace["_windows_per_step"]
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, PAIRS / f"{name}_after.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _grid(fn, *args, **kwargs) -> tuple:
+    jaxpr = jax.make_jaxpr(lambda *a: fn(*a, **kwargs))(*args)
+    calls = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    if not calls:  # inside the jitted wrapper
+        inner = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name in ("pjit", "jit"))
+        calls = [e for e in inner.params["jaxpr"].jaxpr.eqns if e.primitive.name == "pallas_call"]
+    (call,) = calls
+    return tuple(call.params["grid_mapping"].grid)
+
+
+def test_windows_per_step_divides_the_trip_count_within_the_cap_and_the_budget():
+    w = _helper()
+    small = ((128, 128), jnp.float32)  # 64 KiB a window
+    assert CAP == 8 and BUDGET == 8 * MiB
+    assert [w(n, small) for n in (1, 2, 3, 4, 6, 7, 8, 12, 16, 24, 64)] == [1, 2, 3, 4, 6, 7, 8, 6, 8, 8, 8]
+    assert all(n % w(n, small) == 0 for n in range(1, 100))
+    # 1 MiB a window (two operands): double-buffered, at most 4 windows fit in 8 MiB
+    wide = ((256, 512), jnp.float32), ((512, 256), "float32")
+    assert w(16, *wide) == 4 and w(12, *wide) == 4 and w(6, *wide) == 3 and w(5, *wide) == 1
+    assert w(16, ((256, 512), jnp.float32), ((512, 256), jnp.bfloat16)) == 4  # 768 KiB: 5 fit, 4 divides
+    assert w(10, ((256, 512), jnp.float32), ((512, 256), jnp.bfloat16)) == 5
+    # a window over the budget on its own: one window per step, as the plain lift
+    assert w(8, ((2048, 2048), jnp.float32)) == 1
+    assert w(8, ((None, 128, 128), jnp.float32)) == 8  # a squeezed dim counts one row
+    assert w(0, small) == 1
+
+
+def test_the_budget_fixture_takes_four_of_eight_windows_per_step():
+    m = _module("strip_matmul_vmem_budget")
+    assert m._windows_per_step(8, ((256, 512), jnp.float32), ((512, 128), jnp.float32)) == 4
+    x, y = jax.ShapeDtypeStruct((512, 4096), jnp.float32), jax.ShapeDtypeStruct((4096, 256), jnp.float32)
+    assert _grid(m.matmul, x, y, bm=256, bn=128, bk=512) == (2, 2, 2)  # 8 windows, 4 a step
+
+
+def test_flash_windows_cover_the_loop_at_one_example_and_halve_it_at_the_other():
+    m = _module("strip_flash_windows")
+    q = jax.ShapeDtypeStruct((2, 64, 128), jnp.float32)
+    short = jax.ShapeDtypeStruct((2, 128, 128), jnp.float32)  # 4 windows: one step
+    long = jax.ShapeDtypeStruct((2, 512, 128), jnp.float32)  # 16 windows: 8 a step, two steps
+    assert _grid(m.flash, q, short, short, bq=32, bk=32) == (2, 2, 1)
+    assert _grid(m.flash, q, long, long, bq=32, bk=32) == (2, 2, 2)
+
+
+WORDS = "each step walking `windows_per_step` of its windows"
+
+
+def test_the_notes_say_how_many_windows_each_step_walks():
+    static = Pipelined(2, scratch=True, windows=WORDS).note()
+    assert WORDS in static and "trip count over the windows each step walks" in static
+    record = {"steps_before": 4, "steps_after": 8, "adds_scratch": True}
+    note = trade_note(record, "flash(...)", WORDS)
+    assert f"the rewrite takes 8 steps (x2), {WORDS}, each reading and writing its scratch state" in note
+
+
+def _scripted(records: list[dict], steps: tuple = (4, 4)):
+    def verify(old, new, kernel):
+        return [Verdict(entry="flash", status="verified", example="flash(...)", speed=records,
+                        details={"pallas_calls_original": [{"kernel": kernel, "steps": steps[0]}],
+                                 "pallas_calls": [{"kernel": kernel, "steps": steps[1]}]})]
+    return verify
+
+
+def test_a_strip_mined_lift_whose_steps_the_example_did_not_multiply_is_no_trade():
+    path = PAIRS / "strip_flash_windows_before.py"
+    out = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([]), allow_unsafe=False)
+    (k,) = out.kernels
+    assert k.status == "verified", k.reason
+    assert WORDS in k.applied[0] and "trade" not in k.applied[0]
+    assert "windows_per_step = _windows_per_step(" in out.source
+    # no example counted the steps: the source's note, which says it may trade speed for memory
+    unknown = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([], (None, None)), allow_unsafe=False)
+    assert "may trade speed for memory on TPU where the windows per step do not cover the loop" in unknown.kernels[0].applied[0]
+
+
+def test_a_strip_mined_lift_that_still_multiplies_the_steps_is_held_saying_how_many_windows():
+    path = PAIRS / "strip_flash_windows_before.py"
+    record = {"kernel": "_flash_kernel", "steps_before": 4, "steps_after": 8, "pipelined_before": True,
+              "before_bytes": 2 * MiB, "after_bytes": 1 * MiB, "limit_bytes": 16 * MiB, "fits_before": True,
+              "adds_scratch": True, "trades_speed_for_memory": True}
+    out = rewrite_by_kernel(path.read_text(), str(path), Config(), _scripted([record], (4, 8)), allow_unsafe=False)
+    (k,) = out.kernels
+    assert k.status == "refused" and "trades speed for memory on TPU" in k.reason
+    assert f"takes 8 steps (x2), {WORDS}" in k.reason
+
+
+def test_a_causal_bound_or_lift_for_memory_keeps_one_window_per_step():
+    from pallas_fix.engine import fix_source
+
+    causal = PAIRS / "flash_attention_causal_before.py"
+    out = fix_source(causal.read_text(), str(causal), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source and "windows" not in out.applied[0]
+    flash = PAIRS / "strip_flash_windows_before.py"
+    memory = fix_source(flash.read_text(), str(flash), Config(lift_for_memory=True), unsafe=True)
+    assert memory.changed and "_windows_per_step" not in memory.source and "k_ref[0, :, :]" in memory.source
+
+
+def test_an_index_read_beyond_its_windows_gets_its_global_value():
+    text = (PAIRS / "strip_position_mask_global_index_after.py").read_text()
+    assert "    for window in range(x_ref.shape[1] // bk):\n        k = pl.program_id(1) * (x_ref.shape[1] // bk) + window\n" in text
+    assert "x = x_ref[:, pl.ds(window * bk, bk)]" in text and "cols = k * bk + " in text
+
+
+def test_the_count_goes_before_a_grid_built_early_unless_a_name_it_reads_is_bound_again():
+    from pallas_fix.engine import fix_source
+
+    path = PAIRS / "strip_specs_built_before_call_before.py"
+    src = path.read_text()
+    after = (PAIRS / "strip_specs_built_before_call_after.py").read_text()
+    assert after.index("windows_per_step = _windows_per_step(") < after.index("    grid = (heads,")
+    # `k` bound again after the specs are built: the count could not read the operand the call sees
+    rebound = src.replace("    out_spec = pl.BlockSpec(", "    k = k + 0.0\n    out_spec = pl.BlockSpec(")
+    out = fix_source(rebound, str(path), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source and "k_ref[0, :, :]" in out.source
