@@ -190,16 +190,17 @@ def _shared_in(analysis, site: KernelSite, helper: cst.FunctionDef, new: cst.Mod
                     f"spec lists into `{name}` from each call, each call its own, or a copy of a shared list "
                     "(`specs.copy()`) whose shared items are plain BlockSpecs (pallas-fix then sets the new spec on "
                     "the copy), to get this fix")
-    return _helper_names_written(ctx, site, helper, new_keyed)
+    return _helper_names_written(ctx, site, helper, new, new_keyed)
 
 
-def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef,
-                          new_keyed: list[tuple[cst.CSTNode, str]]) -> Optional[str]:
+def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, new: cst.Module,
+                          new_keyed: Optional[list[tuple[cst.CSTNode, str]]] = None) -> Optional[str]:
     """Why the lift writes, outside the helper (its call's arguments, a spec set on a copy), a name
     that is a parameter or local of the helper, which means something else there; or None.
-    `new_keyed`: `_keyed` of the plan's parsed text."""
+    `new_keyed`: `_keyed(new)`, when the caller has it."""
     name = helper.name.value
-    old_texts, new_texts = _module_statement_nodes(ctx), _statement_nodes(new_keyed)
+    old_texts = _module_statement_nodes(ctx)
+    new_texts = _statement_nodes(new_keyed if new_keyed is not None else _keyed(new))
     added = [n for t, n in new_texts.items() if t not in old_texts]
     removed = [n for t, n in old_texts.items() if t not in new_texts]
     local = set().union(*(own_names(ctx, fn) for fn, _ in threaded_helpers(ctx, site)))  # every helper of a chain
