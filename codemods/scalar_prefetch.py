@@ -45,8 +45,6 @@ from __future__ import annotations
 from typing import Optional
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import RemoveImportsVisitor
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.result import analyze
@@ -238,6 +236,9 @@ def _params_module(ctx, site) -> tuple[str, str] | None:
 
 def _drop_unused_import(module: cst.Module, dropped: tuple[str, str]) -> cst.Module:
     """The other backend's import, once its CompilerParams() is gone and nothing else uses it."""
+    from libcst.codemod import CodemodContext  # imported here: libcst.codemod is slow to load (rewrite.text.imports)
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
     path, local = dropped
     parent, _, leaf = path.rpartition(".")
     context = CodemodContext()

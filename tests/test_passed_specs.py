@@ -232,3 +232,29 @@ def test_no_check_before_a_helper_call_that_runs_only_in_one_branch():
         fixed = fix_source(varied, "k.py", unsafe=True)
         assert not fixed.error and "raise ValueError" not in fixed.source, fixed.source
         assert "(s, y)," in fixed.source and "_mix_kernel" in fixed.source
+
+
+def test_the_screens_statement_keys_of_a_module_are_never_those_of_another_module():
+    """The forwarded screen keys the analysed module's statements once per module context
+    (forwarded._module_keyed): a context analysed after another one died (whose id it may reuse),
+    of a changed source, compares the plan's text with its own statements, not the old ones."""
+    import gc
+
+    import libcst as cst
+
+    from pallas_fix.rewrite.callsite.forwarded import _helper_names_written
+
+    src = _sized_by_helper_parameter()
+    lifted = src.replace("out_specs=pl.BlockSpec((n, m), lambda i: (0, 0)),", "out_specs=pl.BlockSpec((bs, m), lambda i: (i, 0)),")
+
+    def why(analysed: str):
+        result = analyze_source(analysed, "k.py")
+        site = next(s for s in result.analysis.sites if s.kernel_name == "_rows_kernel")
+        helper = result.analysis.ctx.enclosing_function(site.call)
+        return _helper_names_written(result.analysis.ctx, site, helper, cst.parse_module(lifted))
+
+    assert why(src) is not None  # the lift writes `bs` beside the call of `src`
+    gc.collect()
+    assert why(lifted) is None  # analysed as it is, the lifted text adds nothing to itself
+    gc.collect()
+    assert why(src) is not None

@@ -141,11 +141,14 @@ def _shared_change(analysis, site: KernelSite, rewritten: Callable[[], str],
         return None
     try:
         text = rewritten()
-        new = cst.parse_module(text)
     except Exception:  # noqa: BLE001 - a plan that does not apply is the engine's to report
         return None
     key = (id(site), text)
-    if key not in seen:
+    if key not in seen:  # a text seen before parsed then: parsed once
+        try:
+            new = cst.parse_module(text)
+        except Exception:  # noqa: BLE001
+            return None
         seen[key] = _shared_in(analysis, site, helper, new)
     return seen[key]
 
@@ -162,7 +165,8 @@ def _shared_in(analysis, site: KernelSite, helper: cst.FunctionDef, new: cst.Mod
     for fn, done in threaded:
         old_lines += Counter(_statements(cst.Module(body=[done])))
         old_lines -= Counter(_statements(cst.Module(body=[fn])))
-    new_lines = Counter(_statements(new))
+    new_keyed = _keyed(new)  # each statement's key computed once: codegen is most of the screen's time
+    new_lines = Counter(k for _, k in new_keyed)
     others = [s for s in analysis.sites if s.call is site.call and s.passed_by is not None and s is not site]
     protected = [(_key(done), f"`{fn.name.value}` (line {ctx.span(fn).line}), whose pallas_call runs every kernel passed in"
                   if fn is helper else f"`{fn.name.value}` (line {ctx.span(fn).line}), which hands every kernel on to the pallas_call")
@@ -186,14 +190,17 @@ def _shared_in(analysis, site: KernelSite, helper: cst.FunctionDef, new: cst.Mod
                     f"spec lists into `{name}` from each call, each call its own, or a copy of a shared list "
                     "(`specs.copy()`) whose shared items are plain BlockSpecs (pallas-fix then sets the new spec on "
                     "the copy), to get this fix")
-    return _helper_names_written(ctx, site, helper, new)
+    return _helper_names_written(ctx, site, helper, new, new_keyed)
 
 
-def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, new: cst.Module) -> Optional[str]:
+def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.FunctionDef, new: cst.Module,
+                          new_keyed: Optional[list[tuple[cst.CSTNode, str]]] = None) -> Optional[str]:
     """Why the lift writes, outside the helper (its call's arguments, a spec set on a copy), a name
-    that is a parameter or local of the helper, which means something else there; or None."""
+    that is a parameter or local of the helper, which means something else there; or None.
+    `new_keyed`: `_keyed(new)`, when the caller has it."""
     name = helper.name.value
-    old_texts, new_texts = _statement_nodes(ctx.module), _statement_nodes(new)
+    old_texts = _module_statement_nodes(ctx)
+    new_texts = _statement_nodes(new_keyed if new_keyed is not None else _keyed(new))
     added = [n for t, n in new_texts.items() if t not in old_texts]
     removed = [n for t, n in old_texts.items() if t not in new_texts]
     local = set().union(*(own_names(ctx, fn) for fn, _ in threaded_helpers(ctx, site)))  # every helper of a chain
@@ -207,9 +214,31 @@ def _helper_names_written(ctx: ModuleContext, site: KernelSite, helper: cst.Func
     return None
 
 
-def _statement_nodes(module: cst.Module) -> dict[str, cst.SimpleStatementLine]:
-    """Each simple statement of the module by its text."""
-    return {_key(n): n for n in walk(module) if isinstance(n, cst.SimpleStatementLine)}
+def _statement_nodes(keyed: list[tuple[cst.CSTNode, str]]) -> dict[str, cst.SimpleStatementLine]:
+    """Each simple statement of a module by its text, from its `_keyed`."""
+    return {k: n for n, k in keyed if isinstance(n, cst.SimpleStatementLine)}  # type: ignore[misc]
+
+
+def _module_statement_nodes(ctx: ModuleContext) -> dict[str, cst.SimpleStatementLine]:
+    """`_statement_nodes` of the module as it stands, once per module (every plan compares with it)."""
+    found = _NODES.get(ctx)
+    if found is None:
+        found = _NODES[ctx] = _statement_nodes(_module_keyed(ctx))
+    return found
+
+
+def _module_keyed(ctx: ModuleContext) -> list[tuple[cst.CSTNode, str]]:
+    """`_keyed` of the module as it stands, once per module."""
+    found = _KEYED.get(ctx)
+    if found is None:
+        found = _KEYED[ctx] = _keyed(ctx.module)
+    return found
+
+
+_KEYED: "weakref.WeakKeyDictionary[ModuleContext, list]" = weakref.WeakKeyDictionary()
+
+
+_NODES: "weakref.WeakKeyDictionary[ModuleContext, dict[str, cst.SimpleStatementLine]]" = weakref.WeakKeyDictionary()
 
 
 def _read_statements(ctx: ModuleContext, call: cst.Call) -> list[cst.CSTNode]:
@@ -293,7 +322,7 @@ def _module_lines(ctx: ModuleContext) -> Counter:
     """`_statements` of the module as it stands, counted once per module (every plan compares with it)."""
     found = _LINES.get(ctx)
     if found is None:
-        found = _LINES[ctx] = Counter(_statements(ctx.module))
+        found = _LINES[ctx] = Counter(k for _, k in _module_keyed(ctx))
     return Counter(found)
 
 
@@ -302,9 +331,12 @@ _LINES: "weakref.WeakKeyDictionary[ModuleContext, Counter]" = weakref.WeakKeyDic
 
 def _statements(module: cst.Module) -> Iterator[str]:
     """The text of every simple statement and function def of the module, as compared above."""
-    for node in walk(module):
-        if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
-            yield _key(node)
+    return (k for _, k in _keyed(module))
+
+
+def _keyed(module: cst.Module) -> list[tuple[cst.CSTNode, str]]:
+    """Every simple statement and function def of the module with its `_key`, in walk order."""
+    return [(node, _key(node)) for node in walk(module) if isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef))]
 
 
 def _text(node: cst.CSTNode) -> str:

@@ -21,6 +21,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.tree_index import child_nodes
 from pallas_fix.rewrite.text.syntax import code
 
 _LEAVES = (cst.Name, cst.Integer, cst.Float, cst.SimpleString)
@@ -101,7 +102,7 @@ def _name_reads(module: cst.Module, name: str) -> bool:
             continue
         if isinstance(n, cst.Name) and n.value == name:
             return True
-        stack.extend(n.children)
+        stack.extend(child_nodes(n))
     return False
 
 
@@ -163,7 +164,9 @@ def _walk(node: cst.CSTNode):
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(n.children)
+        # child_nodes is `n.children` (the same list) without LibCST's visitor machinery, which
+        # rebuilt every node of a large module once per plan the forwarded screen applies.
+        stack.extend(child_nodes(n))
 
 
 class _Drop(cst.CSTTransformer):

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import GlobalScope
 
 from pallas_fix.analysis.context import ModuleContext, walk
@@ -102,6 +100,8 @@ def _visible(ctx: ModuleContext, name: str, at: cst.CSTNode) -> bool:
 
 def add_imports(module: cst.Module, imports: Iterable[Optional[NewImport]]) -> cst.Module:
     """Add each import (None: nothing to add), one pass each in the order given."""
+    from libcst.codemod import CodemodContext  # imported here: libcst.codemod loads libcst.matchers,
+    from libcst.codemod.visitors import AddImportsVisitor  # a third of the CLI's start-up, used only by rewrites
     for new in imports:
         if new is None:
             continue
@@ -123,6 +123,9 @@ def drop_unused_loop_imports(module: cst.Module, original: cst.Module, candidate
     """`from jax import lax` / `from jax.lax import fori_loop` (or other `candidates`) that only
     served what the rewrite removed: one that `original` (the tree before the rewrite) already
     left unused is the user's to keep or remove, not the rewrite's."""
+    from libcst.codemod import CodemodContext  # imported here: see add_imports
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
     context = CodemodContext()
     served = [(parent, name, alias) for parent, name, alias in candidates if _read_outside_imports(original, alias or name)]
     for parent, name, alias in served:
