@@ -14,9 +14,16 @@ strip covers exactly the elements the one-window lift covers, so its bounds proo
 most 8, with the strip-mined operands' blocks double-buffered within a VMEM budget.
 
 Only where every window moves with the loop index alone (block index = the index, the loop
-from 0 in steps of 1, inputs only), the carry has no step counter, no causal bound skips steps,
-and the window size is a kernel parameter or a number: elsewhere the one-window lift stays as it
-was. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
+from 0 in steps of 1, inputs only), the carry has no step counter, and the window size is a
+kernel parameter or a number: elsewhere the one-window lift stays as it was.
+
+A causal bound (the loop runs to `upper`, a function of pl.program_id, and the one-window lift
+skips the steps past it with `pl.when(k < upper)`): each window of the block runs under that
+test on its GLOBAL number, the carry loaded from and stored to scratch inside it, so a skipped
+window leaves the carry as it was (JAX's flash attention reads and writes its scratch per
+block_k the same way). The index_map asks a step whose windows are all skipped
+(`block * windows >= upper`: its first window is past the bound) for block 0, as the one-window
+lift does; a step with a window computed keeps its own block. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
 window number `window`, each window becomes `pl.ds(window * size, size)` and the index is bound
 to its global value, `pl.program_id(axis) * windows + window`: the body sees the iteration
 numbers the loop gave it, in the same order.
@@ -92,10 +99,9 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
-    # A causal bound keeps one window per step: its skipped steps' block choice is per window.
     # (A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
     # is (n / w) * (w * size), or a keyword carries the size: rewrite.extents.extent_reads.)
-    if guard is not None or not blocks or site.forwarded:
+    if not blocks or site.forwarded:
         return None
     if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
         return None
@@ -120,9 +126,9 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     taken = names_in(ctx.module)
     helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
     count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
-    if not region.index_needed(lifted_ids):
+    if guard is None and not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
-    # the index feeds a position or a mask too: that use gets the loop's iteration number
+    # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
     if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
         return None  # a window taken in a helper outside the body would not see the window number
     local = _free(taken, "window")
