@@ -99,7 +99,7 @@ from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
 from pallas_fix.rewrite.reduction.lanes import lane_layout, lane_leaf
-from pallas_fix.rewrite.reduction.strip import strip_plan, window_edits
+from pallas_fix.rewrite.reduction.strip import reversed_index, strip_plan, window_edits
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
@@ -158,12 +158,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     pipe = pipelined(cs, scratch=bool(carry.scratch))
     pl = imports.spelling(ctx, imports.PALLAS)
     strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe,
-                       len(cs.grid), pl.text)
+                       len(cs.grid), pl.text, code(trip))
     built = None
     if strip is not None:  # several windows per step where the call is already pipelined (reduction.strip)
         try:
             skipped_blocks = _skipped_index(region, translate, guard, jnp.text, strip.windows.name)
-            built = _call_edits(cs, [replace(b, windows=strip.windows.name) for b in blocks],
+            built = _call_edits(cs, [_strip_block(b, strip) for b in blocks],
                                 replace(axis, windows=strip.windows, skipped_index=skipped_blocks), scratch_shapes)
         except (Refuse, CallSiteError):
             strip = None  # what the strip needs cannot be written: the one-window lift, refused or not on its own
@@ -210,6 +210,12 @@ def _call_edits(cs: CallSite, blocks: list[RefBlock], axis: NewAxis, scratch_sha
     if axis.windows is not None:  # a strip-mined lift: the wrapper counts its windows per step
         add_windows_count(edits, cs, axis, [b.param for b in blocks], call_edits.specs.window_shapes)
     return call_edits, edits
+
+
+def _strip_block(b: RefBlock, strip) -> RefBlock:
+    """`b` moving `strip.windows.name` windows a step; a reversed walk's block counted in strips."""
+    index = reversed_index(b.index, strip.windows.name) if strip.reversed else None
+    return replace(b, windows=strip.windows.name, strip_index=index)
 
 
 def _no_carry(region: LoopRegion) -> Carry:

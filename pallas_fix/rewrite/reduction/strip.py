@@ -39,7 +39,7 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend
-from pallas_fix.rewrite.blocks.plan import RefBlock, Windows
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock, Windows
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_io import unpack_to_drop, unpacked_names
 from pallas_fix.rewrite.text.scopes import bindings
@@ -61,6 +61,9 @@ class Strip:
     # loop's own iteration number, `global_index`, at the top of each window.
     local: Optional[str] = None
     global_index: Optional[str] = None
+    # The windows walked last to first (block index `n - 1 - k`): the strip's block is
+    # `n // windows - 1 - block`, and window `window` of the step is `count - 1 - window` of it.
+    reversed: bool = False
 
     def helper_def(self, jnp: str) -> cst.FunctionDef:
         fn = cst.parse_statement(helper_source(self.windows.helper, jnp))
@@ -93,7 +96,7 @@ def helper_source(name: str, jnp: str) -> str:
 
 
 def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carry: Carry, guard: Optional[str],
-               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str) -> Optional[Strip]:
+               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str, trip: str = "") -> Optional[Strip]:
     """The strip-mined form of this lift over new grid axis `axis` (`pl`: how the file spells
     jax.experimental.pallas), or None where the one-window lift stays (module docstring)."""
     ctx, loop, env = analysis.ctx, region.loop, region.env
@@ -110,8 +113,12 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     unpack = unpack_to_drop(region, carry)
     if unpack is not None and len(unpacked_names(carry, unpack)) != len(carry.leaves):
         return None  # a leaf unpacked as `_`: nothing would carry it from window to window
-    if not all(_plain_window(b, slots) for b in blocks):
+    directions = {_plain_window(b, slots, trip) for b in blocks}
+    if len(directions) != 1 or None in directions:
         return None
+    backward = directions == {-1}
+    if backward and guard is not None:
+        return None  # a causal bound on a reversed walk: its skipped blocks are not the last ones
     size = _kernel_size(ctx, blocks[0])
     kernel = site.kernel
     params = {p.name.value for p in kernel.params.params + kernel.params.kwonly_params}
@@ -126,13 +133,13 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     taken = names_in(ctx.module)
     helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
     count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
-    if guard is None and not region.index_needed(lifted_ids):
+    if guard is None and not backward and not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
     # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
     if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
         return None  # a window taken in a helper outside the body would not see the window number
     local = _free(taken, "window")
-    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}")
+    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
 
 
 def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
@@ -147,7 +154,8 @@ def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
             window = _element(sub, next(iter(dims)))
             assert isinstance(window, cst.Call)  # strip_plan read its size (_kernel_size)
             size = code(window.args[1].value)
-            text = f"{code(window.func)}({strip.local} * {_paren(size)}, {size})"
+            local = f"({strip.count} - 1 - {strip.local})" if strip.reversed else strip.local
+            text = f"{code(window.func)}({local} * {_paren(size)}, {size})"
             edits[window] = lambda _node, text=text: cst.parse_expression(text)
     return edits
 
@@ -166,12 +174,28 @@ def static_start_edits(ctx, blocks: list[RefBlock]) -> dict:
     return edits
 
 
-def _plain_window(b: RefBlock, slots: dict) -> bool:
-    """An input read in windows at block `index` (no offset, no other axis, no squeezed dim)."""
+def _plain_window(b: RefBlock, slots: dict, trip: str) -> Optional[int]:
+    """1 for an input read in windows at block `index` (no offset, no other axis, no squeezed
+    dim), -1 for one read at block `trip - 1 - index` with `trip` the loop's trip count as the
+    call writes it (the same text: the last window first); None otherwise."""
     slot = slots.get(b.param)
     index = b.index
-    return (slot is not None and slot.kind == "in" and index.axes == {"new": 1} and index.offset == 0
-            and not index.symbolic and not index.folds and not b.squeeze and not b.squeezed and not b.to_vmem)
+    if slot is None or slot.kind != "in" or index.folds or b.squeeze or b.squeezed or b.to_vmem:
+        return None
+    if index.axes == {"new": 1} and index.offset == 0 and not index.symbolic:
+        return 1
+    if index.axes == {"new": -1} and index.offset == -1 and len(index.symbolic) == 1:
+        mult, expr = index.symbolic[0]
+        return -1 if mult == 1 and code(expr) == trip else None
+    return None
+
+
+def reversed_index(index: BlockIndexExpr, windows: str) -> BlockIndexExpr:
+    """`n - 1 - k` (strip_plan's reversed window) over blocks of `windows` windows: `n // windows
+    - 1 - k`, exact since `windows` divides `n` (the helper's count)."""
+    (_, expr), = index.symbolic
+    blocks = cst.parse_expression(f"({code(expr)}) // {windows}")
+    return BlockIndexExpr(dict(index.axes), index.offset, ((1, blocks),), index.folds)
 
 
 def _kernel_size(ctx, b: RefBlock) -> Optional[cst.BaseExpression]:
