@@ -56,6 +56,7 @@ stored after, as JAX's flash attention walks block_k inside block_k_major. An in
 reads beyond its windows (a mask, a position) is bound to `pl.program_id(axis) * windows +
 window`. Under a causal bound each window runs under `pl.when(k < upper)` on its global number,
 the carry through scratch, and a step whose windows are all past the bound asks for block 0. A
+reversed walk (`(n - 1 - k) * bk`) moves strips from the last, each walked last to first. A
 step counter, outputs or scalar indices moved by the index, and --lift-for-memory keep one
 window per step.
 

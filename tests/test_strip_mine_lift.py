@@ -194,3 +194,25 @@ def test_the_count_goes_before_a_grid_built_early_unless_a_name_it_reads_is_boun
     rebound = src.replace("    out_spec = pl.BlockSpec(", "    k = k + 0.0\n    out_spec = pl.BlockSpec(")
     out = fix_source(rebound, str(path), unsafe=True)
     assert out.changed and "_windows_per_step" not in out.source and "k_ref[0, :, :]" in out.source
+
+
+def test_a_reversed_walk_takes_strips_from_the_last_each_walked_last_to_first():
+    text = (PAIRS / "strip_reversed_recurrence_after.py").read_text()
+    assert "lambda i, k: (i, (n // bk) // windows_per_step - 1 - k)" in text
+    assert ("        k = pl.program_id(1) * (x_ref.shape[1] // bk) + window\n"
+            "        blk = x_ref[:, pl.ds((x_ref.shape[1] // bk - 1 - window) * bk, bk)]\n") in text
+    m = _module("strip_reversed_recurrence")
+    assert _grid(m.reverse_decay, jax.ShapeDtypeStruct((64, 2048), jnp.float32), bm=32, bk=128) == (2, 2)  # 8 of 16
+    assert _grid(m.reverse_decay, jax.ShapeDtypeStruct((32, 1536), jnp.float32), bm=16, bk=128) == (2, 2)  # 6 of 12
+
+
+def test_a_reversed_window_not_counted_from_the_trip_count_keeps_one_window_per_step():
+    from pallas_fix.engine import fix_source
+
+    path = PAIRS / "strip_reversed_recurrence_before.py"
+    # the loop stops one window short: block `nk - 1 - k` is not `trip - 1 - k`, a strip's reversal would be wrong
+    src = path.read_text().replace("lax.fori_loop(0, nk, body", "lax.fori_loop(0, nk - 1, body")
+    src = src.replace("    return pl.pallas_call(", "    assert (n // bk) - 1 >= 1\n    return pl.pallas_call(")  # it runs a step
+    out = fix_source(src, str(path), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source
+    assert "lambda i, k: (i, n // bk - 1 - k)" in out.source and "grid=(m // bm, (n // bk) - 1)," in out.source

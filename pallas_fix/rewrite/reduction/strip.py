@@ -23,7 +23,13 @@ test on its GLOBAL number, the carry loaded from and stored to scratch inside it
 window leaves the carry as it was (JAX's flash attention reads and writes its scratch per
 block_k the same way). The index_map asks a step whose windows are all skipped
 (`block * windows >= upper`: its first window is past the bound) for block 0, as the one-window
-lift does; a step with a window computed keeps its own block. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
+lift does; a step with a window computed keeps its own block.
+
+A reversed walk (block index `n - 1 - k`, `n` written as the call writes the trip count): the
+strip's block is `n // windows - 1 - k` (`windows` divides `n`), and its windows are walked last
+to first, `count - 1 - window`, each with the index bound to its global value: the carry sees
+the windows in the loop's order. The bounds proofs read one window's index (a strip is inside
+the array where each of its windows is). Not under a causal bound: one window per step there. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
 window number `window`, each window becomes `pl.ds(window * size, size)` and the index is bound
 to its global value, `pl.program_id(axis) * windows + window`: the body sees the iteration
 numbers the loop gave it, in the same order.
