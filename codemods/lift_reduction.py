@@ -54,8 +54,11 @@ most that divide the trip count, at most 8, double-buffered within 8 MiB of VMEM
 kernel walks them with a Python `for` over static window numbers, the carry loaded before and
 stored after, as JAX's flash attention walks block_k inside block_k_major. An index the body
 reads beyond its windows (a mask, a position) is bound to `pl.program_id(axis) * windows +
-window`. A causal bound, a step counter, outputs or scalar indices moved by the index, and
---lift-for-memory keep one window per step.
+window`. Under a causal bound each window runs under `pl.when(k < upper)` on its global number,
+the carry through scratch, and a step whose windows are all past the bound asks for block 0. A
+reversed walk (`(n - 1 - k) * bk`) moves strips from the last, each walked last to first. A
+step counter, outputs or scalar indices moved by the index, and --lift-for-memory keep one
+window per step.
 
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
@@ -97,7 +100,7 @@ from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
 from pallas_fix.rewrite.reduction.kernel import Step, kernel_edits
 from pallas_fix.rewrite.reduction.lanes import lane_layout, lane_leaf
-from pallas_fix.rewrite.reduction.strip import strip_plan, window_edits
+from pallas_fix.rewrite.reduction.strip import reversed_index, strip_plan, window_edits
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
@@ -156,12 +159,13 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     pipe = pipelined(cs, scratch=bool(carry.scratch))
     pl = imports.spelling(ctx, imports.PALLAS)
     strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe,
-                       len(cs.grid), pl.text)
+                       len(cs.grid), pl.text, code(trip))
     built = None
     if strip is not None:  # several windows per step where the call is already pipelined (reduction.strip)
         try:
-            built = _call_edits(cs, [replace(b, windows=strip.windows.name) for b in blocks],
-                                replace(axis, windows=strip.windows), scratch_shapes)
+            skipped_blocks = _skipped_index(region, translate, guard, jnp.text, strip.windows.name)
+            built = _call_edits(cs, [_strip_block(b, strip) for b in blocks],
+                                replace(axis, windows=strip.windows, skipped_index=skipped_blocks), scratch_shapes)
         except (Refuse, CallSiteError):
             strip = None  # what the strip needs cannot be written: the one-window lift, refused or not on its own
     if built is None:
@@ -207,6 +211,12 @@ def _call_edits(cs: CallSite, blocks: list[RefBlock], axis: NewAxis, scratch_sha
     if axis.windows is not None:  # a strip-mined lift: the wrapper counts its windows per step
         add_windows_count(edits, cs, axis, [b.param for b in blocks], call_edits.specs.window_shapes)
     return call_edits, edits
+
+
+def _strip_block(b: RefBlock, strip) -> RefBlock:
+    """`b` moving `strip.windows.name` windows a step; a reversed walk's block counted in strips."""
+    index = reversed_index(b.index, strip.windows.name) if strip.reversed else None
+    return replace(b, windows=strip.windows.name, strip_index=index)
 
 
 def _no_carry(region: LoopRegion) -> Carry:
@@ -334,16 +344,19 @@ def _check_runs_a_step(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefB
         )
 
 
-def _skipped_index(region: LoopRegion, translate, guard: Optional[str], jnp: str) -> Optional[str]:
+def _skipped_index(region: LoopRegion, translate, guard: Optional[str], jnp: str, windows: Optional[str] = None) -> Optional[str]:
     """The block index of the steps `pl.when(k < upper)` skips: 0, the block the next computing
     step reads (the next row of causal attention starts at k = 0), so the pipeline copies
-    nothing for them. None (every step copies its own block) when `upper` has no index_map form."""
+    nothing for them. None (every step copies its own block) when `upper` has no index_map form.
+    Strip-mined (`windows` per step): a step computes iff its first window, `block * windows`,
+    is under the bound (reduction.strip)."""
     if guard is None:
         return None
     bound = translate.grid_expression(region.loop.upper, region.env)
     if bound is None:
         return None
-    return f"{jnp}.where({NEW_INDEX} < {code(bound)}, {NEW_INDEX}, 0)"
+    first = NEW_INDEX if windows is None else f"{NEW_INDEX} * {windows}"
+    return f"{jnp}.where({first} < {code(bound)}, {NEW_INDEX}, 0)"
 
 
 def _planner(analysis) -> dict:

@@ -12,6 +12,7 @@ import importlib.util
 from pathlib import Path
 
 import jax
+import pytest
 import jax.numpy as jnp
 
 from pallas_fix.core.config import Config
@@ -123,15 +124,57 @@ def test_a_strip_mined_lift_that_still_multiplies_the_steps_is_held_saying_how_m
     assert f"takes 8 steps (x2), {WORDS}" in k.reason
 
 
-def test_a_causal_bound_or_lift_for_memory_keeps_one_window_per_step():
+def test_lift_for_memory_keeps_one_window_per_step():
+    from pallas_fix.engine import fix_source
+
+    flash = PAIRS / "strip_flash_windows_before.py"
+    memory = fix_source(flash.read_text(), str(flash), Config(lift_for_memory=True), unsafe=True)
+    assert memory.changed and "_windows_per_step" not in memory.source and "k_ref[0, :, :]" in memory.source
+
+
+def test_a_causal_bound_is_strip_mined_each_window_under_it_on_its_global_number():
     from pallas_fix.engine import fix_source
 
     causal = PAIRS / "flash_attention_causal_before.py"
     out = fix_source(causal.read_text(), str(causal), unsafe=True)
-    assert out.changed and "_windows_per_step" not in out.source and "windows" not in out.applied[0]
-    flash = PAIRS / "strip_flash_windows_before.py"
-    memory = fix_source(flash.read_text(), str(flash), Config(lift_for_memory=True), unsafe=True)
-    assert memory.changed and "_windows_per_step" not in memory.source and "k_ref[0, :, :]" in memory.source
+    assert out.changed and WORDS in out.applied[0]
+    text = (PAIRS / "strip_causal_blocks_after.py").read_text()
+    window = ("    for window in range(k_ref.shape[1] // block_k):\n"
+              "        kb = pl.program_id(2) * (k_ref.shape[1] // block_k) + window\n\n"
+              "        @pl.when(kb < (qi + 1) * block_q // block_k)\n"
+              "        def _step():\n"
+              "            acc = acc_ref[...]\n")  # the carry loaded inside the test: a skipped window keeps it
+    assert window in text and "            acc_ref[...] = acc\n            m_ref[...] = m_new\n" in text
+    # a step asks for its own block where its first window is under the bound, block 0 where none is
+    clamp = "jnp.where(kb * windows_per_step < ((i + 1) * block_q) // block_k, kb, 0)"
+    assert text.count(clamp) == 2
+
+
+def test_causal_blocks_take_several_windows_and_two_steps_at_both_examples():
+    m = _module("strip_causal_blocks")
+    a = jax.ShapeDtypeStruct((1, 256, 32), jnp.float32)  # 16 windows: 8 a step
+    b = jax.ShapeDtypeStruct((2, 192, 32), jnp.float32)  # 12 windows: 6 a step
+    assert _grid(m.causal_flash, a, a, a, block_q=32, block_k=16) == (1, 8, 2)
+    assert _grid(m.causal_flash, b, b, b, block_q=16, block_k=16) == (2, 12, 2)
+
+
+@pytest.mark.interp
+def test_a_causal_block_cut_by_the_bound_agrees_with_the_original_in_interpret_mode():
+    """Row block 0 of the second example computes window 0 of its first block and skips the
+    other five and the whole second block; row block 7 computes its first block and two windows
+    of its second: the outputs agree exactly with the user's kernel."""
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    after = _module("strip_causal_blocks")
+    spec = importlib.util.spec_from_file_location("strip_causal_blocks_before", PAIRS / "strip_causal_blocks_before.py")
+    before = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(before)
+    q, k, v = (jax.random.normal(jax.random.key(n), (2, 192, 32), jnp.float32) for n in range(3))
+    with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+        want = before.causal_flash(q, k, v, block_q=16, block_k=16)
+        got = after.causal_flash(q, k, v, block_q=16, block_k=16)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_an_index_read_beyond_its_windows_gets_its_global_value():
@@ -151,3 +194,25 @@ def test_the_count_goes_before_a_grid_built_early_unless_a_name_it_reads_is_boun
     rebound = src.replace("    out_spec = pl.BlockSpec(", "    k = k + 0.0\n    out_spec = pl.BlockSpec(")
     out = fix_source(rebound, str(path), unsafe=True)
     assert out.changed and "_windows_per_step" not in out.source and "k_ref[0, :, :]" in out.source
+
+
+def test_a_reversed_walk_takes_strips_from_the_last_each_walked_last_to_first():
+    text = (PAIRS / "strip_reversed_recurrence_after.py").read_text()
+    assert "lambda i, k: (i, (n // bk) // windows_per_step - 1 - k)" in text
+    assert ("        k = pl.program_id(1) * (x_ref.shape[1] // bk) + window\n"
+            "        blk = x_ref[:, pl.ds((x_ref.shape[1] // bk - 1 - window) * bk, bk)]\n") in text
+    m = _module("strip_reversed_recurrence")
+    assert _grid(m.reverse_decay, jax.ShapeDtypeStruct((64, 2048), jnp.float32), bm=32, bk=128) == (2, 2)  # 8 of 16
+    assert _grid(m.reverse_decay, jax.ShapeDtypeStruct((32, 1536), jnp.float32), bm=16, bk=128) == (2, 2)  # 6 of 12
+
+
+def test_a_reversed_window_not_counted_from_the_trip_count_keeps_one_window_per_step():
+    from pallas_fix.engine import fix_source
+
+    path = PAIRS / "strip_reversed_recurrence_before.py"
+    # the loop stops one window short: block `nk - 1 - k` is not `trip - 1 - k`, a strip's reversal would be wrong
+    src = path.read_text().replace("lax.fori_loop(0, nk, body", "lax.fori_loop(0, nk - 1, body")
+    src = src.replace("    return pl.pallas_call(", "    assert (n // bk) - 1 >= 1\n    return pl.pallas_call(")  # it runs a step
+    out = fix_source(src, str(path), unsafe=True)
+    assert out.changed and "_windows_per_step" not in out.source
+    assert "lambda i, k: (i, n // bk - 1 - k)" in out.source and "grid=(m // bm, (n // bk) - 1)," in out.source

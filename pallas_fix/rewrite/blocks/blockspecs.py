@@ -98,7 +98,8 @@ class SpecWriter:
             # pipeline copies nothing for it (JAX's flash attention does the same)
             skipped = self.grid.skipped_index
             names["new"] = name_grid_indices(skipped, grid) if skipped is not None and slot.kind == "in" else grid[-1]
-        dims = _Dims(slot, spec, block, visible[block.dim], block.index.render(names),
+        written = block.strip_index if block.strip_index is not None else block.index
+        dims = _Dims(slot, spec, block, visible[block.dim], written.render(names),
                      {visible[d]: names[axis] for d, axis in block.squeezed.items() if d < len(visible)})
         _refuse_hidden_reads(slot.param, block, dims.new_index, grid + rest)
         entries = [self._dim_entry(dims, e) for e in range(rank)]

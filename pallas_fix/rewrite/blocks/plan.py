@@ -122,6 +122,10 @@ class RefBlock:
     # A strip-mined lift (NewAxis.windows): the spec moves this many of the loop's windows of
     # `size` per step, a name the wrapper binds; `size` stays one window, for the proofs.
     windows: Optional[str] = None
+    # A reversed strip's block index as the spec writes it (`n // windows - 1 - k`,
+    # reduction.strip.reversed_index); the bounds proofs read `index`, one window's, and a strip
+    # is inside the array where each of its windows is.
+    strip_index: Optional[BlockIndexExpr] = None
 
     def written_size(self) -> str:
         """The block size the spec writes: one window, or `windows` of them."""

@@ -121,7 +121,7 @@ def _replace_loop(step: Step, need_index: bool, effects: list, body_holder: dict
             body = step_loads(region, carry, unpack, step_id) + stmts + store(result, carry)
         else:
             body = stmts
-        if step.guard is not None:
+        if step.guard is not None and step.strip is None:  # a strip tests each window (strip_statements)
             out.append(when_def(step.pl, f"{index} < {step.guard}", "_step", body))
         else:
             body[0] = with_blank_line(body[0])
@@ -142,6 +142,11 @@ def strip_statements(step: Step, unpack, step_id: str, stmts: list, result) -> l
     region, carry = step.region, step.carry
     assert step.strip is not None
     index = region.loop.index_name
+    if step.guard is not None:  # a causal bound: each window under it, the carry through scratch (reduction.strip)
+        assert step.strip.local is not None  # strip_plan binds the global index where there is a guard
+        body = step_loads(region, carry, unpack, step_id) + stmts + store(result, carry) if carry.leaves else stmts
+        window = [stmt(f"{index} = {step.strip.global_index}"), when_def(step.pl, f"{index} < {step.guard}", "_step", body)]
+        return [_for(step.strip.local, step.strip.count, window)]
     if step.strip.local is not None:  # the body reads the index beyond its windows: its global value
         stmts = [stmt(f"{index} = {step.strip.global_index}"), *stmts]
         index = step.strip.local

@@ -14,9 +14,22 @@ strip covers exactly the elements the one-window lift covers, so its bounds proo
 most 8, with the strip-mined operands' blocks double-buffered within a VMEM budget.
 
 Only where every window moves with the loop index alone (block index = the index, the loop
-from 0 in steps of 1, inputs only), the carry has no step counter, no causal bound skips steps,
-and the window size is a kernel parameter or a number: elsewhere the one-window lift stays as it
-was. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
+from 0 in steps of 1, inputs only), the carry has no step counter, and the window size is a
+kernel parameter or a number: elsewhere the one-window lift stays as it was.
+
+A causal bound (the loop runs to `upper`, a function of pl.program_id, and the one-window lift
+skips the steps past it with `pl.when(k < upper)`): each window of the block runs under that
+test on its GLOBAL number, the carry loaded from and stored to scratch inside it, so a skipped
+window leaves the carry as it was (JAX's flash attention reads and writes its scratch per
+block_k the same way). The index_map asks a step whose windows are all skipped
+(`block * windows >= upper`: its first window is past the bound) for block 0, as the one-window
+lift does; a step with a window computed keeps its own block.
+
+A reversed walk (block index `n - 1 - k`, `n` written as the call writes the trip count): the
+strip's block is `n // windows - 1 - k` (`windows` divides `n`), and its windows are walked last
+to first, `count - 1 - window`, each with the index bound to its global value: the carry sees
+the windows in the loop's order. The bounds proofs read one window's index (a strip is inside
+the array where each of its windows is). Not under a causal bound: one window per step there. Where the body reads the index beyond its windows (a position, a mask), the `for` walks a
 window number `window`, each window becomes `pl.ds(window * size, size)` and the index is bound
 to its global value, `pl.program_id(axis) * windows + window`: the body sees the iteration
 numbers the loop gave it, in the same order.
@@ -32,7 +45,7 @@ import libcst as cst
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend
-from pallas_fix.rewrite.blocks.plan import RefBlock, Windows
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock, Windows
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_io import unpack_to_drop, unpacked_names
 from pallas_fix.rewrite.text.scopes import bindings
@@ -54,6 +67,9 @@ class Strip:
     # loop's own iteration number, `global_index`, at the top of each window.
     local: Optional[str] = None
     global_index: Optional[str] = None
+    # The windows walked last to first (block index `n - 1 - k`): the strip's block is
+    # `n // windows - 1 - block`, and window `window` of the step is `count - 1 - window` of it.
+    reversed: bool = False
 
     def helper_def(self, jnp: str) -> cst.FunctionDef:
         fn = cst.parse_statement(helper_source(self.windows.helper, jnp))
@@ -86,16 +102,15 @@ def helper_source(name: str, jnp: str) -> str:
 
 
 def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carry: Carry, guard: Optional[str],
-               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str) -> Optional[Strip]:
+               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str, trip: str = "") -> Optional[Strip]:
     """The strip-mined form of this lift over new grid axis `axis` (`pl`: how the file spells
     jax.experimental.pallas), or None where the one-window lift stays (module docstring)."""
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
-    # A causal bound keeps one window per step: its skipped steps' block choice is per window.
     # (A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
     # is (n / w) * (w * size), or a keyword carries the size: rewrite.extents.extent_reads.)
-    if guard is not None or not blocks or site.forwarded:
+    if not blocks or site.forwarded:
         return None
     if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
         return None
@@ -104,8 +119,12 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     unpack = unpack_to_drop(region, carry)
     if unpack is not None and len(unpacked_names(carry, unpack)) != len(carry.leaves):
         return None  # a leaf unpacked as `_`: nothing would carry it from window to window
-    if not all(_plain_window(b, slots) for b in blocks):
+    directions = {_plain_window(b, slots, trip) for b in blocks}
+    if len(directions) != 1 or None in directions:
         return None
+    backward = directions == {-1}
+    if backward and guard is not None:
+        return None  # a causal bound on a reversed walk: its skipped blocks are not the last ones
     size = _kernel_size(ctx, blocks[0])
     kernel = site.kernel
     params = {p.name.value for p in kernel.params.params + kernel.params.kwonly_params}
@@ -120,13 +139,13 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     taken = names_in(ctx.module)
     helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
     count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
-    if not region.index_needed(lifted_ids):
+    if guard is None and not backward and not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
-    # the index feeds a position or a mask too: that use gets the loop's iteration number
+    # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
     if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
         return None  # a window taken in a helper outside the body would not see the window number
     local = _free(taken, "window")
-    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}")
+    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
 
 
 def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
@@ -141,7 +160,8 @@ def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
             window = _element(sub, next(iter(dims)))
             assert isinstance(window, cst.Call)  # strip_plan read its size (_kernel_size)
             size = code(window.args[1].value)
-            text = f"{code(window.func)}({strip.local} * {_paren(size)}, {size})"
+            local = f"({strip.count} - 1 - {strip.local})" if strip.reversed else strip.local
+            text = f"{code(window.func)}({local} * {_paren(size)}, {size})"
             edits[window] = lambda _node, text=text: cst.parse_expression(text)
     return edits
 
@@ -160,12 +180,28 @@ def static_start_edits(ctx, blocks: list[RefBlock]) -> dict:
     return edits
 
 
-def _plain_window(b: RefBlock, slots: dict) -> bool:
-    """An input read in windows at block `index` (no offset, no other axis, no squeezed dim)."""
+def _plain_window(b: RefBlock, slots: dict, trip: str) -> Optional[int]:
+    """1 for an input read in windows at block `index` (no offset, no other axis, no squeezed
+    dim), -1 for one read at block `trip - 1 - index` with `trip` the loop's trip count as the
+    call writes it (the same text: the last window first); None otherwise."""
     slot = slots.get(b.param)
     index = b.index
-    return (slot is not None and slot.kind == "in" and index.axes == {"new": 1} and index.offset == 0
-            and not index.symbolic and not index.folds and not b.squeeze and not b.squeezed and not b.to_vmem)
+    if slot is None or slot.kind != "in" or index.folds or b.squeeze or b.squeezed or b.to_vmem:
+        return None
+    if index.axes == {"new": 1} and index.offset == 0 and not index.symbolic:
+        return 1
+    if index.axes == {"new": -1} and index.offset == -1 and len(index.symbolic) == 1:
+        mult, expr = index.symbolic[0]
+        return -1 if mult == 1 and code(expr) == trip else None
+    return None
+
+
+def reversed_index(index: BlockIndexExpr, windows: str) -> BlockIndexExpr:
+    """`n - 1 - k` (strip_plan's reversed window) over blocks of `windows` windows: `n // windows
+    - 1 - k`, exact since `windows` divides `n` (the helper's count)."""
+    (_, expr), = index.symbolic
+    blocks = cst.parse_expression(f"({code(expr)}) // {windows}")
+    return BlockIndexExpr(dict(index.axes), index.offset, ((1, blocks),), index.folds)
 
 
 def _kernel_size(ctx, b: RefBlock) -> Optional[cst.BaseExpression]:
