@@ -55,12 +55,25 @@ def _old_case(bench, pair, size, ms, ran=True, oom=False, hand=None):
     return d
 
 
-def test_saved_run_is_summarised_by_what_plain_apply_writes(tmp_path, capsys):
+def _one_window_lifts(monkeypatch) -> None:
+    """Reduction lifts as they were before the strip-mined ones (reduction.strip): one loop
+    window per grid step, which multiplies the steps of an already pipelined call."""
+    import pallas_fix.engine  # noqa: F401  (loads the codemods)
+
+    patched = [m for name, m in list(sys.modules.items()) if name.endswith("lift_reduction") and hasattr(m, "strip_plan")]
+    assert patched
+    for module in patched:
+        monkeypatch.setattr(module, "strip_plan", lambda *a, **k: None)
+
+
+def test_saved_run_is_summarised_by_what_plain_apply_writes(tmp_path, capsys, monkeypatch):
     """Old JSON still loads; the tree decides --apply's column by the CLI's rule (a lift of an
     already pipelined call whose original fits is held back) and the speed summary counts only
-    what --apply writes, the held-back rows listed apart, the VMEM rescues counted."""
+    what --apply writes, the held-back rows listed apart, the VMEM rescues counted. The held-back
+    rows are those of one-window lifts (the tree strip-mines these pairs now: the next test)."""
     import json
 
+    _one_window_lifts(monkeypatch)
     bench = _bench()
     cases = [_old_case(bench, "map_silu", "prod", (0.0105, 0.00816)),        # 1.29x, written
              _old_case(bench, "matmul_tiled", "prod", (0.0721, 0.106)),      # 0.68x, held back
@@ -85,6 +98,25 @@ def test_saved_run_is_summarised_by_what_plain_apply_writes(tmp_path, capsys):
     assert "geometric mean 1.29x (bar 1.0), lowest 1.29x (bar 0.95), met" in bars
     assert ("flash_attention float32 prod: the rewrite at 0.83x the speed of JAX's kernel at the same blocks (bar 0.9), "
             "NOT met; plain --apply holds it back") in bars
+
+
+def test_the_tree_writes_the_strip_mined_lifts_it_held_back(tmp_path, capsys):
+    """The same saved run decided by the tree as it is: the tiled matmul and flash attention lifts
+    are strip-mined (windows per step cover the loop at these shapes, so the steps are not
+    multiplied) and plain --apply writes them, whatever the old run measured for the one-window
+    form."""
+    import json
+
+    bench = _bench()
+    cases = [_old_case(bench, "matmul_tiled", "prod", (0.0721, 0.106)),
+             _old_case(bench, "flash_attention", "prod", (0.0869, 0.151), hand=0.125)]
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps(cases))
+    assert bench.main(["--table-from", str(saved)]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| matmul_tiled") or ln.startswith("| flash_attention")]
+    assert [r.split(" | ")[5] for r in rows] == ["writes", "writes"], rows
+    assert "held back by plain --apply" not in out
 
 
 @pytest.mark.interp
