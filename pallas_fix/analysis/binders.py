@@ -38,3 +38,10 @@ def paired(target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
     return (type(target) in (cst.Tuple, cst.List) and type(value) in (cst.Tuple, cst.List)
             and len(target.elements) == len(value.elements)  # type: ignore[attr-defined]
             and not any(type(e) is cst.StarredElement for e in (*target.elements, *value.elements)))  # type: ignore[attr-defined]
+
+
+def is_label(parent: cst.CSTNode, node: cst.Name) -> bool:
+    """`node` (whose parent is `parent`) names an attribute (`x.node`) or a keyword argument
+    (`f(node=...)`): a label, not a use of the variable `node`."""
+    return (isinstance(parent, cst.Attribute) and parent.attr is node) or (isinstance(parent, cst.Arg) and parent.keyword is node)
+

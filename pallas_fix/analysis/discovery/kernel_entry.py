@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.binders import paired, positional_names
+from pallas_fix.analysis.binders import is_label, paired, positional_names
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.relays.passed_in import partial_target, passing_arguments
 from pallas_fix.analysis.discovery.reaching import reaching_value
@@ -341,9 +341,7 @@ def _reads(ctx: ModuleContext, names: set[str]) -> Iterator[cst.Name]:
         parent = ctx.parent(node)
         if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param, cst.AssignTarget, cst.ImportAlias, cst.AsName)):
             continue
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            continue
-        if isinstance(parent, cst.Arg) and parent.keyword is node:
+        if is_label(parent, node):
             continue
         if isinstance(parent, (cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr)) and parent.target is node:
             continue

@@ -18,7 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.binders import positional_names
+from pallas_fix.analysis.binders import is_label, positional_names
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.evaluator import scope_names
 from pallas_fix.analysis.effects.syntax import param_names
@@ -172,7 +172,7 @@ def _read_besides(ctx: ModuleContext, fn: cst.FunctionDef, value: cst.Name, meas
         parent = ctx.parent(node)
         if measured and _measured(ctx, node):
             continue
-        if not (isinstance(parent, cst.Attribute) and parent.attr is node) and not (isinstance(parent, cst.Arg) and parent.keyword is node):
+        if not is_label(parent, node):
             return True
     return False
 

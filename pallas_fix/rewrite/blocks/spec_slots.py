@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import walk
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -45,10 +46,7 @@ def _check_movable(cs: CallSite, spec: cst.Call, slot: cst.BaseExpression) -> No
     for node in walk(spec):
         if not isinstance(node, cst.Name) or node.value in bound_by_lambdas:
             continue
-        parent = ctx.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            continue
-        if isinstance(parent, cst.Arg) and parent.keyword is node:
+        if is_label(ctx.parent(node), node):
             continue
         if any(len(ctx.assignments(node.value, sc)) > 1 for sc in between):
             raise CallSiteError(

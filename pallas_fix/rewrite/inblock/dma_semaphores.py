@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.discovery.dma_calls import MAKE_COPY, copy_argument
 from pallas_fix.core.names import call_arg
@@ -71,8 +72,7 @@ def _root(node) -> Optional[str]:
 def _not_a_read(ctx, node: cst.Name) -> bool:
     """An attribute's name (`x.sem`), a keyword (`sem=...`) or a parameter: not the semaphore."""
     parent = ctx.parent(node)
-    return ((isinstance(parent, cst.Attribute) and parent.attr is node) or (isinstance(parent, cst.Arg) and parent.keyword is node)
-            or isinstance(parent, cst.Param))
+    return is_label(parent, node) or isinstance(parent, cst.Param)
 
 
 def _semaphore_dma(ctx, node: cst.Name) -> Optional[cst.Call]:

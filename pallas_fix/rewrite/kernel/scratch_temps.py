@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.rewrite.text.statements import body_statements
 
@@ -41,10 +42,7 @@ def _mentions(ctx: ModuleContext, kernel: cst.FunctionDef, ref: str) -> list[cst
     out = []
     for node in walk(kernel.body):
         if isinstance(node, cst.Name) and node.value == ref:
-            parent = ctx.parent(node)
-            if isinstance(parent, cst.Attribute) and parent.attr is node:
-                continue
-            if isinstance(parent, cst.Arg) and parent.keyword is node:
+            if is_label(ctx.parent(node), node):
                 continue
             out.append(node)
     return out

@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.model import Write, loop_body_writes, statement_writes, write_words
 from pallas_fix.core import names as N
@@ -161,11 +162,7 @@ def _mentions(ctx: ModuleContext, stmt: cst.CSTNode, name: str) -> bool:
 def _is_variable(ctx: ModuleContext, node: cst.Name) -> bool:
     """A name that refers to a variable: not an attribute's name, a keyword argument or a parameter."""
     parent = ctx.parent(node)
-    if isinstance(parent, cst.Attribute) and parent.attr is node:
-        return False
-    if isinstance(parent, cst.Arg) and parent.keyword is node:
-        return False
-    return not isinstance(parent, cst.Param)
+    return not is_label(parent, node) and not isinstance(parent, cst.Param)
 
 
 def _own_bindings(fn: cst.FunctionDef | cst.Lambda) -> set[str]:

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.values.values import int_binop
 from pallas_fix.core import names as N
@@ -114,9 +115,7 @@ def _reads(ctx: ModuleContext, root: cst.CSTNode, index: str) -> list[cst.Name]:
         if not (isinstance(node, cst.Name) and node.value == index):
             continue
         parent = ctx.parent(node)
-        if isinstance(parent, cst.Attribute) and parent.attr is node:
-            continue
-        if isinstance(parent, cst.Arg) and parent.keyword is node:
+        if is_label(parent, node):
             continue
         if isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias)):
             continue
