@@ -28,18 +28,13 @@ from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot
 from pallas_fix.rewrite.prefetch.index_text import block_text
 from pallas_fix.rewrite.prefetch.windows import Gather
 from pallas_fix.rewrite.text.syntax import code, elements, names_in
+from pallas_fix.rewrite.text.scopes import underscored
 
 _MOVED = ("grid", "in_specs", "out_specs", "scratch_shapes")
 
 
 def _tuple_text(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    while name in taken:
-        name += "_"
-    return name
 
 
 class PrefetchEdits:
@@ -65,7 +60,7 @@ class PrefetchEdits:
         written = self._written_prefetch_names()
         local = {}
         for n, p in enumerate(self.prefetch):
-            local[p] = _fresh(written.get(n, p), used)
+            local[p] = underscored(written.get(n, p), used)
             used.add(local[p])
         return self.grid_names + [local[p] for p in self.prefetch], local
 
@@ -213,7 +208,7 @@ class PrefetchEdits:
         taken = set(names_in(lam))
         added = []
         for table in self.moving:
-            added.append(_fresh(table.param, taken))
+            added.append(underscored(table.param, taken))
             taken.add(added[-1])
 
         def edit(node: cst.CSTNode) -> cst.CSTNode:

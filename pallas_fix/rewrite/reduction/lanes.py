@@ -38,7 +38,7 @@ from pallas_fix.rewrite.reduction.carry_io import body_and_result, unpack_to_dro
 from pallas_fix.rewrite.reduction.carry_names import result_target
 from pallas_fix.rewrite.reduction.carry_tree import literal_leaves, mirror
 from pallas_fix.rewrite.reduction.lane_values import L, NoLanes, expression, mentions, statement
-from pallas_fix.rewrite.text.scopes import bindings
+from pallas_fix.rewrite.text.scopes import bindings, underscored
 from pallas_fix.rewrite.text.syntax import code, names_in, variable_names
 
 LANES = 128
@@ -82,7 +82,7 @@ def lane_layout(ctx, region, carry: Carry, after: list, embedded, backend: Backe
         stmts, result = body_and_result(region.body, drop_unpack=True)
     except Refuse:  # the lift says why itself
         return None
-    layout = LaneLayout(chosen, _free_name(ctx, "_lanes_like"), jnp, _python_numbers(ctx, region, [*stmts, *after]))
+    layout = LaneLayout(chosen, underscored("_lanes_like", names_in(ctx.module)), jnp, _python_numbers(ctx, region, [*stmts, *after]))
     try:
         step, stored = step_statements(ctx, layout, carry, stmts, result, unpack)
         final_statements(ctx, layout, carry, region, after)
@@ -190,10 +190,3 @@ def _lanes_shape(shape: cst.BaseExpression) -> cst.BaseExpression:
     assert isinstance(shape, cst.Tuple)
     last = shape.elements[-1]
     return shape.with_changes(elements=[*shape.elements[:-1], last.with_changes(value=cst.Integer(str(LANES)))])
-
-
-def _free_name(ctx, name: str) -> str:
-    taken = names_in(ctx.module)
-    while name in taken:
-        name += "_"
-    return name

@@ -48,8 +48,8 @@ from pallas_fix.core.model import Backend
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock, Windows
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_io import unpack_to_drop, unpacked_names
-from pallas_fix.rewrite.text.scopes import bindings
-from pallas_fix.rewrite.text.syntax import code, names_in, variable_names
+from pallas_fix.rewrite.text.scopes import bindings, underscored
+from pallas_fix.rewrite.text.syntax import code, names_in, paren_text, variable_names
 
 CAP = 8  # windows per step at most: the kernel unrolls them (JAX's kernel unrolls a handful)
 BUDGET = 8 << 20  # bytes for the strip-mined operands' double-buffered blocks: half of v5e's 16 MiB scoped VMEM
@@ -137,14 +137,14 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     if outside:
         return None  # the `for` binds the index name at kernel level
     taken = names_in(ctx.module)
-    helper, name = _free(taken, "_windows_per_step"), _free(taken, "windows_per_step")
-    count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {_paren(code(size))}"
+    helper, name = underscored("_windows_per_step", taken), underscored("windows_per_step", taken)
+    count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {paren_text(code(size))}"
     if guard is None and not backward and not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
     # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
     if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
         return None  # a window taken in a helper outside the body would not see the window number
-    local = _free(taken, "window")
+    local = underscored("window", taken)
     return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
 
 
@@ -161,7 +161,7 @@ def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
             assert isinstance(window, cst.Call)  # strip_plan read its size (_kernel_size)
             size = code(window.args[1].value)
             local = f"({strip.count} - 1 - {strip.local})" if strip.reversed else strip.local
-            text = f"{code(window.func)}({local} * {_paren(size)}, {size})"
+            text = f"{code(window.func)}({local} * {paren_text(size)}, {size})"
             edits[window] = lambda _node, text=text: cst.parse_expression(text)
     return edits
 
@@ -230,13 +230,3 @@ def _element(sub: cst.Subscript, dim: int) -> Optional[cst.BaseExpression]:
     if dim < len(sub.slice) and isinstance(sub.slice[dim].slice, cst.Index):
         return sub.slice[dim].slice.value
     return None
-
-
-def _free(taken: set[str], name: str) -> str:
-    while name in taken:
-        name += "_"
-    return name
-
-
-def _paren(text: str) -> str:
-    return text if text.isidentifier() or text.isdigit() else f"({text})"

@@ -87,6 +87,15 @@ def target_names(target: cst.CSTNode) -> set[str]:
     return set()
 
 
+def underscored(base: str, taken: set[str]) -> str:
+    """`base`, else `base_`, `base__`, ... the first not in `taken` (one name; `taken` is left
+    as it is): a name the rewrite adds beside the user's."""
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
 def fresh_namer(taken: set[str]) -> Callable[[str], str]:
     """`fresh(base)`: `base`, else `base_1`, `base_2`, ... whichever is not in `taken` (it is then
     taken too, so names handed out stay distinct)."""
