@@ -45,3 +45,16 @@ def is_label(parent: cst.CSTNode, node: cst.Name) -> bool:
     (`f(node=...)`): a label, not a use of the variable `node`."""
     return (isinstance(parent, cst.Attribute) and parent.attr is node) or (isinstance(parent, cst.Arg) and parent.keyword is node)
 
+
+
+def none_tested(test: cst.CSTNode) -> cst.BaseExpression | None:
+    """What `test` compares with None when it is `x is None` / `x is not None` (None on either
+    side): `x`, the optional value; None for any other test."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
+        return None
+    sides = [test.left, target.comparator]
+    nones = [s for s in sides if isinstance(s, cst.Name) and s.value == "None"]
+    return next((s for s in sides if s not in nones), None) if len(nones) == 1 else None

@@ -14,6 +14,7 @@ from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.guards.shape_guards import placement
 from pallas_fix.rewrite.text.edits import Edit, chain
+from pallas_fix.analysis.binders import none_tested
 from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.text.scopes import bindings
 from pallas_fix.rewrite.text.syntax import code, variable_names
@@ -68,11 +69,8 @@ def _first_use(cs: CallSite, anchor: cst.CSTNode, params: list[str], reads: set[
 
 def _tested_for_none(function, name: str) -> bool:
     """Does the wrapper test `name is None` / `is not None` (an optional operand)?"""
-    for node in walk(function) if function is not None else ():
-        if isinstance(node, cst.Comparison) and code(node.left) == name and any(
-                isinstance(t.operator, (cst.Is, cst.IsNot)) and code(t.comparator) == "None" for t in node.comparisons):
-            return True
-    return False
+    return any((tested := none_tested(node)) is not None and code(tested) == name
+               for node in (walk(function) if function is not None else ()))
 
 
 def _uses(cs: CallSite, params: list[str]) -> list[cst.CSTNode]:

@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import none_tested
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import static_argument
 from pallas_fix.analysis.discovery.varargs import binds_from_star
@@ -216,7 +217,7 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
         return "param", None  # `x_ref, o_ref = refs` declares the ref (analysis.discovery.varargs)
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("dtype", "ndim"):
         return "meta", None
-    if _none_test(parent, node):
+    if none_tested(parent) is node:
         return "meta", None  # an optional operand: blocking never makes a ref None or not
     if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "shape":
         grand = ctx.parent(parent)
@@ -226,17 +227,6 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
             return "shape", dim if dim is not None and dim >= 0 else None
         return "shape", None
     return "other", None
-
-
-def _none_test(parent: Optional[cst.CSTNode], node: cst.Name) -> bool:
-    """`node is None` / `node is not None` (either side)."""
-    if not (isinstance(parent, cst.Comparison) and len(parent.comparisons) == 1):
-        return False
-    target = parent.comparisons[0]
-    if not isinstance(target.operator, (cst.Is, cst.IsNot)):
-        return False
-    other = target.comparator if parent.left is node else parent.left if target.comparator is node else None
-    return isinstance(other, cst.Name) and other.value == "None"
 
 
 def shape_refusal(ref: str) -> Refuse:

@@ -13,6 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import none_tested
 from pallas_fix.analysis.context import ModuleContext, walk
 
 # Calls that run a function they are given only on some condition. `while_loop` among them: which
@@ -95,9 +96,7 @@ def _none_test(ctx: ModuleContext, kernel: cst.FunctionDef, reader: Reader, test
     if isinstance(test, cst.Name) and depth < 3:
         values = _bindings(ctx, kernel, reader, test)
         return bool(values) and all(_none_test(ctx, kernel, reader, v, depth + 1) for v in values)
-    return (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot))
-            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None")
+    return none_tested(test) is not None
 
 
 def _whose(array: cst.BaseExpression, whose: Optional[Reader]) -> bool:
