@@ -19,6 +19,7 @@ from pallas_fix.core.plans import FixPlan, Outcome, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text.libcst_scopes import for_target_names, scope_at, scopes_for
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.text.syntax import parenthesized
 from pallas_fix.rules.registry import classify
 from pallas_fix.analysis.loops.windows import window_of
 
@@ -36,7 +37,6 @@ INT_OPS = (
     cst.BitOr,
     cst.BitXor,
 )
-_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
 
 
 def attempt(codemod: str, plan: Callable[..., Optional[Outcome]], *args) -> Optional[Outcome]:
@@ -359,12 +359,6 @@ def scalar_int_traced(env, expr: cst.BaseExpression) -> bool:
 def code_of(node: cst.CSTNode) -> str:
     """Source text of a node that is not (or no longer) part of the analysed module."""
     return cst.Module([]).code_for_node(node)
-
-
-def parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
-    if expr.lpar or isinstance(expr, _ATOMS):
-        return expr
-    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def fit_into(parent: Optional[cst.CSTNode], expr: cst.BaseExpression) -> cst.BaseExpression:

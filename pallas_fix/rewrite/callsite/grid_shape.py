@@ -22,10 +22,9 @@ from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.spelling.built_lists import mutates
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.text.syntax import code, elements
+from pallas_fix.rewrite.text.syntax import code, elements, parenthesized
 
 RankOf = Callable[[cst.BaseExpression], Optional[int]]  # an array expression -> its rank
-_ATOMIC = (cst.Name, cst.Integer, cst.Attribute, cst.Subscript, cst.Call)
 
 
 def read_grid(ctx: ModuleContext, grid: cst.BaseExpression, at: cst.CSTNode, rank_of: RankOf) -> list[cst.BaseExpression]:
@@ -190,7 +189,7 @@ class GridShape:
                 return [cst.Tuple([cst.Element(v) for v in row]) for row in rows]
             if _binds_names(args[0]):
                 return None
-            return [cst.Call(args[0], [cst.Arg(_paren(v)) for v in row]) for row in rows]
+            return [cst.Call(args[0], [cst.Arg(parenthesized(v)) for v in row]) for row in rows]
         return None
 
     def _comprehension(self, comp: cst.BaseComp, depth: int) -> Optional[list[cst.BaseExpression]]:
@@ -245,7 +244,7 @@ class _Substitute(cst.CSTTransformer):
 
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
         value = self.values.get(original.value)
-        return _paren(value) if value is not None else updated
+        return parenthesized(value) if value is not None else updated
 
 
 def _binds_names(expr: cst.CSTNode) -> bool:
@@ -256,13 +255,6 @@ def _binds_names(expr: cst.CSTNode) -> bool:
 
 def _has_keywords(call: cst.Call) -> bool:
     return any(a.keyword is not None for a in call.args)
-
-
-def _paren(value: cst.BaseExpression) -> cst.BaseExpression:
-    """`value` as an operand: `m + 1` goes in parentheses where it replaces a name."""
-    if isinstance(value, _ATOMIC) or value.lpar:
-        return value
-    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 def _index(shape: cst.BaseExpression, dim: int) -> cst.Subscript:

@@ -26,7 +26,7 @@ from pallas_fix.rewrite.proofs.spec_blocks import index_map_entry, lockstep_key,
 from pallas_fix.rewrite.guards.shape_guards import (Guard, as_guard, breaks_example, candidates, masked_access, optional_operands,
                                               placement, traced_names, written_before)
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.text.syntax import code
+from pallas_fix.rewrite.text.syntax import code, parenthesized
 from pallas_fix.rewrite.proofs.unproved import unproved_blocks
 from pallas_fix.rewrite.text.translate import Translator
 
@@ -379,8 +379,7 @@ def _row_axes(block: RefBlock) -> frozenset:
 
 
 def _paren(expr: cst.BaseExpression) -> str:
-    text = code(expr)
-    return text if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript, cst.Call, cst.Integer)) else f"({text})"
+    return code(parenthesized(expr))
 
 
 def _translated(translator: Translator, expr: cst.BaseExpression, env) -> Optional[cst.BaseExpression]:

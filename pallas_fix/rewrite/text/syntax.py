@@ -69,6 +69,18 @@ def variable_names(node: cst.CSTNode) -> set[str]:
     return out
 
 
+# Operands that never need parentheses where an expression is substituted.
+_ATOMS = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
+
+
+def parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` as an operand: as it is when it is an atom or already in parentheses, else wrapped
+    (`m + 1` where it replaces a name in `2 * n`)."""
+    if expr.lpar or isinstance(expr, _ATOMS):
+        return expr
+    return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
 def paren_text(text: str) -> str:
     """`text` as an operand: atoms (`bs`, `x.shape[0]`) and text already in one pair of
     parentheses (`(bm // 2)`) as they are, anything else in parentheses."""
