@@ -292,3 +292,48 @@ def test_a_strip_into_a_resident_output_is_described_in_one_sentence():
     out = fix_source(ACCUMULATE, "accumulate.py", unsafe=True)
     assert out.changed and "_windows_per_step" in out.source
     assert "`_windows_per_step`), its outputs resident across it" in out.applied[0] and ",," not in out.applied[0]
+
+
+PEP8 = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_ref, o_ref, *, bk):
+    def body(k, acc):
+        blk = x_ref[:, pl.ds(k * bk, bk)]
+        return acc * 0.5 + jnp.sum(blk, axis=1, keepdims=True)
+
+    init = jnp.zeros((x_ref.shape[0], 1), jnp.float32)
+    acc = lax.fori_loop(0, x_ref.shape[1] // bk, body, init)
+    o_ref[...] = jnp.broadcast_to(acc, o_ref.shape)
+
+
+def rowsum(x, *, bm=8, bk=128):
+    m, k = x.shape
+    return pl.pallas_call(
+        functools.partial(_kernel, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((m, 128), jnp.float32),
+        grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((bm, 128), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel",)),
+    )(x)
+'''
+
+
+def test_a_strip_in_a_file_of_79_columns_keeps_to_them():
+    """Red team 15: the helper came with a 99-column comprehension and 95-column docstring lines,
+    which no later pass breaks, into a file kept to PEP 8's 79."""
+    from pallas_fix.engine import fix_source
+
+    assert max(len(line) for line in PEP8.splitlines()) <= 79
+    out = fix_source(PEP8, "pep8.py", unsafe=True)
+    assert out.changed and "windows_per_step = _windows_per_step(" in out.source
+    assert [line for line in out.source.splitlines() if len(line) > 79] == []

@@ -84,21 +84,27 @@ class Strip:
 
 
 def helper_source(name: str, jnp: str) -> str:
-    """The module-level helper the rewrite adds; tests run it as written."""
+    """The module-level helper the rewrite adds; tests run it as written. Its lines keep within
+    79 columns (a name or a spelling of jax.numpy a few characters longer aside): the file it
+    goes into may keep to PEP 8's width, and no later pass can break a comprehension."""
     return (
         f"def {name}(n, *windows):\n"
-        f'    """How many of a reduction\'s `n` loop windows one grid step walks (pallas-fix): on a TPU,\n'
-        f"    where the call is already pipelined over other axes, fewer and larger steps pay. The most\n"
-        f"    that divide `n` (no partial block), at most {CAP} (the kernel unrolls them), with the blocks of\n"
-        f"    `windows`, each (one window's block shape, dtype), double-buffered within {BUDGET >> 20} MiB: half\n"
-        f'    the 16 MiB of VMEM a v5e gives a kernel by default, the rest for its other blocks."""\n'
+        f'    """How many of a reduction\'s `n` loop windows one grid step walks\n'
+        f"    (pallas-fix): on a TPU, where the call is already pipelined over other\n"
+        f"    axes, fewer and larger steps pay. The most that divide `n` (no partial\n"
+        f"    block), at most {CAP} (the kernel unrolls them), with the blocks of\n"
+        f"    `windows`, each (one window's block shape, dtype), double-buffered\n"
+        f"    within {BUDGET >> 20} MiB: half the 16 MiB of VMEM a v5e gives a kernel by default,\n"
+        f'    the rest for its other blocks."""\n'
         f"    window_bytes = 0\n"
         f"    for shape, dtype in windows:\n"
         f"        size = {jnp}.dtype(dtype).itemsize\n"
         f"        for d in shape:\n"
         f"            size *= d if isinstance(d, int) else 1\n"
         f"        window_bytes += size\n"
-        f"    fits = [w for w in range(1, min(n, {CAP}) + 1) if n % w == 0 and 2 * w * window_bytes <= {BUDGET >> 20} * 2**20]\n"
+        f"    budget = {BUDGET >> 20} * 2**20\n"
+        f"    fits = [w for w in range(1, min(n, {CAP}) + 1)\n"
+        f"            if n % w == 0 and 2 * w * window_bytes <= budget]\n"
         f"    return max(fits, default=1)\n"
     )
 
