@@ -58,7 +58,8 @@ window`. Under a causal bound each window runs under `pl.when(k < upper)` on its
 the carry through scratch, and a step whose windows are all past the bound asks for block 0. A
 reversed walk (`(n - 1 - k) * bk`) moves strips from the last, each walked last to first. A
 step counter, outputs or scalar indices moved by the index, and --lift-for-memory keep one
-window per step.
+window per step; but for --lift-for-memory, the fix message says why ("one window per step, not
+strip-mined: ..."), as that lift multiplies the steps of a call already pipelined.
 
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
