@@ -58,7 +58,8 @@ window`. Under a causal bound each window runs under `pl.when(k < upper)` on its
 the carry through scratch, and a step whose windows are all past the bound asks for block 0. A
 reversed walk (`(n - 1 - k) * bk`) moves strips from the last, each walked last to first. A
 step counter, outputs or scalar indices moved by the index, and --lift-for-memory keep one
-window per step.
+window per step; but for --lift-for-memory, the fix message says why ("one window per step, not
+strip-mined: ..."), as that lift multiplies the steps of a call already pipelined.
 
 A loop (`fori_loop` or `pl.loop`) that carries nothing but accumulates into an output or scratch
 ref at a place every iteration shares (`o_ref[...] = 0` before it, `o_ref[...] += x @ y` in it:
@@ -160,14 +161,17 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     pl = imports.spelling(ctx, imports.PALLAS)
     strip = strip_plan(analysis, region, site, blocks, cs.slots, carry, guard, lifted_element_ids(blocks), extent_reads, pipe,
                        len(cs.grid), pl.text, code(trip))
+    one_window = strip if isinstance(strip, str) else None  # why a wanted strip is not written: the message says it
+    strip = None if isinstance(strip, str) else strip
     built = None
     if strip is not None:  # several windows per step where the call is already pipelined (reduction.strip)
         try:
             skipped_blocks = _skipped_index(region, translate, guard, jnp.text, strip.windows.name)
             built = _call_edits(cs, [_strip_block(b, strip) for b in blocks],
                                 replace(axis, windows=strip.windows, skipped_index=skipped_blocks), scratch_shapes)
-        except (Refuse, CallSiteError):
+        except (Refuse, CallSiteError) as why:
             strip = None  # what the strip needs cannot be written: the one-window lift, refused or not on its own
+            one_window = str(why)
     if built is None:
         built = _call_edits(cs, blocks, axis, scratch_shapes)
     call_edits, edits = built
@@ -186,10 +190,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], needed), module)
 
+    resident = f"{',' if strip is None else ''} its outputs resident across it"  # the strip's words end with a comma
     description = (
         f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
         f"{', ' + strip.words() + ',' if strip is not None else ''}"
-        f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else ', its outputs resident across it'}"
+        f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else resident}"
+        f"{'; one window per step, not strip-mined (reduction.strip): ' + one_window if one_window else ''}"
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
         f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"

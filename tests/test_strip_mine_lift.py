@@ -216,3 +216,124 @@ def test_a_reversed_window_not_counted_from_the_trip_count_keeps_one_window_per_
     out = fix_source(src, str(path), unsafe=True)
     assert out.changed and "_windows_per_step" not in out.source
     assert "lambda i, k: (i, n // bk - 1 - k)" in out.source and "grid=(m // bm, (n // bk) - 1)," in out.source
+
+
+def _matmul_fixed(edit) -> "object":
+    from pallas_fix.engine import fix_source
+
+    path = PAIRS / "strip_matmul_vmem_budget_before.py"
+    src = edit(path.read_text())
+    out = fix_source(src, str(path), unsafe=True)
+    assert out.changed
+    return out
+
+
+def test_a_strip_the_call_cannot_count_says_why_the_lift_keeps_one_window_per_step():
+    """Red team 15: an operand passed as `x.astype(...)` has no dtype the wrapper can count the
+    windows with; the one-window lift that stays (held back where the call fits and is pipelined)
+    once gave no word of the strip the user could have had by passing a plain name."""
+    out = _matmul_fixed(lambda s: s.replace("    )(x, y)", "    )(x.astype(jnp.float32), y)"))
+    assert "windows_per_step = " not in out.source
+    assert ("one window per step, not strip-mined (reduction.strip): cannot write the dtype or the window of `x_ref` "
+            "at the call site (pass its operand to the pallas_call as a plain name") in out.applied[0]
+
+
+def test_a_strip_the_kernel_rules_out_says_why_the_lift_keeps_one_window_per_step():
+    # a window size the wrapper knows only as a module constant: the kernel could count its windows, but
+    # pallas-fix keeps to sizes that are numbers or kernel parameters
+    def constant(s):
+        kernel = s[s.index("def _matmul_kernel"):s.index("@functools.partial")]
+        head, body = kernel.split("\n", 1)
+        return s.replace(kernel, "BK = 512\n\n\n" + head + "\n" + body.replace("bk", "BK"))
+
+    out = _matmul_fixed(constant)
+    assert "windows_per_step = " not in out.source
+    assert ("not strip-mined (reduction.strip): a window is not `pl.ds(start, size)` with one size per ref, a number "
+            "or a parameter of the kernel (pass a module constant in with functools.partial)") in out.applied[0]
+    strip = _matmul_fixed(lambda s: s)
+    assert "windows_per_step = " in strip.source and "not strip-mined" not in strip.applied[0]
+
+
+ACCUMULATE = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_ref, o_ref, *, bk):
+    o_ref[...] = jnp.zeros(o_ref.shape, jnp.float32)
+
+    @pl.loop(0, x_ref.shape[1] // bk)
+    def _(k):
+        o_ref[...] += jnp.sum(x_ref[:, pl.ds(k * bk, bk)], axis=1, keepdims=True)
+
+
+def rowsum(x, *, bm=8, bk=128):
+    m, k = x.shape
+    return pl.pallas_call(
+        functools.partial(_kernel, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((m, 1), jnp.float32),
+        grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((bm, 1), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x)
+'''
+
+
+def test_a_strip_into_a_resident_output_is_described_in_one_sentence():
+    """Red team 15: the strip's words end with a comma, and the resident-output form added its
+    own (`..._windows_per_step`),, its outputs resident across it`)."""
+    from pallas_fix.engine import fix_source
+
+    out = fix_source(ACCUMULATE, "accumulate.py", unsafe=True)
+    assert out.changed and "_windows_per_step" in out.source
+    assert "`_windows_per_step`), its outputs resident across it" in out.applied[0] and ",," not in out.applied[0]
+
+
+PEP8 = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _kernel(x_ref, o_ref, *, bk):
+    def body(k, acc):
+        blk = x_ref[:, pl.ds(k * bk, bk)]
+        return acc * 0.5 + jnp.sum(blk, axis=1, keepdims=True)
+
+    init = jnp.zeros((x_ref.shape[0], 1), jnp.float32)
+    acc = lax.fori_loop(0, x_ref.shape[1] // bk, body, init)
+    o_ref[...] = jnp.broadcast_to(acc, o_ref.shape)
+
+
+def rowsum(x, *, bm=8, bk=128):
+    m, k = x.shape
+    return pl.pallas_call(
+        functools.partial(_kernel, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((m, 128), jnp.float32),
+        grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, k), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((bm, 128), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel",)),
+    )(x)
+'''
+
+
+def test_a_strip_in_a_file_of_79_columns_keeps_to_them():
+    """Red team 15: the helper came with a 99-column comprehension and 95-column docstring lines,
+    which no later pass breaks, into a file kept to PEP 8's 79."""
+    from pallas_fix.engine import fix_source
+
+    assert max(len(line) for line in PEP8.splitlines()) <= 79
+    out = fix_source(PEP8, "pep8.py", unsafe=True)
+    assert out.changed and "windows_per_step = _windows_per_step(" in out.source
+    assert [line for line in out.source.splitlines() if len(line) > 79] == []

@@ -35,7 +35,8 @@ def add_windows_count(edits: dict, cs: CallSite, axis: NewAxis, params: list[str
     for param in params:
         dtype = operand_dtype(cs, param)
         if dtype is None or param not in window_shapes:
-            raise CallSiteError(f"cannot write the dtype or the window of `{param}` at the call site")
+            raise CallSiteError(f"cannot write the dtype or the window of `{param}` at the call site (pass its operand to "
+                                "the pallas_call as a plain name of the wrapper)")
         text = code(dtype)
         if isinstance(dtype, cst.Attribute) and _tested_for_none(function, code(dtype.value)):
             text = f'getattr({code(dtype.value)}, "dtype", "float32")'  # an optional operand: counted as f32 when None

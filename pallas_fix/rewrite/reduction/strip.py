@@ -15,7 +15,9 @@ most 8, with the strip-mined operands' blocks double-buffered within a VMEM budg
 
 Only where every window moves with the loop index alone (block index = the index, the loop
 from 0 in steps of 1, inputs only), the carry has no step counter, and the window size is a
-kernel parameter or a number: elsewhere the one-window lift stays as it was.
+kernel parameter or a number: elsewhere the one-window lift stays as it was, and on a pipelined
+TPU call, where that lift multiplies the steps, its fix message says why (`strip_plan`'s reason,
+or what the wrapper could not write: the lift's `one_window` note), so the user can change it.
 
 A causal bound (the loop runs to `upper`, a function of pl.program_id, and the one-window lift
 skips the steps past it with `pl.when(k < upper)`): each window of the block runs under that
@@ -82,68 +84,81 @@ class Strip:
 
 
 def helper_source(name: str, jnp: str) -> str:
-    """The module-level helper the rewrite adds; tests run it as written."""
+    """The module-level helper the rewrite adds; tests run it as written. Its lines keep within
+    79 columns (a name or a spelling of jax.numpy a few characters longer aside): the file it
+    goes into may keep to PEP 8's width, and no later pass can break a comprehension."""
     return (
         f"def {name}(n, *windows):\n"
-        f'    """How many of a reduction\'s `n` loop windows one grid step walks (pallas-fix): on a TPU,\n'
-        f"    where the call is already pipelined over other axes, fewer and larger steps pay. The most\n"
-        f"    that divide `n` (no partial block), at most {CAP} (the kernel unrolls them), with the blocks of\n"
-        f"    `windows`, each (one window's block shape, dtype), double-buffered within {BUDGET >> 20} MiB: half\n"
-        f'    the 16 MiB of VMEM a v5e gives a kernel by default, the rest for its other blocks."""\n'
+        f'    """How many of a reduction\'s `n` loop windows one grid step walks\n'
+        f"    (pallas-fix): on a TPU, where the call is already pipelined over other\n"
+        f"    axes, fewer and larger steps pay. The most that divide `n` (no partial\n"
+        f"    block), at most {CAP} (the kernel unrolls them), with the blocks of\n"
+        f"    `windows`, each (one window's block shape, dtype), double-buffered\n"
+        f"    within {BUDGET >> 20} MiB: half the 16 MiB of VMEM a v5e gives a kernel by default,\n"
+        f'    the rest for its other blocks."""\n'
         f"    window_bytes = 0\n"
         f"    for shape, dtype in windows:\n"
         f"        size = {jnp}.dtype(dtype).itemsize\n"
         f"        for d in shape:\n"
         f"            size *= d if isinstance(d, int) else 1\n"
         f"        window_bytes += size\n"
-        f"    fits = [w for w in range(1, min(n, {CAP}) + 1) if n % w == 0 and 2 * w * window_bytes <= {BUDGET >> 20} * 2**20]\n"
+        f"    budget = {BUDGET >> 20} * 2**20\n"
+        f"    fits = [w for w in range(1, min(n, {CAP}) + 1)\n"
+        f"            if n % w == 0 and 2 * w * window_bytes <= budget]\n"
         f"    return max(fits, default=1)\n"
     )
 
 
 def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carry: Carry, guard: Optional[str],
-               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str, trip: str = "") -> Optional[Strip]:
+               lifted_ids: set[int], extent_reads: list, pipelined, axis: int, pl: str, trip: str = "") -> Strip | str | None:
     """The strip-mined form of this lift over new grid axis `axis` (`pl`: how the file spells
-    jax.experimental.pallas), or None where the one-window lift stays (module docstring)."""
+    jax.experimental.pallas); None where no strip is wanted (not a pipelined TPU call, or
+    --lift-for-memory); where one is wanted but the one-window lift stays (module docstring),
+    the reason, which the fix message gives: that lift multiplies the steps of a call already
+    pipelined, and the user may change what stops the strip."""
     ctx, loop, env = analysis.ctx, region.loop, region.env
     if getattr(analysis.config, "lift_for_memory", False) or site.backend is not Backend.TPU or pipelined is None:
         return None
     # (A full-extent read of a strip-mined dim stays right: `pl.num_programs(axis) * x_ref.shape[d]`
     # is (n / w) * (w * size), or a keyword carries the size: rewrite.extents.extent_reads.)
-    if not blocks or site.forwarded:
+    if not blocks:
         return None
+    if site.forwarded:
+        return "the sizes are passed in by a helper's call, where the windows per step are not counted"
     if env.static_int(loop.lower) != 0 or (loop.step is not None and env.static_int(loop.step) != 1):
-        return None
+        return "the loop does not run from 0 in steps of 1"
     if any(l.counter is not None or not l.bound_in_body for l in carry.leaves):
-        return None
+        return "the carry holds a step counter, or a value the body does not bind"
     unpack = unpack_to_drop(region, carry)
     if unpack is not None and len(unpacked_names(carry, unpack)) != len(carry.leaves):
-        return None  # a leaf unpacked as `_`: nothing would carry it from window to window
+        return "a carry leaf is unpacked as `_`: nothing would carry it from window to window"
     directions = {_plain_window(b, slots, trip) for b in blocks}
     if len(directions) != 1 or None in directions:
-        return None
+        return ("not every window is an input's block at the loop index (or at the trip count - 1 - the index): "
+                "an output, an offset, a squeezed or scalar dim moves with it")
     backward = directions == {-1}
     if backward and guard is not None:
-        return None  # a causal bound on a reversed walk: its skipped blocks are not the last ones
+        return "a reversed walk under a bound that depends on pl.program_id"  # its skipped blocks are not the last ones
     size = _kernel_size(ctx, blocks[0])
     kernel = site.kernel
     params = {p.name.value for p in kernel.params.params + kernel.params.kwonly_params}
     rebound = set(bindings(kernel.body, nested=True))
-    if size is None or not variable_names(size) <= params - rebound:
-        return None  # the window size must mean the same at kernel level, where the count is taken
+    if size is None or not variable_names(size) <= params - rebound:  # it must mean the same where the count is taken
+        return ("a window is not `pl.ds(start, size)` with one size per ref, a number or a parameter of the kernel "
+                "(pass a module constant in with functools.partial)")
     index = loop.index_name
     inside = {id(n) for n in walk(region.body)}
     outside = [n for n in walk(kernel.body) if isinstance(n, cst.Name) and n.value == index and id(n) not in inside]
-    if outside:
-        return None  # the `for` binds the index name at kernel level
+    if outside:  # the `for` binds the index name at kernel level
+        return f"the kernel uses the name `{index}` outside the loop"
     taken = names_in(ctx.module)
     helper, name = underscored("_windows_per_step", taken), underscored("windows_per_step", taken)
     count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {paren_text(code(size))}"
     if guard is None and not backward and not region.index_needed(lifted_ids):
         return Strip(Windows(name, helper), count)
     # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
-    if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):
-        return None  # a window taken in a helper outside the body would not see the window number
+    if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):  # it would not see the window number
+        return "a window is taken in a helper outside the loop body, and the body reads the index beyond its windows"
     local = underscored("window", taken)
     return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
 
