@@ -337,3 +337,75 @@ def test_a_strip_in_a_file_of_79_columns_keeps_to_them():
     out = fix_source(PEP8, "pep8.py", unsafe=True)
     assert out.changed and "windows_per_step = _windows_per_step(" in out.source
     assert [line for line in out.source.splitlines() if len(line) > 79] == []
+
+
+TWO_CALLS = '''\
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def _sum_kernel(x_ref, o_ref, *, bk):
+    def body(k, acc):
+        return acc * 0.5 + jnp.sum(x_ref[:, pl.ds(k * bk, bk)], axis=1, keepdims=True)
+
+    acc = lax.fori_loop(0, x_ref.shape[1] // bk, body, jnp.zeros((x_ref.shape[0], 1), jnp.float32))
+    o_ref[...] = jnp.broadcast_to(acc, o_ref.shape)
+
+
+def _max_kernel(y_ref, o_ref, *, bk):
+    def body(k, acc):
+        return acc * 0.5 + jnp.max(y_ref[:, pl.ds(k * bk, bk)], axis=1, keepdims=True)
+
+    acc = lax.fori_loop(0, y_ref.shape[1] // bk, body, jnp.zeros((y_ref.shape[0], 1), jnp.float32))
+    o_ref[...] = jnp.broadcast_to(acc, o_ref.shape)
+
+
+@functools.partial(jax.jit, static_argnames=("bm", "bk"))
+def both(x, y, *, bm=8, bk=32):
+    m = x.shape[0]
+    return pl.pallas_call(
+        functools.partial(_sum_kernel, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((m, 128), jnp.float32),
+        grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, x.shape[1]), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((bm, 128), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        interpret=pltpu.InterpretParams(),
+    )(x) + pl.pallas_call(
+        functools.partial(_max_kernel, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((m, 128), jnp.float32),
+        grid=(m // bm,),
+        in_specs=[pl.BlockSpec((bm, y.shape[1]), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((bm, 128), lambda i: (i, 0)),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        interpret=pltpu.InterpretParams(),
+    )(y)
+'''
+
+
+def test_two_strip_mined_calls_in_one_module_share_one_helper(tmp_path):
+    """Red team 15: the second strip-mined lift in a file added a word-for-word copy of the helper
+    (`_windows_per_step_`); it now calls the one the first lift added."""
+    from pallas_fix.engine import fix_source
+
+    out = fix_source(TWO_CALLS, "two.py", unsafe=True)
+    assert out.changed and not out.error
+    assert out.source.count("def _windows_per_step") == 1
+    assert out.source.count("= _windows_per_step(") == 2
+    namespaces = []
+    for name, text in (("two_before", TWO_CALLS), ("two_after", out.source)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        namespaces.append(module)
+    x = jax.random.normal(jax.random.PRNGKey(0), (16, 256), jnp.float32)
+    y = jax.random.normal(jax.random.PRNGKey(1), (16, 256), jnp.float32)
+    before, after = (m.both(x, y) for m in namespaces)
+    assert jnp.allclose(before, after, atol=1e-5)

@@ -162,6 +162,9 @@ class Windows:
 
     name: str
     helper: str
+    # False where the module already defines the helper, word for word (a second strip-mined
+    # call in the file): the lift calls that one rather than adding a copy.
+    added: bool = True
 
 
 NEW_INDEX = "__new__"  # the new axis's index in NewAxis.skipped_index

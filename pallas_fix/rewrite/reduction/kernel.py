@@ -231,7 +231,7 @@ def _finish_kernel(step: Step, after: list):
         helpers = []
         if lanes is not None and any(isinstance(n, cst.Name) and n.value == lanes.helper for n in walk(fn)):
             helpers.append(lanes.helper_def())
-        if step.strip is not None:
+        if step.strip is not None and step.strip.windows.added:
             helpers.append(step.strip.helper_def(step.jnp))
         if helpers:
             blank = [l for l in fn.leading_lines if l.comment is None] or [cst.EmptyLine()]

@@ -39,6 +39,7 @@ numbers the loop gave it, in the same order.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -152,15 +153,29 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
     if outside:  # the `for` binds the index name at kernel level
         return f"the kernel uses the name `{index}` outside the loop"
     taken = names_in(ctx.module)
-    helper, name = underscored("_windows_per_step", taken), underscored("windows_per_step", taken)
+    existing = _helper_in(ctx.module)
+    helper, name = existing or underscored("_windows_per_step", taken), underscored("windows_per_step", taken)
+    windows = Windows(name, helper, added=existing is None)
     count = f"{blocks[0].param}.shape[{blocks[0].dim}] // {paren_text(code(size))}"
     if guard is None and not backward and not region.index_needed(lifted_ids):
-        return Strip(Windows(name, helper), count)
+        return Strip(windows, count)
     # the index feeds a position, a mask or a causal bound's test too: that use gets the loop's iteration number
     if any(id(sub) not in inside for b in blocks for sub, _ in b.subscripts):  # it would not see the window number
         return "a window is taken in a helper outside the loop body, and the body reads the index beyond its windows"
     local = underscored("window", taken)
-    return Strip(Windows(name, helper), count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
+    return Strip(windows, count, local, f"{pl}.program_id({axis}) * ({count}) + {local}", backward)
+
+
+def _helper_in(module: cst.Module) -> Optional[str]:
+    """The name of a module-level def that is this helper word for word (under any name the
+    rewrite picks, with the file's spelling of jax.numpy): one an earlier strip added."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value.startswith("_windows_per_step"):
+            text = cst.Module([]).code_for_node(stmt.with_changes(leading_lines=[]))
+            spelled = re.search(r"size = (\S+)\.dtype\(dtype\)\.itemsize", text)
+            if spelled and text == helper_source(stmt.name.value, spelled.group(1)):
+                return stmt.name.value
+    return None
 
 
 def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
