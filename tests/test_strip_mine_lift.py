@@ -409,3 +409,26 @@ def test_two_strip_mined_calls_in_one_module_share_one_helper(tmp_path):
     y = jax.random.normal(jax.random.PRNGKey(1), (16, 256), jnp.float32)
     before, after = (m.both(x, y) for m in namespaces)
     assert jnp.allclose(before, after, atol=1e-5)
+
+
+@pytest.mark.interp
+def test_a_strip_wrong_only_across_steps_fails_verification(tmp_path):
+    """Red team 15: an example whose trip count the helper takes whole (at most 8 windows) runs
+    one step of the new axis, so a strip whose carry does not cross steps verified on it.
+    Verification also runs the rewrite with one window per step. Here the scratch is reset on
+    every step (the `pl.when` on the first step dropped): right with 4 windows in one step, wrong
+    across 4 steps."""
+    from pallas_fix.core.examples import parse_example
+    from pallas_fix.frontends.service import Options, verify_rewrite
+
+    folder = Path(__file__).parent / "fixtures" / "codemods" / "lift_reduction"
+    before = (folder / "strip_state_recurrence_before.py").read_text()
+    after = (folder / "strip_state_recurrence_after.py").read_text()
+    broken = after.replace("    @pl.when(pl.program_id(1) == 0)\n    def _init():\n        h_scratch_ref", "    if True:\n        h_scratch_ref")
+    assert broken != after
+    example = "final_state(f32[2, 64, 128], f32[2, 64, 128], f32[2, 64, 128], chunk=16)"  # 4 windows
+    path = tmp_path / "state.py"
+    (ok,) = verify_rewrite(str(path), before, after, [parse_example(example)], Options(), gpu=False)
+    assert ok.ok, ok.message
+    (bad,) = verify_rewrite(str(path), before, broken, [parse_example(example)], Options(), gpu=False)
+    assert bad.status == "mismatch" and "one window per grid step" in bad.message, (bad.status, bad.message)

@@ -19,6 +19,7 @@ from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
 from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
+from pallas_fix.rewrite.reduction.strip import one_window_per_step
 from pallas_fix.rules.gpu_interpret.policy import verifies_in_gpu_interpret
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.examples.sources import collect_examples
@@ -147,8 +148,18 @@ def verify_rewrite(path: str, original: str, proposed: str, examples: list[Examp
     """Run the interpreters on both versions for every example (one "unverified" verdict for none);
     `gpu`: also GPU interpret mode (the module or the target says its kernels run there);
     `divided_only`: compare no example where a block of the rewrite is partial (core.plans.FixPlan)."""
-    return verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
-                          divided_only=divided_only)
+    verdicts = verify_sources(original, proposed, examples, path=path, timeout_s=opts.verify_timeout,
+                              gpu_interpret=gpu, divided_only=divided_only)
+    one = one_window_per_step(original, proposed)
+    if one is None or not any(v.ok for v in verdicts):
+        return verdicts
+    # A strip-mined lift: run it again with one window per grid step (one seed), which crosses
+    # the steps of its axis on any example; a failure there fails the example.
+    again = verify_sources(original, one, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
+                           divided_only=divided_only, seeds=(0,))
+    return [v if not v.ok or w.ok or w.status == "unverified" else
+            replace(v, status=w.status, message=f"with one window per grid step (the strip helper set to 1): {w.message}")
+            for v, w in zip(verdicts, again)]
 
 
 def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet):

@@ -169,13 +169,39 @@ def strip_plan(analysis, region, site, blocks: list[RefBlock], slots: dict, carr
 def _helper_in(module: cst.Module) -> Optional[str]:
     """The name of a module-level def that is this helper word for word (under any name the
     rewrite picks, with the file's spelling of jax.numpy): one an earlier strip added."""
+    return next(iter(_helpers(module)), None)
+
+
+def _helpers(module: cst.Module) -> dict[str, str]:
+    """The module-level defs that are this helper word for word, by name, with their text."""
+    found = {}
     for stmt in module.body:
         if isinstance(stmt, cst.FunctionDef) and stmt.name.value.startswith("_windows_per_step"):
             text = cst.Module([]).code_for_node(stmt.with_changes(leading_lines=[]))
             spelled = re.search(r"size = (\S+)\.dtype\(dtype\)\.itemsize", text)
             if spelled and text == helper_source(stmt.name.value, spelled.group(1)):
-                return stmt.name.value
-    return None
+                found[stmt.name.value] = text
+    return found
+
+
+ONE_WINDOW = "    return 1  # pallas-fix verification: one window per grid step\n"
+
+
+def one_window_per_step(original: str, rewritten: str) -> Optional[str]:
+    """`rewritten` with every strip helper it adds (one `original` does not define) walking one
+    window per grid step; None where it adds none. Verification runs this too: an example whose
+    trip count the helper takes whole in one step (at most 8 windows) never crosses a step of the
+    new axis, so neither the carry from step to step nor a causal clamp past the first block would
+    be run."""
+    try:
+        added = {n: t for n, t in _helpers(cst.parse_module(rewritten)).items()
+                 if n not in _helpers(cst.parse_module(original))}
+    except cst.ParserSyntaxError:
+        return None
+    for text in added.values():
+        last = text.rindex("    return max(fits, default=1)\n")
+        rewritten = rewritten.replace(text, text[:last] + ONE_WINDOW, 1)
+    return rewritten if added else None
 
 
 def window_edits(ctx, strip: Strip, blocks: list[RefBlock]) -> dict:
