@@ -156,7 +156,7 @@ def verify_rewrite(path: str, original: str, proposed: str, examples: list[Examp
     # A strip-mined lift: run it again with one window per grid step (one seed), which crosses
     # the steps of its axis on any example; a failure there fails the example.
     again = verify_sources(original, one, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
-                           divided_only=divided_only, seeds=(0,))
+                           divided_only=divided_only, seeds=(0,), on_chip=False)
     return [v if not v.ok or w.ok or w.status == "unverified" else
             replace(v, status=w.status, message=f"with one window per grid step (the strip helper set to 1): {w.message}")
             for v, w in zip(verdicts, again)]

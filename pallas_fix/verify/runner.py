@@ -217,6 +217,7 @@ def verify_sources(
     backend_seeds: Optional[int] = 1,
     python: Optional[str] = None,
     divided_only: bool = False,
+    on_chip: bool = True,
 ) -> list[Verdict]:
     """Verify ``rewritten_src`` against ``original_src`` on every example; one Verdict each.
 
@@ -231,6 +232,7 @@ def verify_sources(
     the rewrite holds a lift whose partial last block the interpreters cannot check against the
     original's clamped window (rewrite.proofs.ragged_blocks), so an example where some block of
     the rewrite is partial is not compared: "unverified", or a ragged variant dropped, saying why.
+    ``on_chip``: False skips the compiled run on a TPU (a second check in the interpreters only).
     """
     seeds = [int(s) for s in seeds]
     if not examples:
@@ -239,14 +241,16 @@ def verify_sources(
     to_run = [e for e in settled if not isinstance(e, NoCandidateRan)]
     ran = iter(_run_job(original_src, rewritten_src, to_run, path=path, timeout_s=timeout_s, seeds=seeds,
                         gpu_interpret=gpu_interpret, tpu_interpret=tpu_interpret, max_cores=max_cores,
-                        backend_seeds=backend_seeds, python=python, divided_only=divided_only) if to_run else [])
+                        backend_seeds=backend_seeds, python=python, divided_only=divided_only,
+                        on_chip=on_chip) if to_run else [])
     return [Verdict(entry=e.entry, status="unverified", seeds=list(seeds), message=e.message)
             if isinstance(e, NoCandidateRan) else next(ran) for e in settled]
 
 
 def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *, path: str, timeout_s: float,
              seeds: list[int], gpu_interpret: bool, tpu_interpret: Optional[bool], max_cores: int,
-             backend_seeds: Optional[int], python: Optional[str], divided_only: bool = False) -> list[Verdict]:
+             backend_seeds: Optional[int], python: Optional[str], divided_only: bool = False,
+             on_chip: bool = True) -> list[Verdict]:
     """One worker for every example; caches the candidates it kept."""
     job = {
         "original": {"source": original_src, "path": path},
@@ -264,7 +268,7 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
     verdicts = _assemble(run.records, examples, seeds, timed_out=run.timed_out, rc=run.rc,
                          elapsed=run.elapsed, timeout_s=timeout_s, stderr_tail=run.stderr_tail)
     store_choices(examples, [v.details.get("candidate") for v in verdicts])
-    if tpu_visible():
+    if on_chip and tpu_visible():
         _on_chip(job, verdicts, timeout_s, python)
     return verdicts
 
