@@ -100,3 +100,73 @@ def picked_kernels(ctx: ModuleContext, site: KernelSite, values: list) -> None:
             defs.append(d)
     if len(defs) > 1:
         site.kernel, site.variants = defs[0], tuple(defs)  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmPin:
+    """One variant's arm of the `if` chain that picks the kernel (`root`): while it is set on the
+    context (`ctx.arm_pin`), a name bound once in each arm of that chain and read after it (the
+    spec lists, the out_shape, the operands `if quantize: in_specs = [...] else: in_specs = [...]`)
+    resolves to this arm's value, which is what the pallas_call reads whenever it runs this
+    variant. Any other pattern of bindings (one before the `if` too, two in one arm, a read
+    inside the chain) is left unresolved, as without the pin."""
+
+    root: cst.If
+    block: cst.IndentedBlock
+    blocks: tuple[cst.IndentedBlock, ...]  # every arm's block, this one among them
+
+    def pick(self, ctx: ModuleContext, values: list, at: cst.CSTNode) -> list:
+        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
+        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
+            return values
+        i, j = ctx._pos.get(id(at)), ctx._pos.get(id(self.root))
+        if i is None or j is None or i < ctx._end[j]:
+            return values  # read inside the chain (or before it): not the value the chain leaves
+        mine = [v for v, b in zip(values, owners) if b is self.block]
+        return mine if len(mine) == 1 else values
+
+    def elsewhere(self, ctx: ModuleContext, node: cst.CSTNode) -> bool:
+        """`node` lies in another arm of the chain: it does not run when this variant does."""
+        return any(a is b and b is not self.block for a in ctx.ancestors(node) for b in self.blocks)
+
+
+def variant_arm(ctx: ModuleContext, site: KernelSite) -> Optional[ArmPin]:
+    """The arm that makes the pallas_call run `site.kernel`, one of its variants: the arm whose
+    `kernel_fn = <def>` names it (picked by name), or that holds its def (a def per arm). None
+    unless every variant's binding is a plain statement of its own arm of one `if` / `elif` /
+    `else` chain that sits directly in the wrapper's body, before the call."""
+    if len(site.variants) < 2 or site.kernel is None:
+        return None
+    if len({d.name.value for d in site.variants}) > 1:
+        values = ctx.assignments(site.kernel_name or "", ctx.scope_of(site.call))
+        binders = [ctx.statement_of(v) for v in values]
+        mine = [s for v, s in zip(values, binders)
+                if isinstance(v, cst.Name) and ctx.resolve_def(v.value, v) is site.kernel]
+    else:
+        binders = list(site.variants)
+        mine = [site.kernel]
+    if len(mine) != 1:
+        return None
+    arms = [_chain_arm(ctx, s) for s in binders]  # type: ignore[arg-type]
+    if any(a is None for a in arms) or len({id(a[0]) for a in arms}) != 1:  # type: ignore[index]
+        return None
+    root = arms[0][0]  # type: ignore[index]
+    scope = ctx.scope_of(site.call)
+    if ctx.scope_of(root) is not scope or not any(st is root for st in ctx.body_statements(scope)):
+        return None  # inside a loop, a `with` or another `if`: which arm ran last is not fixed
+    i, j = ctx._pos.get(id(site.call)), ctx._pos.get(id(root))
+    if i is None or j is None or i < ctx._end[j]:
+        return None
+    blocks, arm = [], root
+    while True:
+        blocks.append(arm.body)
+        if isinstance(arm.orelse, cst.If):
+            arm = arm.orelse
+            continue
+        if isinstance(arm.orelse, cst.Else):
+            blocks.append(arm.orelse.body)
+        break
+    block = ctx.parent(mine[0])
+    if not isinstance(block, cst.IndentedBlock) or all(b is not block for b in blocks):
+        return None
+    return ArmPin(root, block, tuple(blocks))
