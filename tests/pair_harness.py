@@ -452,7 +452,7 @@ FAMILIES: dict[str, Family] = {
                                      "pid_batch_rows_guarded", "pid_branch_bound_guarded", "pid_guard_once",
                                      "pid_branch_heads_guarded", "pid_module_cdiv_guarded", "pid_named_out_shape_guarded",
                                      "pid_folded_rows_guarded_triton", "pid_ragged_lockstep_triton", "pid_defaulted_grid_triton",
-                                     "pid_offset_cdiv_guarded"})),
+                                     "pid_offset_cdiv_guarded", "pid_variants_ragged_masks_triton"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",), memory_pairs=frozenset({"strip_mined_rows"}),
                compiled_pairs=frozenset({"extent_squeezed_row_sum_mgpu", "induction_plloop_mgpu", "result_method_call_mosaic_gpu"})),

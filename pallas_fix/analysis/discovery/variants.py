@@ -169,4 +169,8 @@ def variant_arm(ctx: ModuleContext, site: KernelSite) -> Optional[ArmPin]:
     block = ctx.parent(mine[0])
     if not isinstance(block, cst.IndentedBlock) or all(b is not block for b in blocks):
         return None
+    # A def (or class) beside the kernel in an arm: names are looked up by def, last def winning
+    # (ModuleContext.resolve_def), so a helper defined per arm could be read as another arm's.
+    if any(isinstance(st, (cst.FunctionDef, cst.ClassDef)) and st not in site.variants for b in blocks for st in b.body):
+        return None
     return ArmPin(root, block, tuple(blocks))

@@ -59,8 +59,8 @@ class _Arm:
     def keep(self, plan):
         if self.record is not None and isinstance(plan, FixPlan):
             plan.variant = self.record
-            site = self.record.site  # named as its def, not as the name that picks it
-            plan.description = plan.description.replace(f"in `{site.kernel_name}`", f"in `{site.kernel.name.value}`", 1)  # type: ignore[union-attr]
+            # named as its def (and line), not as the name that picks it
+            plan.description = plan.description.replace(f"in `{self.site.kernel_name}`", f"in {_which(self.ctx, self.site)}", 1)
         return plan
 
 
@@ -152,21 +152,21 @@ class _Joined:
 def _join(analysis, plan: FixPlan, partners: list, codemod: str):
     ctx = analysis.ctx
     mine: VariantEdits = plan.variant  # type: ignore[assignment]
-    node = min(mine.shared, key=lambda n: ctx.span(n).line)
-    what = f"`{ctx.code(node).strip().splitlines()[0]}` (line {ctx.span(node).line})"
     text = _shared_text(ctx, mine)
+    line, written = _first_change(ctx.module.code, text)
+    kind, index, dim = mine.slot
     found = []
     for variant in mine.site.variants:
         if variant is mine.site.kernel:
             continue
-        same = [p for p in partners if p.variant.site.kernel is variant and p.variant.slot == mine.slot]
-        kind, index, dim = mine.slot
-        if len(same) != 1:
+        same = [p for p in partners if p.variant.site.kernel is variant and p.variant.slot[:2] == mine.slot[:2]]
+        same.sort(key=lambda p: p.variant.slot != mine.slot)  # the same dim first
+        if not same:
             return Refusal(codemod, (
-                f"{_opening(mine.site)}the lift of {_which(ctx, mine.site)} changes {what}, which the call reads for "
-                f"every variant; variant `{variant.name.value}` has no lift of the same operand ({kind}put {index}, "
-                f"dim {dim}) to make with it, so it would run with that change too. Bind what differs once in each arm "
-                "of the `if` (its specs, sizes and operands) to get this fix"
+                f"{_opening(mine.site)}the lift of {_which(ctx, mine.site)} writes `{written}` (line {line}), which the "
+                f"call reads for every variant; variant `{variant.name.value}` has no lift of the same operand "
+                f"({kind}put {index}) to make with it, so it would run with that change too. Bind what differs once in "
+                "each arm of the `if` (its specs, sizes and operands) to get this fix"
             ))
         other: VariantEdits = same[0].variant
         if {id(n) for n in other.shared} != {id(n) for n in mine.shared} or _shared_text(ctx, other) != text:
@@ -190,7 +190,7 @@ def _join(analysis, plan: FixPlan, partners: list, codemod: str):
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], needed)
 
-    names = ", ".join(f"`{p.variant.site.kernel.name.value}`" for p in found)
+    names = ", ".join(_which(ctx, p.variant.site) for p in found)
     unsafe = any(p.safety is FixSafety.UNSAFE for p in [plan, *found])
     joined = FixPlan(plan.codemod, FixSafety.UNSAFE if unsafe else FixSafety.SAFE,
                      [u for p in [plan, *found] for u in p.uses],
@@ -211,11 +211,28 @@ def _shared_text(ctx, record: VariantEdits) -> str:
     return apply_edits(ctx.module, {n: record.edits[n] for n in record.shared})[0].code
 
 
+def _first_change(before: str, after: str) -> tuple[int, str]:
+    """(line, text) of the first line `after` writes differently from `before`."""
+    a, b = before.splitlines(), after.splitlines()
+    for tag, i1, _, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            return i1 + 1, (b[j1].strip() if j1 < j2 else "(a line removed)")
+    return 0, "(nothing)"
+
+
 def _difference(ctx, mine: VariantEdits, other: VariantEdits) -> str:
-    """The first line the two variants' shared edits write differently."""
-    a, b = _shared_text(ctx, mine).splitlines(), _shared_text(ctx, other).splitlines()
-    minus = [line[1:].strip() for line in difflib.unified_diff(a, b, lineterm="", n=0) if line.startswith("-") and not line.startswith("---")]
-    plus = [line[1:].strip() for line in difflib.unified_diff(a, b, lineterm="", n=0) if line.startswith("+") and not line.startswith("+++")]
-    first = f"`{mine.site.kernel.name.value}` writes `{minus[0] if minus else '(nothing)'}`"  # type: ignore[union-attr]
-    second = f"`{other.site.kernel.name.value}` writes `{plus[0] if plus else '(nothing)'}`"  # type: ignore[union-attr]
-    return f"{first} where {second}"
+    """What each variant's shared edits write that the other's do not (three lines at most each)."""
+    ours, theirs = _added(ctx, mine), _added(ctx, other)
+    assert mine.site.kernel is not None and other.site.kernel is not None
+
+    def said(lines: list[str]) -> str:
+        return ", ".join(f"`{line}`" for line in lines[:3]) or "nothing there"
+
+    return (f"`{mine.site.kernel.name.value}` writes {said([x for x in ours if x not in theirs])} where "
+            f"`{other.site.kernel.name.value}` writes {said([x for x in theirs if x not in ours])}")
+
+
+def _added(ctx, record: VariantEdits) -> list[str]:
+    before, after = ctx.module.code.splitlines(), _shared_text(ctx, record).splitlines()
+    return [line[1:].strip() for line in difflib.unified_diff(before, after, lineterm="", n=0)
+            if line.startswith("+") and not line.startswith("+++")]
