@@ -1,7 +1,8 @@
 """Kernel variants: a call whose kernel is one of several defs, chosen when the wrapper runs
 (a def of the same name in each arm of an `if`, or a name bound to a different def in each arm).
-Each def is analysed as the call's kernel (and none rewritten: kernel_entry), unless the call
-sits in one arm and so runs that arm's def alone."""
+Each def is analysed as the call's kernel, unless the call sits in one arm and so runs that arm's
+def alone. Only program-id-blocks rewrites variants, each against its own arm (`ArmPin`,
+rewrite.callsite.variant_arms); kernel_entry refuses every other fix."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pallas_fix.core.model import KernelSite
 def variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
     """The site, or one site per def when the kernel's name is defined more than once in its scope
     (`if transpose: def kernel(...) ... else: def kernel(...)`): which def the call runs is decided
-    when the wrapper runs, so every def is analysed (and none rewritten: kernel_entry)."""
+    when the wrapper runs, so every def is analysed (and rewritten only against its own arm:
+    ArmPin)."""
     kernel = site.kernel
     if kernel is None or site.factory is not None or site.decorated is not None:
         return [site]
@@ -86,8 +88,8 @@ def _chain_arm(ctx: ModuleContext, d: cst.FunctionDef) -> Optional[tuple[cst.If,
 def picked_kernels(ctx: ModuleContext, site: KernelSite, values: list) -> None:
     """`kernel_fn = _quantized_kernel` in one arm of an `if`, `kernel_fn = _full_kernel` in the
     other, then `functools.partial(kernel_fn, ...)`: which def the call runs is decided when the
-    wrapper runs, so each def is analysed as a variant of the call (and none rewritten:
-    kernel_entry), as a kernel defined once per arm is."""
+    wrapper runs, so each def is analysed as a variant of the call (and rewritten only against
+    its own arm: ArmPin), as a kernel defined once per arm is."""
     blocks = {id(ctx.parent(ctx.statement_of(v))) for v in values}
     if len(blocks) < len(values):
         return  # bound twice in one block: the later binding is the one that runs (or a loop rebinds it)
