@@ -5,11 +5,8 @@ refuse_pid_variants_*)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pallas_fix.engine import analyze_source, plan_kernel
 from pallas_fix.frontends.kernel_rewrites import reached, unit_names
-from pallas_fix.frontends.service import Options, analyse_file, wants_facts
 from pallas_fix.verify.runner import Verdict
 
 _WRAPPER = '''
@@ -91,13 +88,3 @@ def test_picked_variants_are_one_unit_verified_on_the_examples_of_either():
     ran_plain = Verdict("run", "verified", details={"pallas_calls": [{"kernel": "_plain_kernel"}]})
     assert reached(ran_plain, unit)
     assert not reached(ran_plain, "kernel_fn")
-
-
-def test_apply_traces_the_examples_when_a_later_round_needs_a_rank():
-    """flashoptim's windows are integer-array ranges (PF108) until contiguous-window, an unsafe
-    fix, writes them as `pl.ds` windows; their lift then needs the operands' ranks, which only
-    the examples' trace tells (the operands are `jnp.ravel(...)` of the wrapper's arrays)."""
-    path = Path(__file__).parent / "fixtures" / "real" / "flashoptim__momentum_leaf.py"
-    report = analyse_file(str(path), Options())
-    assert not any("cannot tell the rank" in (f.refusal or "") for f in report.findings)
-    assert wants_facts(report, report.config)

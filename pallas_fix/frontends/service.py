@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Optional
 
 from pallas_fix.core.config import Config, ConfigError, load_config, parse_backend, parse_codes
 from pallas_fix.core.examples import ExampleSyntaxError
-from pallas_fix.core.model import FixSafety
 from pallas_fix.core.traced_facts import WANTS_FACTS
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source, mentions_pallas
 from pallas_fix.frontends.files.files import FileError, read_source, write_source
@@ -166,19 +165,9 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
                               divided_only=report.divided_only), None
 
 
-def wants_facts(report: FileReport, config: Optional[Config] = None) -> bool:
-    """Some finding is refused for a fact the examples' trace may show (core.traced_facts), in the
-    file or in what its unsafe fixes, which verification may accept, leave (a window a first
-    round writes, `x_ref.at[offsets]` -> `pl.ds`, whose lift then needs an operand's rank)."""
-    if _wants(report.findings):
-        return True
-    if config is None or config.unsafe_fixes or not any(f.fixable and f.fix_safety is FixSafety.UNSAFE for f in report.findings):
-        return False
-    return _wants(fix_source(report.original or "", report.path, config, unsafe=True).remaining)
-
-
-def _wants(findings: list) -> bool:
-    return any(f.refusal and any(w in f.refusal for w in WANTS_FACTS) for f in findings)
+def wants_facts(report: FileReport) -> bool:
+    """Some finding is refused for a fact the examples' trace may show (core.traced_facts)."""
+    return any(f.refusal and any(w in f.refusal for w in WANTS_FACTS) for f in report.findings)
 
 
 def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet) -> tuple[Optional[FileRewrite], Optional[str]]:
@@ -190,7 +179,7 @@ def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_q
         return None, problem
     config = report.config or Config()
     verifier = _kernel_verifier(report.path, examples, opts, gpu, progress) if examples else None
-    if verifier is not None and wants_facts(report, config):
+    if verifier is not None and wants_facts(report):
         with progress(f"tracing {report.path}'s examples for the facts its code leaves unsaid"):
             facts = learn_facts(report.original or "", examples, path=report.path, timeout_s=opts.verify_timeout)
         config = replace(config, traced_facts=facts)  # plans that use them are unsafe: verified first
