@@ -127,6 +127,25 @@ class ArmPin:
         mine = [v for v, b in zip(values, owners) if b is self.block]
         return mine if len(mine) == 1 else values
 
+    def reaching(self, ctx: ModuleContext, binds: list, at: cst.CSTNode) -> Optional[int]:
+        """Which of `binds` (`(how, value)` pairs, one plain assignment per arm of the chain) a
+        read at `at` sees on this variant's path: this arm's, read after it in the arm or after
+        the chain; None otherwise."""
+        if any(how != "assign" for how, _ in binds):
+            return None
+        values = [v for _, v in binds]
+        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
+        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
+            return None  # not one plain binding in each of some arms
+        mine = [i for i, b in enumerate(owners) if b is self.block]
+        if len(mine) != 1:
+            return None
+        k = mine[0]
+        i, stmt = ctx._pos.get(id(at)), ctx.statement_of(values[k])
+        after_chain = i is not None and i >= ctx._end[ctx._pos[id(self.root)]]
+        after_mine = i is not None and any(a is self.block for a in ctx.ancestors(at)) and i >= ctx._end[ctx._pos[id(stmt)]]
+        return k if after_chain or after_mine else None
+
     def elsewhere(self, ctx: ModuleContext, node: cst.CSTNode) -> bool:
         """`node` lies in another arm of the chain: it does not run when this variant does."""
         return any(a is b and b is not self.block for a in ctx.ancestors(node) for b in self.blocks)

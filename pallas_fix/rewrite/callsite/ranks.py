@@ -11,6 +11,8 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.core import names as N
+
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
@@ -32,6 +34,8 @@ def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], 
     if slot.kind in ("in", "prefetch") and is_plain_name(slot.arg):
         assert slot.arg is not None
         return _rank_of_array(ctx, site, slot.arg)
+    if slot.kind in ("in", "prefetch") and isinstance(slot.arg, cst.Call) and ctx.imports.is_(slot.arg.func, N.RAVEL):
+        return 1  # `jnp.ravel(x)`, whatever x is: flashoptim's flattened leaves
     return None
 
 

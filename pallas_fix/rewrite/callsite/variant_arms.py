@@ -26,6 +26,7 @@ from pallas_fix.analysis.discovery.kernel_entry import entry_problem
 from pallas_fix.analysis.discovery.variants import ArmPin, variant_arm
 from pallas_fix.core.model import FixSafety, KernelSite
 from pallas_fix.core.plans import FixPlan, Refusal, Refuse, use_key
+from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.text.edits import apply_edits
 
@@ -112,6 +113,8 @@ def together(analysis, outcomes: dict, codemod: str) -> dict:
     for pairs in per_variant.values():
         if not any(isinstance(o, FixPlan) or (isinstance(o, Refusal) and o.waits_for) for _, o in pairs):
             site = pairs[0][0]
+            if _moves(analysis, site):
+                continue  # lifted in an earlier round (or by its author): what is left stays, refused
             reason = next((o.reason for _, o in pairs if isinstance(o, Refusal)), "no window can move")
             blocked.setdefault(id(site.call), (site, reason))
     for use in analysis.uses:
@@ -124,6 +127,17 @@ def together(analysis, outcomes: dict, codemod: str) -> dict:
             f"{_which(analysis.ctx, other)} can lift none of its windows: {reason}"
         ))
     return out
+
+
+def _moves(analysis, site: KernelSite) -> bool:
+    """Some operand of the variant already has a block the grid moves (a BlockSpec in its arm
+    whose index_map is not all zeros)."""
+    try:
+        with arm_planning(analysis, site):
+            cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
+            return any(slot.kind in ("in", "out") and not cs.spec_of(slot).whole for slot in cs.slots.values())
+    except (Refuse, CallSiteError):
+        return False
 
 
 def _joined(analysis, outcomes: dict, codemod: str) -> dict:
