@@ -106,16 +106,17 @@ def together(analysis, outcomes: dict, codemod: str) -> dict:
     out = _joined(analysis, outcomes, codemod)
     per_variant: dict[tuple[int, int], list] = {}
     for use in analysis.uses:
-        outcome, site = out.get(use_key(use)), use.kernel_site
-        if outcome is not None and site is not None and len(site.variants) > 1:
-            per_variant.setdefault((id(site.call), id(site.kernel)), []).append((site, outcome))
+        site = use.kernel_site
+        if site is not None and len(site.variants) > 1:  # a window no program-id lift speaks for counts too
+            per_variant.setdefault((id(site.call), id(site.kernel)), []).append((site, use, out.get(use_key(use))))
     blocked: dict[int, tuple[KernelSite, str]] = {}
-    for pairs in per_variant.values():
-        if not any(isinstance(o, FixPlan) or (isinstance(o, Refusal) and o.waits_for) for _, o in pairs):
-            site = pairs[0][0]
+    for entries in per_variant.values():
+        if not any(isinstance(o, FixPlan) or (isinstance(o, Refusal) and o.waits_for) for _, _, o in entries):
+            site = entries[0][0]
             if _moves(analysis, site):
                 continue  # lifted in an earlier round (or by its author): what is left stays, refused
-            reason = next((o.reason for _, o in pairs if isinstance(o, Refusal)), "no window can move")
+            reason = next((o.reason for _, _, o in entries if isinstance(o, Refusal)), None) or (
+                f"its window on line {analysis.ctx.span(entries[0][1].subscript).line} is no program-id window")
             blocked.setdefault(id(site.call), (site, reason))
     for use in analysis.uses:
         key, site = use_key(use), use.kernel_site
