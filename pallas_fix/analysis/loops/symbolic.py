@@ -234,7 +234,7 @@ class Symbols:
             # rest of the module takes as positive is the quotient of `a`, spelled `-(text)`
             flipped = "ceil" if kind == "floor" else "floor"
             return self.quotient(flipped, num.scale(-1), den, f"-({text})").scale(-1)
-        if kind == "floor" and (b is None or b > 0):  # `(n + bs - 1) // bs` is `pl.cdiv(n, bs)` (bs > 0, as every atom)
+        if kind == "floor" and b is None:  # `(n + bs - 1) // bs` is `pl.cdiv(n, bs)` (bs > 0, as every atom)
             rest = num - den + Poly.const(1)
             if len(rest.terms) < len(num.terms):
                 kind, num = "ceil", rest
