@@ -43,6 +43,7 @@ from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
 from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, folds_at_call
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
+from pallas_fix.rewrite.callsite.variant_arms import arm_planning, together
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits, extent_read
@@ -72,13 +73,14 @@ def planner(analysis) -> dict:
     second window is refused (its block would stay resident across the first one's axis), a
     refusal that waits for the first window's fix."""
     groups = _windowed_refs(analysis)
-    outcomes = per_use(groups.items(), lambda key, uses: _attempt(analysis, groups, key, uses))
+    outcomes = together(analysis, per_use(groups.items(), lambda key, uses: _attempt(analysis, groups, key, uses)), NAME)
     return {**program_id_scalar_refusals(NAME, analysis), **outcomes}
 
 
 def _attempt(analysis, groups: dict, key: tuple[tuple[int, int], str, int], uses: list[IndexUse]) -> Outcome:
     try:
-        return _plan(analysis, key[1], key[2], uses)
+        with arm_planning(analysis, uses[0].kernel_site) as confine:  # a variant: against its own arm
+            return confine.keep(_plan(analysis, key[1], key[2], uses, confine))
     except ResidentOutput as exc:
         return Refusal(NAME, str(exc), _windows_over(groups, key, exc.axes))
     except (Refuse, CallSiteError) as exc:  # as rewrite.common.attempt
@@ -126,10 +128,10 @@ class _Window:
     dma: bool = False  # an output left in HBM, written by DMAs that now copy into its VMEM block
 
 
-def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
+def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
-    check_single_call(analysis, site)
+    check_single_call(analysis, site, variants=True)
     kernel_env = analysis.detection.envs.get(site.kernel)
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
@@ -207,6 +209,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     for stmt in [*dead, *starts]:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
     needed = pl.add
+    confine(edits, needed, cs.slots[ref], dim)
 
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])

@@ -351,6 +351,11 @@ def applicable(
 def plan_kernel(plan: FixPlan) -> Optional[str]:
     """The name of the kernel a plan rewrites (its pallas_call's kernel), None when unknown."""
     site = plan.site or next((u.kernel_site for u in plan.uses if u.kernel_site is not None), None)
+    if site is not None and len({d.name.value for d in site.variants}) > 1:
+        # Variants picked by a name (`kernel_fn = _full_kernel`), whose lifts may be joined
+        # (rewrite.callsite.variant_arms): one unit, verified on the examples that reach any of
+        # them, named as the examples trace them (frontends.kernel_rewrites.unit_names).
+        return ", ".join(dict.fromkeys(d.name.value for d in site.variants))
     return site.kernel_name if site is not None else None
 
 

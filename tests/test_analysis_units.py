@@ -349,13 +349,15 @@ def run(x, scaled: bool, bm=8):
 def test_a_kernel_picked_by_a_name_bound_in_each_arm_is_read():
     """`kernel_fn = _a` / `kernel_fn = _b` in the arms of `if flag:`, then
     `functools.partial(kernel_fn, ...)` (flashoptim-jax, part j): both defs are the call's kernel.
-    They got no finding at all; now each is analysed and, as for a kernel defined once per arm, the
-    lift is refused naming the variants (one pallas_call cannot be written for both)."""
+    They got no finding at all; now each is analysed, and each variant's lift of an operand adds
+    the call's specs, which both run: the two write the same specs, so they are made together
+    (rewrite.callsite.variant_arms; program_id_blocks/refuse_pid_variants_disagree: blocks that
+    differ are refused, naming them)."""
     findings = analyze_source(_PICKED, "k.py").findings
     lines = {f.span.line for f in findings}
     assert {11, 16} <= lines, lines  # a window of each variant
     lifts = [f for f in findings if f.code == "PF103"]
-    assert lifts and all(f.plan is None for f in lifts)
-    assert all("a name bound to one of `_scaled_kernel`, `_plain_kernel`" in f.refusal for f in lifts), lifts[0].refusal
+    assert lifts and all(f.plan is not None for f in lifts), [f.refusal for f in lifts]
+    assert all("and the same operand's window in `_plain_kernel`" in f.plan.description for f in lifts if f.span.line == 11)
     one = _PICKED.replace("    else:\n        kernel_fn = _plain_kernel\n", "")
     assert {f.span.line for f in analyze_source(one, "k.py").findings} == {11}  # one binding: the one kernel

@@ -58,6 +58,7 @@ class ModuleContext:
         self._positions: Optional[LazyPositions] = None
         self._scope_index: dict[int, _ScopeIndex] = {}
         self._codes: dict[int, tuple[cst.CSTNode, str]] = {}
+        self.arm_pin = None  # analysis.discovery.variants.ArmPin: a variant's arm's values, while it is planned
         _CONTEXTS.add(self)
 
     # -- structure ------------------------------------------------------------------------------
@@ -198,6 +199,7 @@ class ModuleContext:
                 if not values and isinstance(scope, (cst.FunctionDef, cst.Lambda)) and expr.value in _parameters(scope.params):
                     return expr  # a parameter never assigned: the caller's argument, not an outer name
                 if values:
+                    values = self.arm_pin.pick(self, values, at) if len(values) > 1 and self.arm_pin else values
                     if len(values) != 1 or self._within(at, values[0]) or self._argument_may_reach(scope, expr.value, values[0], at):
                         return expr
                     at = values[0]
@@ -228,8 +230,7 @@ class ModuleContext:
 
     # -- positions ------------------------------------------------------------------------------
     def span(self, node: cst.CSTNode) -> Span:
-        if self._positions is None:
-            self._positions = LazyPositions()
+        self._positions = self._positions or LazyPositions()
         (line, column), (end_line, end_column) = self._positions.get(self, node)
         return Span(line, column, end_line, end_column)
 
@@ -320,11 +321,10 @@ def _same_scope_slice(ctx: ModuleContext, node: cst.CSTNode, enter_lambda: bool 
     order, end = ctx._order, ctx._end
     i = ctx._pos[id(node)]
     stop = end[i]
+    yield node
     # A function's own body is a new scope too, even when the walk starts at it.
     if type(node) is _FunctionDef or (type(node) is _Lambda and not enter_lambda):
-        yield node
         return
-    yield node
     i += 1
     while i < stop:
         cur = order[i]

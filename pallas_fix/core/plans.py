@@ -41,6 +41,9 @@ class FixPlan:
     # a Triton kernel that reads its position): verification compares only examples where every
     # block of the rewrite divides its array.
     divided_only: bool = False
+    # A lift of one kernel variant of a call (rewrite.callsite.variant_arms.VariantEdits): its
+    # edits, for joining with the other variants' lifts of the same operand where they share one.
+    variant: Optional[object] = None
 
 
 @dataclass

@@ -76,10 +76,16 @@ class FileRewrite:
         return [k for k in self.kernels if k.accepted]
 
 
+def unit_names(kernel: Optional[str]) -> set[str]:
+    """The kernel names a unit of rewriting stands for: one, or a call's variants picked by a name
+    bound in each arm (`"_quantized_kernel, _full_kernel"`: engine.plan_kernel)."""
+    return set(kernel.split(", ")) if kernel is not None else set()
+
+
 def reached(verdict: Verdict, kernel: Optional[str]) -> bool:
     """Did the example run `kernel`? (the rewrite's traced pallas_calls name their kernels)"""
     calls = verdict.details.get("pallas_calls") or []
-    return kernel is not None and any(c.get("kernel") == kernel for c in calls)
+    return any(c.get("kernel") in unit_names(kernel) for c in calls)
 
 
 def rewrite_by_kernel(
@@ -188,7 +194,7 @@ def _unverified_fixes(current, path, config, kernel, allow_unsafe, *, start_only
 def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_for_memory: bool):
     """The verified rewrite, or its refusal when it only trades speed for memory (module docstring);
     as `_one_kernel` returns them."""
-    measured = [(r, v.example) for v in verdicts if v.ok and reached(v, kernel) for r in v.speed if r.get("kernel") == kernel]
+    measured = [(r, v.example) for v in verdicts if v.ok and reached(v, kernel) for r in v.speed if r.get("kernel") in unit_names(kernel)]
     windows = next((p.windows for p in candidate.pipelined if p is not None and p.windows), "")
     held, note = memory_trade(measured, windows)
     timed = chip_times([v for v in verdicts if v.ok and reached(v, kernel)])
@@ -215,7 +221,7 @@ def steps_counted(verdicts, kernel) -> bool:
     """Did an example count the kernel's grid steps on both sides (as lift_cost pairs them)?
     Then no lift_cost record means the rewrite did not multiply them."""
     def counted(calls) -> bool:
-        return any(c.get("kernel") == kernel and isinstance(c.get("steps"), int) for c in calls or ())
+        return any(c.get("kernel") in unit_names(kernel) and isinstance(c.get("steps"), int) for c in calls or ())
 
     return any(v.ok and counted(v.details.get("pallas_calls")) and counted(v.details.get("pallas_calls_original"))
                for v in verdicts)

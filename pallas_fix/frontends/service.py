@@ -16,7 +16,7 @@ from pallas_fix.core.traced_facts import WANTS_FACTS
 from pallas_fix.engine import CheckResult, FixResult, SourceError, analyze_source, fix_source, mentions_pallas
 from pallas_fix.frontends.files.files import FileError, read_source, write_source
 from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
-from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel
+from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel, unit_names
 from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
 from pallas_fix.rewrite.reduction.strip import one_window_per_step
@@ -208,7 +208,7 @@ def _kernel_verifier(path: str, examples: list[Example], opts: Options, gpu: boo
     reached_by: dict[int, set] = {}  # id(example) -> the kernels its first run traced
 
     def verify(old: str, new: str, kernel: Optional[str], divided_only: bool = False) -> list[Verdict]:
-        chosen = [e for e in examples if id(e) not in reached_by or kernel in reached_by[id(e)]]
+        chosen = [e for e in examples if id(e) not in reached_by or unit_names(kernel) & reached_by[id(e)]]
         if not chosen:
             return []
         with progress(f"verifying {path}{f' ({kernel})' if kernel else ''}, {len(chosen)} example(s)"):

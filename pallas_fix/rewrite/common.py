@@ -59,14 +59,14 @@ def per_use(groups: Iterable[tuple[object, list[IndexUse]]], plan: Callable[[obj
     return out
 
 
-def check_single_call(analysis, site) -> None:
+def check_single_call(analysis, site, *, variants: bool = False) -> None:
     """The kernel is defined in this module and only this pallas_call runs it: a rewrite that
-    changes both the kernel and the call would break any other call."""
+    changes both the kernel and the call would break any other call. `variants`: as entry_problem's."""
     if site is None or site.kernel is None:
         raise Refuse("the kernel is not defined in this module")
     if sum(1 for s in analysis.sites if s.kernel is site.kernel) > 1:
         raise Refuse(f"kernel `{site.kernel_name}` is used by more than one pallas_call")
-    problem = entry_problem(analysis, site)  # a decorator, or another caller, also runs the body
+    problem = entry_problem(analysis, site, variants=variants)  # a decorator, or another caller, also runs the body
     if problem is not None:
         raise Refuse(problem)
 

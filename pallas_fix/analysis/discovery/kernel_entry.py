@@ -30,8 +30,10 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 
 
-def entry_problem(analysis, site: KernelSite) -> Optional[str]:
-    """Why the kernel's body is not only run by this pallas_call, or None."""
+def entry_problem(analysis, site: KernelSite, *, variants: bool = False) -> Optional[str]:
+    """Why the kernel's body is not only run by this pallas_call, or None. `variants`: the caller
+    plans each variant of a call against its own arm (rewrite.callsite.variant_arms), so a kernel
+    picked per arm of a static `if` is not a reason."""
     ctx: ModuleContext = analysis.ctx
     kernel = site.kernel
     if kernel is None:
@@ -43,7 +45,7 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "not the whole kernel (the decorator may run code, or write refs, around it); pallas-fix only rewrites "
             "kernels whose body is all that runs"
         )
-    if len(site.variants) > 1 and len({d.name.value for d in site.variants}) > 1:
+    if len(site.variants) > 1 and not variants and len({d.name.value for d in site.variants}) > 1:
         names = ", ".join(f"`{d.name.value}`" for d in site.variants)
         return (
             f"the pallas_call runs `{site.kernel_name}`, a name bound to one of {names} when the wrapper runs (a static "
@@ -51,7 +53,7 @@ def entry_problem(analysis, site: KernelSite) -> Optional[str]:
             "body with its one pallas_call and does not lift per variant. Give each variant its own pallas_call (the "
             "same flag choosing between them) to get this fix"
         )
-    if len(site.variants) > 1:
+    if len(site.variants) > 1 and not variants:
         lines = ", ".join(str(ctx.span(d).line) for d in site.variants)
         return (
             f"kernel `{kernel.name.value}` is defined {len(site.variants)} times in one scope (lines {lines}), so which "

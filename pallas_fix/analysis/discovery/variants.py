@@ -1,7 +1,8 @@
 """Kernel variants: a call whose kernel is one of several defs, chosen when the wrapper runs
 (a def of the same name in each arm of an `if`, or a name bound to a different def in each arm).
-Each def is analysed as the call's kernel (and none rewritten: kernel_entry), unless the call
-sits in one arm and so runs that arm's def alone."""
+Each def is analysed as the call's kernel, unless the call sits in one arm and so runs that arm's
+def alone. Only program-id-blocks rewrites variants, each against its own arm (`ArmPin`,
+rewrite.callsite.variant_arms); kernel_entry refuses every other fix."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pallas_fix.core.model import KernelSite
 def variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
     """The site, or one site per def when the kernel's name is defined more than once in its scope
     (`if transpose: def kernel(...) ... else: def kernel(...)`): which def the call runs is decided
-    when the wrapper runs, so every def is analysed (and none rewritten: kernel_entry)."""
+    when the wrapper runs, so every def is analysed (and rewritten only against its own arm:
+    ArmPin)."""
     kernel = site.kernel
     if kernel is None or site.factory is not None or site.decorated is not None:
         return [site]
@@ -86,8 +88,8 @@ def _chain_arm(ctx: ModuleContext, d: cst.FunctionDef) -> Optional[tuple[cst.If,
 def picked_kernels(ctx: ModuleContext, site: KernelSite, values: list) -> None:
     """`kernel_fn = _quantized_kernel` in one arm of an `if`, `kernel_fn = _full_kernel` in the
     other, then `functools.partial(kernel_fn, ...)`: which def the call runs is decided when the
-    wrapper runs, so each def is analysed as a variant of the call (and none rewritten:
-    kernel_entry), as a kernel defined once per arm is."""
+    wrapper runs, so each def is analysed as a variant of the call (and rewritten only against
+    its own arm: ArmPin), as a kernel defined once per arm is."""
     blocks = {id(ctx.parent(ctx.statement_of(v))) for v in values}
     if len(blocks) < len(values):
         return  # bound twice in one block: the later binding is the one that runs (or a loop rebinds it)
@@ -100,3 +102,96 @@ def picked_kernels(ctx: ModuleContext, site: KernelSite, values: list) -> None:
             defs.append(d)
     if len(defs) > 1:
         site.kernel, site.variants = defs[0], tuple(defs)  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmPin:
+    """One variant's arm of the `if` chain that picks the kernel (`root`): while it is set on the
+    context (`ctx.arm_pin`), a name bound once in each arm of that chain and read after it (the
+    spec lists, the out_shape, the operands `if quantize: in_specs = [...] else: in_specs = [...]`)
+    resolves to this arm's value, which is what the pallas_call reads whenever it runs this
+    variant. Any other pattern of bindings (one before the `if` too, two in one arm, a read
+    inside the chain) is left unresolved, as without the pin."""
+
+    root: cst.If
+    block: cst.IndentedBlock
+    blocks: tuple[cst.IndentedBlock, ...]  # every arm's block, this one among them
+
+    def pick(self, ctx: ModuleContext, values: list, at: cst.CSTNode) -> list:
+        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
+        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
+            return values
+        i, j = ctx._pos.get(id(at)), ctx._pos.get(id(self.root))
+        if i is None or j is None or i < ctx._end[j]:
+            return values  # read inside the chain (or before it): not the value the chain leaves
+        mine = [v for v, b in zip(values, owners) if b is self.block]
+        return mine if len(mine) == 1 else values
+
+    def reaching(self, ctx: ModuleContext, binds: list, at: cst.CSTNode) -> Optional[int]:
+        """Which of `binds` (`(how, value)` pairs, one plain assignment per arm of the chain) a
+        read at `at` sees on this variant's path: this arm's, read after it in the arm or after
+        the chain; None otherwise."""
+        if any(how != "assign" for how, _ in binds):
+            return None
+        values = [v for _, v in binds]
+        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
+        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
+            return None  # not one plain binding in each of some arms
+        mine = [i for i, b in enumerate(owners) if b is self.block]
+        if len(mine) != 1:
+            return None
+        k = mine[0]
+        i, stmt = ctx._pos.get(id(at)), ctx.statement_of(values[k])
+        after_chain = i is not None and i >= ctx._end[ctx._pos[id(self.root)]]
+        after_mine = i is not None and any(a is self.block for a in ctx.ancestors(at)) and i >= ctx._end[ctx._pos[id(stmt)]]
+        return k if after_chain or after_mine else None
+
+    def elsewhere(self, ctx: ModuleContext, node: cst.CSTNode) -> bool:
+        """`node` lies in another arm of the chain: it does not run when this variant does."""
+        return any(a is b and b is not self.block for a in ctx.ancestors(node) for b in self.blocks)
+
+
+def variant_arm(ctx: ModuleContext, site: KernelSite) -> Optional[ArmPin]:
+    """The arm that makes the pallas_call run `site.kernel`, one of its variants: the arm whose
+    `kernel_fn = <def>` names it (picked by name), or that holds its def (a def per arm). None
+    unless every variant's binding is a plain statement of its own arm of one `if` / `elif` /
+    `else` chain that sits directly in the wrapper's body, before the call."""
+    if len(site.variants) < 2 or site.kernel is None:
+        return None
+    if len({d.name.value for d in site.variants}) > 1:
+        values = ctx.assignments(site.kernel_name or "", ctx.scope_of(site.call))
+        binders = [ctx.statement_of(v) for v in values]
+        mine = [s for v, s in zip(values, binders)
+                if isinstance(v, cst.Name) and ctx.resolve_def(v.value, v) is site.kernel]
+    else:
+        binders = list(site.variants)
+        mine = [site.kernel]
+    if len(mine) != 1:
+        return None
+    arms = [_chain_arm(ctx, s) for s in binders]  # type: ignore[arg-type]
+    if any(a is None for a in arms) or len({id(a[0]) for a in arms}) != 1:  # type: ignore[index]
+        return None
+    root = arms[0][0]  # type: ignore[index]
+    scope = ctx.scope_of(site.call)
+    if ctx.scope_of(root) is not scope or not any(st is root for st in ctx.body_statements(scope)):
+        return None  # inside a loop, a `with` or another `if`: which arm ran last is not fixed
+    i, j = ctx._pos.get(id(site.call)), ctx._pos.get(id(root))
+    if i is None or j is None or i < ctx._end[j]:
+        return None
+    blocks, arm = [], root
+    while True:
+        blocks.append(arm.body)
+        if isinstance(arm.orelse, cst.If):
+            arm = arm.orelse
+            continue
+        if isinstance(arm.orelse, cst.Else):
+            blocks.append(arm.orelse.body)
+        break
+    block = ctx.parent(mine[0])
+    if not isinstance(block, cst.IndentedBlock) or all(b is not block for b in blocks):
+        return None
+    # A def (or class) beside the kernel in an arm: names are looked up by def, last def winning
+    # (ModuleContext.resolve_def), so a helper defined per arm could be read as another arm's.
+    if any(isinstance(st, (cst.FunctionDef, cst.ClassDef)) and st not in site.variants for b in blocks for st in b.body):
+        return None
+    return ArmPin(root, block, tuple(blocks))

@@ -19,6 +19,10 @@ def reaching_binding(ctx: ModuleContext, scope: Scope, binds: list, at: cst.CSTN
     binding is a plain statement of the scope's own body, so the last one before the statement
     holding `at` wins (0: none before it, the parameter). None when a branch or loop binds it,
     or `at` is not in the scope's body (a node the rewrite built: read where its call is)."""
+    if ctx.arm_pin is not None:  # one kernel variant planned: a name bound once per arm is its arm's
+        mine = ctx.arm_pin.reaching(ctx, binds, at)
+        if mine is not None:
+            return mine + 1
     last = last_binding(ctx, scope, binds, at, simple=True)
     return None if last is None else last + 1
 

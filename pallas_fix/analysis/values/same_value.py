@@ -104,7 +104,9 @@ def name_change(ctx: ModuleContext, name: str, first: cst.CSTNode, then: cst.CST
         return _first_line(ctx, name, [n for n in nodes if _position(ctx, n) > start])  # `then` runs whenever its function is called
     if end < start:
         return Change(name, None)
-    between = [n for n in nodes if start < _position(ctx, n) < end]
+    # Planning one kernel variant (analysis.discovery.variants.ArmPin), the other arms of the `if`
+    # that picks it do not run on its path.
+    between = [n for n in nodes if start < _position(ctx, n) < end and not (ctx.arm_pin and ctx.arm_pin.elsewhere(ctx, n))]
     if between:
         return _first_line(ctx, name, between)
     for loop in _loops_around(ctx, scope, then):

@@ -11,6 +11,8 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.core import names as N
+
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
@@ -32,6 +34,8 @@ def declared_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], 
     if slot.kind in ("in", "prefetch") and is_plain_name(slot.arg):
         assert slot.arg is not None
         return _rank_of_array(ctx, site, slot.arg)
+    if slot.kind in ("in", "prefetch") and isinstance(slot.arg, cst.Call) and ctx.imports.is_(slot.arg.func, N.RAVEL):
+        return 1  # `jnp.ravel(x)`, whatever x is: flashoptim's flattened leaves
     return None
 
 
@@ -187,7 +191,7 @@ def traced_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], sl
     if problem is not None:
         return None, problem
     counts = tuple(sum(1 for s in slots.values() if s.kind == kind) for kind in ("prefetch", "in", "out"))
-    rank, why = facts.rank(site.kernel_name, slot.kind, slot.index, counts, nth)  # type: ignore[arg-type]
+    rank, why = facts.rank(_traced_name(site), slot.kind, slot.index, counts, nth)  # type: ignore[arg-type]
     if rank is None and nth is not None:
         return None, f"{_named(ctx, site)}; for the one on line {ctx.span(site.kernel.name).line}: {why}"  # type: ignore[union-attr]
     return rank, why
@@ -197,12 +201,21 @@ def traced_def(ctx: ModuleContext, site: KernelSite) -> tuple[Optional[int], Opt
     """Which def of its name the site's kernel is, for facts from the examples (TracedFacts'
     `nth`): (None, None) when the name has one def, (n, None) for the def the call resolves in its
     scope among several, (None, why no fact is the call's) when one call runs several defs."""
-    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == site.kernel_name]
+    defs = [f for f in ctx.nodes_of(cst.FunctionDef) if f.name.value == _traced_name(site)]
     if len(defs) == 1:
         return None, None
-    if site.kernel is None or site.variants or site.kernel not in defs:
+    # A variant planned against its own arm (ctx.arm_pin) is one def: the examples that ran it.
+    if site.kernel is None or (site.variants and ctx.arm_pin is None) or site.kernel not in defs:
         return None, _named(ctx, site)  # one call for several defs: no one def's fact is the call's
     return sorted(defs, key=lambda f: ctx.span(f.name).line).index(site.kernel), None
+
+
+def _traced_name(site: KernelSite) -> Optional[str]:
+    """The name the trace gives the site's kernel: its def's, for a variant picked by a name
+    bound in each arm (`kernel_fn = _full_kernel`)."""
+    if site.kernel is not None and len({d.name.value for d in site.variants}) > 1:
+        return site.kernel.name.value
+    return site.kernel_name
 
 
 def _named(ctx: ModuleContext, site: KernelSite) -> str:

@@ -232,6 +232,11 @@ class Bounds:
         """The kernel's view of the input spans the array's whole dim (no block cuts it down)."""
         slot = self.cs.slots.get(block.param)
         seen = self.cs.kernel_shape_dim(block.param, block.dim)
+        if slot is not None and slot.kind == "in" and seen is None:  # not spelled at the call (`jnp.ravel(g)`)
+            try:
+                return self.cs.spec_of(slot).whole  # a whole ref: the kernel's dim is the array's
+            except CallSiteError:
+                return False
         if slot is None or slot.kind != "in" or seen is None:
             return False
         rank = self.cs.rank(block.param)  # unknown: the kernel's dim is the array's own, if any

@@ -36,10 +36,12 @@ def starred_items(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode)
     if value is star or ctx.scope_of(value) is not ctx.scope_of(at):
         return None
     items = elements(value)
-    if items is None or not all(isinstance(i, cst.Name) for i in items):
+    # Planning a variant against its arm (ctx.arm_pin), the arm's tuple of computed operands
+    # (`jnp.ravel(grad)`) counts too: its items are matched to refs, never spelled at the call.
+    if items is None or not all(isinstance(i, cst.Name) or ctx.arm_pin is not None for i in items):
         return None
     scope = ctx.scope_of(at)
-    if any(len(ctx.assignments(i.value, scope)) > 1 for i in items):
+    if any(isinstance(i, cst.Name) and len(ctx.assignments(i.value, scope)) > 1 for i in items):
         return None
     if _mutated(ctx, star.value, scope):
         return None
