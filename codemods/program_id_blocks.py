@@ -58,6 +58,7 @@ from pallas_fix.rewrite.kernel.scalar_lift import (
     block_subscript_edit, check_one_form, check_squeezed_reads, scalar_block_size, split_squeezable,
 )
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.kernel.twin_refs import Unwindowed, twin_plan
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
@@ -133,7 +134,10 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse]) -> FixPlan:
     kernel_env = analysis.detection.envs.get(site.kernel)
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
-    window = _shared_window(analysis, cs, ref, dim, uses)
+    try:
+        window = _shared_window(analysis, cs, ref, dim, uses)
+    except Unwindowed as why:  # also read elsewhere: on Triton the window takes a twin of the operand
+        return twin_plan(analysis, cs, ref, dim, uses, why, _plan, _windowed_refs)
     index = window.index  # its divisors already written at the call site
     check_folded_output(cs, ref, index)
     helpers = pid_helpers(analysis, site)
@@ -251,15 +255,15 @@ def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExp
     return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
-def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> str:
+def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> Refuse:
     """Why an access of `ref` gives no window: a descriptor rebuilt only to wait has its window,
     which detection reads as moving no data (red team 14: it was called 'without a window')."""
     line = ctx.span(node).line
     if only_waited(ctx, node):
-        return (f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
+        return Refuse(f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
                 "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the descriptor "
                 "that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
-    return f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})"
+    return Unwindowed(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})", line)
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
@@ -287,7 +291,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
-            raise Refuse(_unwindowed(ctx, ref, dim, node))
+            raise _unwindowed(ctx, ref, dim, node)
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.
