@@ -131,16 +131,20 @@ def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], 
 
 
 def _inserted(items: list, after: int, item):
-    """`items` with `item` after position `after`, commas as the list writes them."""
+    """`items` with `item` after position `after`, separated as the list separates its items: a
+    last item keeps its trailing comma (or none) on the new one."""
     prev = items[after]
-    if prev.comma is cst.MaybeSentinel.DEFAULT:  # the last item: it gains a comma, the new one has none
-        return [*items[:after], prev.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), item]
-    return [*items[:after + 1], item.with_changes(comma=prev.comma), *items[after + 1:]]
+    if after + 1 < len(items):
+        return [*items[:after + 1], item.with_changes(comma=prev.comma), *items[after + 1:]]
+    sep = items[after - 1].comma if after > 0 else cst.MaybeSentinel.DEFAULT
+    if not isinstance(sep, cst.Comma):
+        sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*items[:after], prev.with_changes(comma=sep), item.with_changes(comma=prev.comma)]
 
 
 def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int) -> None:
     """The twin's spec, whole (`pl.BlockSpec()`; the lift then gives it the window's): none when
-    in_specs is absent; a list literal gains an item, `[spec] * n` becomes `[spec] * n + [twin's]`."""
+    in_specs is absent; a list literal gains an item, `[spec] * n` is spelled out with one more."""
     container = cs.site.kw("in_specs")
     if container is None:
         return
@@ -152,7 +156,9 @@ def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int) -> None:
         edits[value] = lambda v: v.with_changes(elements=_inserted(list(v.elements), last, cst.Element(whole)))
         return
     repeated = repeated_items(cs.ctx, value, cs.anchor(container))
-    if repeated is not None and len(repeated) == last + 1:
-        edits[value] = lambda v: cst.BinaryOperation(v, cst.Add(), cst.List([cst.Element(whole)]))
+    if repeated is not None and len(repeated) == last + 1:  # spelled out: pallas-fix edits one item of a literal
+        spelled = [cst.Element(cst.parse_expression(cs.ctx.code(i)), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                   for i in repeated]
+        edits[value] = lambda v: cst.List([*spelled, cst.Element(whole)])
         return
     raise Refuse(f"in_specs `{code(container)}` is not a list literal or `[spec] * n`, so `{ref}`'s twin gets no spec")
