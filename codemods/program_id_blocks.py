@@ -267,9 +267,8 @@ def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> Refuse:
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:
-    """An input or output of a gridded call. Its BlockSpec may already block it: the kernel's
-    window then lies inside that block, and SpecWriter composes the two (a sub-block numbered
-    across the existing blocks) or says why it cannot."""
+    """An input or output of a gridded call. Its BlockSpec may already block it: the kernel's window
+    then lies inside that block, and SpecWriter composes the two (a sub-block numbered across the existing blocks) or says why not."""
     slot = cs.slots.get(ref)
     if slot is None or slot.kind not in ("in", "out"):
         raise Refuse(f"`{ref}` is not an input or output of the pallas_call")

@@ -52,8 +52,8 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
     original tree; Refuse (saying what the twin would cost, or why it cannot be written) else."""
     slot = cs.slots[ref]
     if slot.kind == "out":
-        raise Refuse(f"{why}: the output `{ref}` is read both at its program_id window and elsewhere; lifting the window "
-                     "would pass the output twice, and two refs aliasing one output are not safe")
+        raise Refuse(f"{why}: the output `{ref}` is accessed both at its program_id window and elsewhere; lifting the "
+                     "window would take a second ref to the same output, and two refs aliasing one output are not safe")
     backend = cs.site.backend
     arg = code(slot.arg) if slot.arg is not None else ref
     if backend is not Backend.TRITON:
@@ -84,7 +84,9 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
             raise Refuse("the tree changed under the twin operand's plan")
         return lift.rewrite(twin.ctx.module)
 
-    note = (f"{lift.description}, passing `{arg}` a second time as `{new}` (the other reads keep `{ref}` whole); "
+    # The lift's own words, said of the user's ref: its window now reads the twin's block.
+    said = lift.description.replace(f"`{new}`", f"`{ref}`", 1).replace(" into its BlockSpec", f" into the BlockSpec of `{new}`", 1)
+    note = (f"{said}, `{arg}` passed a second time for it (the other reads keep `{ref}` whole); "
             "on Triton a BlockSpec is a pointer offset into the same array, so this adds no memory traffic")
     return FixPlan(lift.codemod, lift.safety, windows, note, rewrite, site=cs.site, guards=lift.guards,
                    divided_only=lift.divided_only)
