@@ -21,6 +21,7 @@ A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, wa
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
 (rewrite.inblock.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
 DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.inblock.dma_outputs).
+On Triton, an input also read elsewhere passes again for its window (rewrite.kernel.twin_refs).
 """
 
 from __future__ import annotations
@@ -54,9 +55,8 @@ from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
-from pallas_fix.rewrite.kernel.scalar_lift import (
-    block_subscript_edit, check_one_form, check_squeezed_reads, scalar_block_size, split_squeezable,
-)
+from pallas_fix.rewrite.kernel.scalar_lift import (block_subscript_edit, check_one_form, check_squeezed_reads,
+                                                   scalar_block_size, split_squeezable)
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
 from pallas_fix.rewrite.kernel.twin_refs import Unwindowed, twin_plan
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
@@ -263,7 +263,7 @@ def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> Refuse:
         return Refuse(f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
                 "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the descriptor "
                 "that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
-    return Unwindowed(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})", line)
+    return Unwindowed(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})")
 
 
 def _check_operand(cs: CallSite, ref: str) -> None:

@@ -35,15 +35,11 @@ from pallas_fix.rewrite.text.syntax import code, elements
 
 
 class Unwindowed(Refuse):
-    """A ref whose program_id window is not its only access (`line`: the first other access)."""
-
-    def __init__(self, reason: str, line: int) -> None:
-        super().__init__(reason)
-        self.line = line
+    """A ref whose program_id window is not its only access: the reason names the first other one."""
 
 
-_COPIES = {Backend.TPU: "copies every operand with a BlockSpec into VMEM",
-           Backend.MOSAIC_GPU: "copies every operand with a BlockSpec into shared memory"}
+# Where the pipeline copies each operand with a BlockSpec, per backend that copies.
+_COPIES = {Backend.TPU: ("TPU", "VMEM"), Backend.MOSAIC_GPU: ("Mosaic GPU", "shared memory")}
 
 
 def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse], why: Unwindowed,
@@ -57,9 +53,9 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
     backend = cs.site.backend
     arg = code(slot.arg) if slot.arg is not None else ref
     if backend is not Backend.TRITON:
-        cost = (f"on {backend.name.replace('_', ' ').title().replace('Tpu', 'TPU').replace('Gpu', 'GPU')} the pipeline "
-                f"{_COPIES[backend]}, so the twin would copy `{arg}` twice (a second full read of the array beside "
-                "the whole one the other reads need)") if backend in _COPIES else (
+        cost = (f"on {_COPIES[backend][0]} the pipeline copies every operand with a BlockSpec into {_COPIES[backend][1]}, so "
+                f"`{arg}` would be copied twice (a second full read of the array beside the whole one the other reads "
+                "need)") if backend in _COPIES else (
                 "on an unknown backend that may copy the array twice (TPU and Mosaic GPU copy every operand with a "
                 "BlockSpec, a second full read); on Triton, where a BlockSpec is only a pointer offset, pass `--backend triton`")
         raise Refuse(f"{why}; lifting the window would pass `{arg}` to the pallas_call a second time with the window's "
@@ -72,7 +68,7 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
               if key[1] == new and key[2] == dim and uses[0].kernel_site.kernel.name.value == kernel]
     if len(groups) != 1:
         raise Refuse(f"{why}; the twin `{new}` that would take the window is not read as one window")
-    key, uses = groups[0]
+    uses = groups[0][1]
     try:
         lift = replan(twin, new, dim, uses)
     except Refuse as refused:
@@ -81,7 +77,7 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
 
     def rewrite(tree: cst.Module) -> cst.Module:
         if tree is not original:  # the twin's plan addresses nodes of the tree analysed from this one
-            raise Refuse("the tree changed under the twin operand's plan")
+            raise ValueError("the tree changed under the twin operand's plan")
         return lift.rewrite(twin.ctx.module)
 
     # The lift's own words, said of the user's ref: its window now reads the twin's block.
@@ -89,13 +85,13 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
     note = (f"{said}, `{arg}` passed a second time for it (the other reads keep `{ref}` whole); "
             "on Triton a BlockSpec is a pointer offset into the same array, so this adds no memory traffic")
     return FixPlan(lift.codemod, lift.safety, windows, note, rewrite, site=cs.site, guards=lift.guards,
-                   divided_only=lift.divided_only)
+                   pipelined=lift.pipelined, divided_only=lift.divided_only)
 
 
 def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], arg: str) -> tuple[dict, str]:
-    """The edits that add the twin: its parameter after the kernel's last input, its operand after
-    the call's last input (and its spec, a copy of `ref`'s, after the last input spec), and the
-    windows reading it."""
+    """The edits that add the twin and its name: its parameter after the kernel's last input, its
+    operand after the call's last one (and a whole spec after the last input spec, which the lift
+    replaces), and the windows reading it."""
     ctx, site, fn = analysis.ctx, cs.site, cs.site.kernel
     if cs.num_prefetch or cs.args_expanded or cs.conditional or isinstance(fn.params.star_arg, cst.Param):
         raise Refuse(f"`{ref}`'s twin operand needs plain operands and kernel parameters (no scalar prefetch or `*args`)")
