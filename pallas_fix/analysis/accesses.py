@@ -269,7 +269,7 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
         if sval.dynamic or (zval is not None and zval.dynamic):
             through = passed_through(access.env, written) if start is not written else None
             if helper is not None:
-                through = f"through the slice `{env.ctx.code(helper[0].call)}` returns (line {env.ctx.span(helper[0].call).line})"
+                through = f"through the slice that `{env.ctx.code(helper[0].call)}` returns (line {env.ctx.span(helper[0].call).line})"
             return access.use(dim, value, start, size, "ds", sval, zval, _ds_stride(ds), through, helper[0] if helper else None)
         return None
     if not is_ref:

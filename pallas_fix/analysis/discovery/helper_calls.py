@@ -258,6 +258,11 @@ def slice_helper(env: Env, expr: cst.BaseExpression) -> Optional[tuple["HelperEn
     ds = ret.value if isinstance(ret, cst.Return) and len(stmts[0].body) == 1 else None
     if not (isinstance(ds, cst.Call) and env.ctx.imports.is_(ds.func, N.DS)):
         return None
+    # Planners compare windows by their text, which here is the helper's (`bq`): read only a helper
+    # every call of which passes the same arguments, so that one text means one window.
+    calls = [c for c in env.ctx.nodes_of(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    if len({env.ctx.code(cst.Tuple([cst.Element(a.value) for a in c.args])) for c in calls}) != 1:
+        return None
     parent: Optional[Env] = owner
     while parent is not None and parent.scope is not env.ctx.scope_of(fn):
         parent = parent.parent
