@@ -21,6 +21,7 @@ A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, wa
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
 (rewrite.inblock.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
 DMAs waited in their step gets a VMEM block, the DMAs re-based onto it (rewrite.inblock.dma_outputs).
+On Triton, an input also read elsewhere passes again for its window (rewrite.kernel.twin_refs).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.accesses import only_waited
 from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
@@ -55,10 +55,10 @@ from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
-from pallas_fix.rewrite.kernel.scalar_lift import (
-    block_subscript_edit, check_one_form, check_squeezed_reads, scalar_block_size, split_squeezable,
-)
+from pallas_fix.rewrite.kernel.scalar_lift import (block_subscript_edit, check_one_form, check_squeezed_reads,
+                                                   scalar_block_size, split_squeezable)
 from pallas_fix.rewrite.text.statements import siblings_of, strip_leading_blank_lines
+from pallas_fix.rewrite.kernel.twin_refs import Unwindowed, twin_plan, unwindowed
 from pallas_fix.rewrite.kernel.view_windows import check_output_views
 from pallas_fix.rewrite.text.syntax import code
 from pallas_fix.rewrite.text.translate import Translator
@@ -135,7 +135,10 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     kernel_env = analysis.detection.envs.get(site.kernel)
     cs = CallSite(ctx, site, kernel_env)
     _check_operand(cs, ref)
-    window = _shared_window(analysis, cs, ref, dim, uses)
+    try:
+        window = _shared_window(analysis, cs, ref, dim, uses)
+    except Unwindowed as why:  # also read elsewhere: on Triton the window takes a twin of the operand
+        return twin_plan(analysis, cs, ref, dim, uses, why, lambda *a: _plan(*a, lambda *_: None), _windowed_refs)
     index = window.index  # its divisors already written at the call site
     check_folded_output(cs, ref, index)
     helpers = pid_helpers(analysis, site)
@@ -254,21 +257,9 @@ def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExp
     return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
-def _unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> str:
-    """Why an access of `ref` gives no window: a descriptor rebuilt only to wait has its window,
-    which detection reads as moving no data (red team 14: it was called 'without a window')."""
-    line = ctx.span(node).line
-    if only_waited(ctx, node):
-        return (f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
-                "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the descriptor "
-                "that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
-    return f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})"
-
-
 def _check_operand(cs: CallSite, ref: str) -> None:
-    """An input or output of a gridded call. Its BlockSpec may already block it: the kernel's
-    window then lies inside that block, and SpecWriter composes the two (a sub-block numbered
-    across the existing blocks) or says why it cannot."""
+    """An input or output of a gridded call; its window may lie inside the block its BlockSpec
+    gives it (SpecWriter composes the two, or says why not)."""
     slot = cs.slots.get(ref)
     if slot is None or slot.kind not in ("in", "out"):
         raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
@@ -290,7 +281,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
-            raise Refuse(_unwindowed(ctx, ref, dim, node))
+            raise unwindowed(ctx, ref, dim, node)
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.

@@ -40,12 +40,9 @@ KNOWN_GAPS: dict[str, tuple[set[int], set[int]]] = {
     # the spike flag read by program id inside a decorator, `@pl.when(spike_ref[i_row])`.
     "brainevent__csr_plasticity_pre.py": (set(), {33, 47}),
     # part g (added with the files, from the test's own output; the planners were not read): the
-    # query window `pl.ds(pl.program_id(0) * block_queries, ...)` returned by cax's helper
-    # `_queries(...)` and bound to `queries` (the neighbour window `span = pl.ds(...)` in the same
-    # loops is found); the RWKV-7 Triton scalar row
-    # `ref[b_idx, t, h, :]` read in the closure `load(ref)` inside the token loop.
-    "cax__sph_moments.py": ({100, 136, 137}, set()),
-    "cax__sph_moments_vjp.py": (set(range(144, 153)), set()),
+    # RWKV-7 Triton scalar row `ref[b_idx, t, h, :]` read in the closure `load(ref)` inside the
+    # token loop. cax's query window, `pl.ds(pl.program_id(0) * block_queries, ...)` returned by
+    # its helper `_queries(...)`, was a gap too until the detector read a def that only returns a slice.
     "maxtext__rwkv7_wkv_gpu.py": (set(), {38}),
     # part i (added with the files, from the test's own output; the planners were not read): the
     # page-table reads and DMAs inside the methods of JetStream's `MultiPageAsyncCopyDescriptor`

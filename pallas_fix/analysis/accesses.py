@@ -29,7 +29,7 @@ import libcst as cst
 
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext, walk
-from pallas_fix.analysis.discovery.helper_calls import caller_window, home_env, index_tuple, passed_through
+from pallas_fix.analysis.discovery.helper_calls import caller_window, home_env, index_tuple, passed_through, slice_helper
 from pallas_fix.analysis.discovery.operand_refs import operand_ref
 from pallas_fix.analysis.effects.calls import writer
 from pallas_fix.analysis.values.provenance import Env
@@ -52,7 +52,8 @@ class _Access:
     via_at: bool
     starred: bool  # the index tuple has a *starred element: later dims are unknown
 
-    def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None, through=None) -> IndexUse:
+    def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None, through=None,
+            env: Optional[Env] = None) -> IndexUse:
         ctx = self.env.ctx
         owner = self.fn if isinstance(self.fn, cst.FunctionDef) else ctx.enclosing_function(self.fn)
         provenance = to_provenance(sval)
@@ -63,7 +64,7 @@ class _Access:
             ctx.code(self.ref_expr), self.sub, dim, element, start, size, kind,
             provenance, to_provenance(zval) if zval is not None else None, ctx.span(self.sub),
             function=owner,  # type: ignore[arg-type]
-            via_at=self.via_at, stride=stride, env=home_env(self.env, start) if start is not None else self.env,
+            via_at=self.via_at, stride=stride, env=env or (home_env(self.env, start) if start is not None else self.env),
             kernel_site=self.site, starred=self.starred,
         )
 
@@ -250,8 +251,11 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
         return access.use(dim, sl, sl.lower, None, "slice", dyn[0], None) if is_ref and dyn else None
     value = sl.value
     ds = env.ds_call(value)
+    helper = slice_helper(env, value) if ds is None else None  # `x_ref[queries]`, queries = _queries(bq)
+    if helper is not None:
+        env, ds = helper
     if ds is not None:
-        parts = env.ds_parts(value)
+        parts = env.ds_parts(ds)
         if parts is None:
             return None
         start, size = parts
@@ -261,10 +265,12 @@ def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Opti
         sval = env.value(start)
         if sval.origin is Origin.TRACED_CONST and _bare_constant(env, start):
             sval = STATIC  # jax folds `pl.ds(jnp.int32(3), n)` into a literal start
-        zval = home_env(access.env, size).value(size) if size is not None else None
+        zval = home_env(helper[0] if helper else access.env, size).value(size) if size is not None else None
         if sval.dynamic or (zval is not None and zval.dynamic):
             through = passed_through(access.env, written) if start is not written else None
-            return access.use(dim, value, start, size, "ds", sval, zval, _ds_stride(ds), through)
+            if helper is not None:
+                through = f"through the slice that `{env.ctx.code(helper[0].call)}` returns (line {env.ctx.span(helper[0].call).line})"
+            return access.use(dim, value, start, size, "ds", sval, zval, _ds_stride(ds), through, helper[0] if helper else None)
         return None
     if not is_ref:
         return None

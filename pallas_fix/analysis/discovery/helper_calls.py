@@ -18,6 +18,7 @@ import libcst as cst
 from pallas_fix.analysis.binders import positional_names
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.discovery.roles import bind_args
 from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.values.values import Val
 from pallas_fix.core.model import LoopInfo
@@ -236,3 +237,40 @@ def kernel_ref_name(env: Env, name: str, kernel: cst.FunctionDef) -> Optional[st
             return None
         env, name = owner.caller, arg.value  # type: ignore[union-attr]
     return None
+
+
+def slice_helper(env: Env, expr: cst.BaseExpression) -> Optional[tuple["HelperEnv", cst.Call]]:
+    """`queries`, bound once to `_queries(block_queries)` (or that call written in place), where
+    `_queries` only returns `pl.ds(...)`: that `pl.ds` call, with the environment that reads it as
+    this call binds the helper's parameters (`block_queries` standing for the caller's argument).
+    None for anything else: a helper with any other statement is not read as a window."""
+    owner = env.owner(expr.value) if isinstance(expr, cst.Name) else env
+    call = owner.single_assignment(expr.value) if isinstance(expr, cst.Name) and owner is not None else expr
+    if owner is None or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or any(a.star for a in call.args):
+        return None
+    fn = env.ctx.resolve_def(call.func.value, call)
+    if fn is None or not isinstance(fn.body, cst.IndentedBlock) or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+        return None
+    stmts = list(fn.body.body)
+    if stmts and _docstring(stmts[0]):
+        stmts = stmts[1:]
+    ret = stmts[0].body[0] if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) else None
+    ds = ret.value if isinstance(ret, cst.Return) and len(stmts[0].body) == 1 else None
+    if not (isinstance(ds, cst.Call) and env.ctx.imports.is_(ds.func, N.DS)):
+        return None
+    # Planners compare windows by their text, which here is the helper's (`bq`): read only a helper
+    # every call of which passes the same arguments, so that one text means one window.
+    calls = [c for c in env.ctx.nodes_of(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == fn.name.value]
+    if len({env.ctx.code(cst.Tuple([cst.Element(a.value) for a in c.args])) for c in calls}) != 1:
+        return None
+    parent: Optional[Env] = owner
+    while parent is not None and parent.scope is not env.ctx.scope_of(fn):
+        parent = parent.parent
+    if parent is None:
+        return None
+    return HelperEnv(env.ctx, fn, parent, bind_args(fn, call, owner), env.loops, call, owner), ds
+
+
+def _docstring(stmt: cst.BaseStatement) -> bool:
+    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
+            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))

@@ -21,6 +21,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core import names as N
 
 
 @dataclass
@@ -159,3 +160,27 @@ def splat_problem(ctx: ModuleContext, call: cst.Call) -> Optional[str]:
             return ("pallas_call gets settings through `**` that pallas-fix cannot read; pass them as keywords, or `**` a "
                     "`dict(...)` or dict literal bound once just for this call")
     return None
+
+
+def made_keywords(ctx: ModuleContext, arg: cst.Arg, at: cst.CSTNode) -> Optional[list[cst.Arg]]:
+    """The keywords `**shape()` hands a kernel's `functools.partial`, where `shape` is bound once to
+    `functools.partial(dict, key=value, ...)` (CAX's shared kernel settings) or the call is
+    `dict(key=value, ...)` itself: the partial's keywords, then the call's; None for anything else
+    (positional or `**` arguments inside, a name bound twice), whose keywords stay unknown."""
+    value = arg.value
+    if arg.star != "**" or not isinstance(value, cst.Call):
+        return None
+    func, made = value.func, list(value.args)
+    if isinstance(func, cst.Name) and func.value != "dict":
+        if len(ctx.assignments(func.value, ctx.scope_of(at))) != 1:
+            return None
+        bound = ctx.resolve_value(func, at)
+        if not (isinstance(bound, cst.Call) and ctx.imports.is_(bound.func, N.PARTIAL) and bound.args
+                and isinstance(bound.args[0].value, cst.Name) and bound.args[0].value.value == "dict"):
+            return None
+        made = list(bound.args[1:]) + made
+    elif not isinstance(func, cst.Name):
+        return None
+    if not all(a.keyword is not None and not a.star for a in made):
+        return None
+    return made

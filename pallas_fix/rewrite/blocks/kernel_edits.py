@@ -102,10 +102,11 @@ def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: 
     gone (`start = pid * bs` after its window became a BlockSpec). Iterates: `pid` may die next."""
     pure_calls = N.DS | N.SLICE | N.PROGRAM_ID | N.NUM_PROGRAMS | N.MULTIPLE_OF | N.INT_DTYPES | N.INDEX_FOLDS
 
-    def pure(expr: cst.CSTNode) -> bool:
+    def pure(expr: cst.CSTNode, depth: int = 0) -> bool:
         for n in walk(expr):
             builtin_slice = isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("slice", "divmod")
-            if isinstance(n, cst.Call) and not builtin_slice and not ctx.imports.is_(n.func, pure_calls):
+            if isinstance(n, cst.Call) and not builtin_slice and not ctx.imports.is_(n.func, pure_calls) and not (
+                    depth < 4 and isinstance(n.func, cst.Name) and _returns_pure(ctx, n, lambda e: pure(e, depth + 1))):
                 return False
             if isinstance(n, (cst.Lambda, cst.Await, cst.Yield, cst.NamedExpr)):
                 return False
@@ -159,6 +160,18 @@ def dead_assignments(ctx: ModuleContext, functions: list[cst.CSTNode], removed: 
                 gone.add(id(stmt))
                 changed = True
     return dead
+
+
+def _returns_pure(ctx: ModuleContext, call: cst.Call, pure) -> bool:
+    """`_queries(bq)` where `def _queries(bq): return pl.ds(pl.program_id(0) * bq, bq)`: a function
+    whose body (past a docstring) only returns pure index arithmetic; a call of it is pure too."""
+    fn = ctx.resolve_def(call.func.value, call)  # type: ignore[attr-defined]
+    if fn is None or not isinstance(fn.body, cst.IndentedBlock) or fn.asynchronous is not None:
+        return False
+    stmts = [s for s in fn.body.body if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                                             and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.SimpleString))]
+    ret = stmts[0].body[0] if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and len(stmts[0].body) == 1 else None
+    return isinstance(ret, cst.Return) and ret.value is not None and pure(ret.value)
 
 
 def _arm_targets(stmt: cst.If, pure) -> list[cst.Name]:

@@ -192,9 +192,29 @@ def traced_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], sl
         return None, problem
     counts = tuple(sum(1 for s in slots.values() if s.kind == kind) for kind in ("prefetch", "in", "out"))
     rank, why = facts.rank(_traced_name(site), slot.kind, slot.index, counts, nth)  # type: ignore[arg-type]
+    twins = _twins(ctx, slots)
+    if rank is None and twins:  # traced before a lift passed some inputs again (rewrite.kernel.twin_refs)
+        counts = (counts[0], counts[1] - len(twins), counts[2])
+        index = twins.get(slot.index, slot.index) if slot.kind == "in" else slot.index
+        rank = facts.rank(_traced_name(site), slot.kind, index, counts, nth)[0]  # type: ignore[arg-type]
     if rank is None and nth is not None:
         return None, f"{_named(ctx, site)}; for the one on line {ctx.span(site.kernel.name).line}: {why}"  # type: ignore[union-attr]
     return rank, why
+
+
+def _twins(ctx: ModuleContext, slots: dict[str, Slot]) -> dict[int, int]:
+    """The inputs at the end of the list that pass again an array an earlier input passes (the
+    same name): index -> the earlier one's. A trace of the call before the twins were added counts
+    only the earlier ones."""
+    inputs = sorted((s for s in slots.values() if s.kind == "in"), key=lambda s: s.index)
+    names = [s.arg.value if isinstance(s.arg, cst.Name) else None for s in inputs]
+    out: dict[int, int] = {}
+    for k in range(len(inputs) - 1, -1, -1):
+        first = names.index(names[k]) if names[k] is not None else k
+        if first == k or first >= len(inputs) - len(out) - 1:
+            break
+        out[k] = first
+    return out
 
 
 def traced_def(ctx: ModuleContext, site: KernelSite) -> tuple[Optional[int], Optional[str]]:

@@ -2,6 +2,7 @@
 that follow: ref accesses and views, helpers given refs, outputs read before they are written,
 scalar indices, dead stores and parameters, scratch temporaries (the shape reads those accesses
 change live in the room below, `extents`; windows at an offset inside a program's block and
-outputs left in HBM that DMAs write, in `inblock`).
+outputs left in HBM that DMAs write, in `inblock`); on Triton, a program_id window of an input
+the kernel also reads elsewhere, moved onto a second operand (`twin_refs`).
 
 May import core, analysis and the rewrite rooms text, callsite, blocks, proofs and extents."""

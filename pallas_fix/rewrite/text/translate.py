@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.discovery.helper_calls import HelperEnv, static_argument
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
@@ -121,6 +122,9 @@ class Translator:
             if reason is not None:
                 raise CallSiteError(reason)
             return name
+        if isinstance(owner, HelperEnv) and name.value in owner.params:  # a slice helper's size: its caller's argument
+            caller, arg = static_argument(owner, name)
+            return None if arg is name else self(arg, caller, depth + 1)
         if name.value in owner.params:
             bound = owner.param_exprs.get(name.value)
             if bound is None or owner.bindings().get(name.value):

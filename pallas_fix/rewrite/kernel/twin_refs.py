@@ -1,0 +1,176 @@
+"""A program_id window of an input the kernel also reads elsewhere, lifted by passing the array a
+second time (R3 through a twin operand; codemods/program_id_blocks).
+
+    own = x_ref[pl.ds(pl.program_id(0) * bq, bq)]      # the program's query block
+    ... x_ref[pl.ds(k * BK, BK)] ...                   # a loop over every tile of the same ref
+
+The loop keeps `x_ref` whole; the window cannot become x_ref's BlockSpec. On Triton a BlockSpec
+is a pointer offset into the operand, not a copy, so the call passes `x` again with the window's
+BlockSpec, the kernel gains `x_block_ref` (after its last input), and the window reads the whole
+block of it: no added memory traffic. The lift itself is program-id-blocks' own plan for the new
+ref: the twin is written into the tree, the tree analysed again, and that plan run on it, so the
+twin exists only with the lift it makes possible (a refused lift leaves the file as it was).
+
+On TPU and Mosaic GPU every operand with a BlockSpec is copied into on-chip memory: the twin
+would be a second copy of the array, a second full read. An output read both ways is refused on
+every backend: two refs aliasing one output are not safe.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import libcst as cst
+
+from pallas_fix.analysis.accesses import only_waited
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.result import analyze
+from pallas_fix.core.model import Backend, IndexUse
+from pallas_fix.core.plans import FixPlan, Refuse
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.spelling.repeated_specs import repeated_items
+from pallas_fix.rewrite.kernel.ref_access import is_write, ref_base
+from pallas_fix.rewrite.text.edits import apply_edits
+from pallas_fix.rewrite.text.scopes import bindings, param_names, underscored
+from pallas_fix.rewrite.text.syntax import code, elements
+
+
+class Unwindowed(Refuse):
+    """A ref whose program_id window is not its only access: the reason names the first other one."""
+
+
+# Where the pipeline copies each operand with a BlockSpec, per backend that copies.
+_COPIES = {Backend.TPU: ("TPU", "VMEM"), Backend.MOSAIC_GPU: ("Mosaic GPU", "shared memory")}
+
+
+def unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> Refuse:
+    """Why an access of `ref` gives no window: a descriptor rebuilt only to wait has its window,
+    which detection reads as moving no data (red team 14: it was called 'without a window')."""
+    line = ctx.span(node).line
+    if only_waited(ctx, node):
+        return Refuse(f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
+                      "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the "
+                      "descriptor that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
+    return Unwindowed(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})")
+
+
+def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse], why: Unwindowed,
+              replan: Callable[..., FixPlan], windowed: Callable) -> FixPlan:
+    """Program-id-blocks' plan for the twin of `ref` that takes its `windows`, as one plan on the
+    original tree; Refuse (saying what the twin would cost, or why it cannot be written) else."""
+    slot = cs.slots[ref]
+    if len(cs.site.variants) > 1:
+        raise Refuse(f"{why}; pallas-fix passes no second operand to a call whose kernel has variants")
+    if slot.kind == "out":
+        raise Refuse(f"{why}: the output `{ref}` is accessed both at its program_id window and elsewhere; lifting the "
+                     "window would take a second ref to the same output, and two refs aliasing one output are not safe")
+    backend = cs.site.backend
+    arg = code(slot.arg) if slot.arg is not None else ref
+    if backend is not Backend.TRITON:
+        cost = (f"on {_COPIES[backend][0]} the pipeline copies every operand with a BlockSpec into {_COPIES[backend][1]}, so "
+                f"`{arg}` would be copied twice (a second full read of the array beside the whole one the other reads "
+                "need)") if backend in _COPIES else (
+                "on an unknown backend that may copy the array twice (TPU and Mosaic GPU copy every operand with a "
+                "BlockSpec, a second full read); on Triton, where a BlockSpec is only a pointer offset, pass `--backend triton`")
+        raise Refuse(f"{why}; lifting the window would pass `{arg}` to the pallas_call a second time with the window's "
+                     f"BlockSpec, and {cost}")
+    edits, new = _twin_edits(analysis, cs, ref, [u.subscript for u in windows], arg)
+    module = apply_edits(analysis.ctx.module, edits)[0]
+    twin = analyze(module.code, analysis.path, analysis.config)
+    kernel = cs.site.kernel.name.value
+    groups = [(key, uses) for key, uses in windowed(twin).items()
+              if key[1] == new and key[2] == dim and uses[0].kernel_site.kernel.name.value == kernel]
+    if len(groups) != 1:
+        raise Refuse(f"{why}; the twin `{new}` that would take the window is not read as one window")
+    uses = groups[0][1]
+    try:
+        lift = replan(twin, new, dim, uses)
+    except Refuse as refused:
+        raise Refuse(f"{why}; passing `{arg}` a second time as `{new}` would not lift either: {refused}") from None
+    original = analysis.ctx.module
+
+    def rewrite(tree: cst.Module) -> cst.Module:
+        if tree is not original:  # the twin's plan addresses nodes of the tree analysed from this one
+            raise ValueError("the tree changed under the twin operand's plan")
+        return lift.rewrite(twin.ctx.module)
+
+    # The lift's own words, said of the user's ref: its window now reads the twin's block.
+    said = lift.description.replace(f"`{new}`", f"`{ref}`", 1).replace(" into its BlockSpec", f" into the BlockSpec of `{new}`", 1)
+    note = (f"{said}, `{arg}` passed a second time for it (the other reads keep `{ref}` whole); "
+            "on Triton a BlockSpec is a pointer offset into the same array, so this adds no memory traffic")
+    return FixPlan(lift.codemod, lift.safety, windows, note, rewrite, site=cs.site, guards=lift.guards,
+                   pipelined=lift.pipelined, divided_only=lift.divided_only)
+
+
+def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], arg: str) -> tuple[dict, str]:
+    """The edits that add the twin and its name: its parameter after the kernel's last input, its
+    operand after the call's last one (and a whole spec after the last input spec, which the lift
+    replaces), and the windows reading it."""
+    ctx, site, fn = analysis.ctx, cs.site, cs.site.kernel
+    if cs.num_prefetch or cs.args_expanded or cs.conditional or isinstance(fn.params.star_arg, cst.Param):
+        raise Refuse(f"`{ref}`'s twin operand needs plain operands and kernel parameters (no scalar prefetch or `*args`)")
+    if cs.aliased:
+        raise Refuse(f"the pallas_call aliases inputs to outputs; `{ref}`'s twin operand would shift nothing, "
+                     "but pallas-fix does not rewrite aliased calls this way")
+    if not cs.spec_of(cs.slots[ref]).whole:
+        raise Refuse(f"`{ref}` is already blocked by its BlockSpec; its window lies inside the block")
+    for node in walk(fn):
+        if isinstance(node, cst.Subscript) and (base := ref_base(node)) is not None and base.value == ref and is_write(ctx, node):
+            raise Refuse(f"the kernel writes its input `{ref}` (line {ctx.span(node).line}): a twin would not see the write")
+    for sub in windows:
+        base = ref_base(sub)
+        if base is None or base.value != ref:
+            raise Refuse(f"`{ref}`'s window is read through another name or a helper (line {ctx.span(sub).line})")
+    stem = ref[:-4] if ref.endswith("_ref") else ref
+    new = underscored(f"{stem}_block_ref" if ref.endswith("_ref") else f"{stem}_block",
+                      param_names(fn) | set(bindings(fn, nested=True)) | set(bindings(ctx.module, nested=False)))
+    inputs = [s for s in cs.slots.values() if s.kind == "in"]
+    last = max(inputs, key=lambda s: s.index)
+    params = list(fn.params.params)
+    after = next(i for i, p in enumerate(params) if p.name.value == last.param)
+    if after + 1 >= len(params):
+        raise Refuse(f"the kernel has no parameter after its last input `{last.param}`")
+    edits: dict = {fn.params: lambda p: p.with_changes(params=_inserted(list(p.params), after, cst.Param(cst.Name(new))))}
+    call_args = list(site.invocation.args)
+    if len(call_args) != len(inputs) or any(a.keyword is not None for a in call_args):
+        raise Refuse(f"the pallas_call's operands are not written one per input, so `{ref}`'s twin has no place")
+    twin_arg = cst.parse_expression(arg)
+    edits[site.invocation] = lambda c: c.with_changes(args=_inserted(list(c.args), len(c.args) - 1, cst.Arg(twin_arg)))
+    _spec_edit(cs, edits, ref, last.index)
+    for sub in windows:
+        edits[ref_base(sub)] = lambda n: n.with_changes(value=new)
+    return edits, new
+
+
+def _inserted(items: list, after: int, item):
+    """`items` with `item` after position `after`, separated as the list separates its items: a
+    last item keeps its trailing comma (or none) on the new one."""
+    prev = items[after]
+    if after + 1 < len(items):
+        return [*items[:after + 1], item.with_changes(comma=prev.comma), *items[after + 1:]]
+    sep = items[after - 1].comma if after > 0 else cst.MaybeSentinel.DEFAULT
+    if not isinstance(sep, cst.Comma):
+        sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    return [*items[:after], prev.with_changes(comma=sep), item.with_changes(comma=prev.comma)]
+
+
+def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int) -> None:
+    """The twin's spec, whole (`pl.BlockSpec()`; the lift then gives it the window's): none when
+    in_specs is absent; a list literal gains an item, `[spec] * n` is spelled out with one more."""
+    container = cs.site.kw("in_specs")
+    if container is None:
+        return
+    cs.refuse_if_shared(container, "in_specs", within_call=False)
+    value = cs.ctx.resolve_value(container, cs.anchor(container))
+    whole = cst.parse_expression(f"{cs.pl_alias()}.BlockSpec()")
+    items = elements(value) if isinstance(value, cst.List) else None
+    if items is not None and len(items) == last + 1:
+        edits[value] = lambda v: v.with_changes(elements=_inserted(list(v.elements), last, cst.Element(whole)))
+        return
+    repeated = repeated_items(cs.ctx, value, cs.anchor(container))
+    if repeated is not None and len(repeated) == last + 1:  # spelled out: pallas-fix edits one item of a literal
+        spelled = [cst.Element(cst.parse_expression(cs.ctx.code(i)), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                   for i in repeated]
+        edits[value] = lambda v: cst.List([*spelled, cst.Element(whole)])
+        return
+    raise Refuse(f"in_specs `{code(container)}` is not a list literal or `[spec] * n`, so `{ref}`'s twin gets no spec")
