@@ -47,7 +47,7 @@ from pallas_fix.rewrite.common import attempt
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rewrite.callsite.kernel_side import KernelSide
 from pallas_fix.rewrite.text.scopes import bindings, fresh_namer, walk_scope
-from pallas_fix.rewrite.text.statements import is_docstring
+from pallas_fix.analysis.binders import is_docstring
 from pallas_fix.rewrite.text.syntax import is_zero
 from pallas_fix.rules.gpu_interpret.hazards import TARGET, targeted
 

@@ -1,6 +1,8 @@
 """The names a binding binds, as syntax: what ModuleContext's scope index records of bindings
 that are not a plain `name = value` (an import, a `match` capture, `except ... as`, a loop
-target, a walrus, `with ... as`, unpacking), for which it follows no value. Imports only libcst."""
+target, a walrus, `with ... as`, unpacking), for which it follows no value; and the small
+syntactic readings every layer shares (a label, a None test, a docstring, a def's sole return).
+Imports only libcst."""
 
 from __future__ import annotations
 
@@ -46,7 +48,6 @@ def is_label(parent: cst.CSTNode, node: cst.Name) -> bool:
     return (isinstance(parent, cst.Attribute) and parent.attr is node) or (isinstance(parent, cst.Arg) and parent.keyword is node)
 
 
-
 def none_tested(test: cst.CSTNode) -> cst.BaseExpression | None:
     """What `test` compares with None when it is `x is None` / `x is not None` (None on either
     side): `x`, the optional value; None for any other test."""
@@ -58,3 +59,27 @@ def none_tested(test: cst.CSTNode) -> cst.BaseExpression | None:
     sides = [test.left, target.comparator]
     nones = [s for s in sides if isinstance(s, cst.Name) and s.value == "None"]
     return next((s for s in sides if s not in nones), None) if len(nones) == 1 else None
+
+
+def is_docstring(node: cst.CSTNode) -> bool:
+    """A statement line holding only a string: a docstring where it comes first."""
+    return (
+        isinstance(node, cst.SimpleStatementLine)
+        and len(node.body) == 1
+        and isinstance(node.body[0], cst.Expr)
+        and isinstance(node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def sole_return(fn: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The value `fn` returns when its body, past a docstring, is that one `return` and nothing
+    else (`def _queries(bq): return pl.ds(pl.program_id(0) * bq, bq)`); None otherwise."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return None
+    stmts = list(fn.body.body)
+    if stmts and is_docstring(stmts[0]):
+        stmts = stmts[1:]
+    if len(stmts) != 1 or not isinstance(stmts[0], cst.SimpleStatementLine) or len(stmts[0].body) != 1:
+        return None
+    ret = stmts[0].body[0]
+    return ret.value if isinstance(ret, cst.Return) else None

@@ -15,7 +15,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.binders import positional_names
+from pallas_fix.analysis.binders import positional_names, sole_return
 from pallas_fix.core import names as N
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.discovery.roles import bind_args
@@ -249,13 +249,9 @@ def slice_helper(env: Env, expr: cst.BaseExpression) -> Optional[tuple["HelperEn
     if owner is None or not isinstance(call, cst.Call) or not isinstance(call.func, cst.Name) or any(a.star for a in call.args):
         return None
     fn = env.ctx.resolve_def(call.func.value, call)
-    if fn is None or not isinstance(fn.body, cst.IndentedBlock) or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT:
+    if fn is None or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT:
         return None
-    stmts = list(fn.body.body)
-    if stmts and _docstring(stmts[0]):
-        stmts = stmts[1:]
-    ret = stmts[0].body[0] if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) else None
-    ds = ret.value if isinstance(ret, cst.Return) and len(stmts[0].body) == 1 else None
+    ds = sole_return(fn)
     if not (isinstance(ds, cst.Call) and env.ctx.imports.is_(ds.func, N.DS)):
         return None
     # Planners compare windows by their text, which here is the helper's (`bq`): read only a helper
@@ -269,8 +265,3 @@ def slice_helper(env: Env, expr: cst.BaseExpression) -> Optional[tuple["HelperEn
     if parent is None:
         return None
     return HelperEnv(env.ctx, fn, parent, bind_args(fn, call, owner), env.loops, call, owner), ds
-
-
-def _docstring(stmt: cst.BaseStatement) -> bool:
-    return (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)
-            and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))

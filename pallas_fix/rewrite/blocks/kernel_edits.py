@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from pallas_fix.core import names as N
+from pallas_fix.analysis.binders import sole_return
 from pallas_fix.analysis.in_place import inlinable_tuple
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.rewrite.text.edits import Edit
@@ -166,12 +167,10 @@ def _returns_pure(ctx: ModuleContext, call: cst.Call, pure) -> bool:
     """`_queries(bq)` where `def _queries(bq): return pl.ds(pl.program_id(0) * bq, bq)`: a function
     whose body (past a docstring) only returns pure index arithmetic; a call of it is pure too."""
     fn = ctx.resolve_def(call.func.value, call)  # type: ignore[attr-defined]
-    if fn is None or not isinstance(fn.body, cst.IndentedBlock) or fn.asynchronous is not None:
+    if fn is None or fn.asynchronous is not None:
         return False
-    stmts = [s for s in fn.body.body if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
-                                             and isinstance(s.body[0], cst.Expr) and isinstance(s.body[0].value, cst.SimpleString))]
-    ret = stmts[0].body[0] if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and len(stmts[0].body) == 1 else None
-    return isinstance(ret, cst.Return) and ret.value is not None and pure(ret.value)
+    value = sole_return(fn)
+    return value is not None and pure(value)
 
 
 def _arm_targets(stmt: cst.If, pure) -> list[cst.Name]:

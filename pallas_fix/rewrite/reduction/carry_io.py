@@ -19,7 +19,8 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_names import body_unpack, result_target
 from pallas_fix.rewrite.reduction.carry_tree import leaf_paths, literal_leaves, mirror
-from pallas_fix.rewrite.text.statements import body_statements, is_docstring, stmt
+from pallas_fix.analysis.binders import is_docstring
+from pallas_fix.rewrite.text.statements import body_statements, stmt
 from pallas_fix.rewrite.text.syntax import code
 
 

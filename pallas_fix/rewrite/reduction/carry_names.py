@@ -10,7 +10,8 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.reduction.carry_tree import Tree, leaves_of, mirror
-from pallas_fix.rewrite.text.statements import body_statements, is_docstring
+from pallas_fix.analysis.binders import is_docstring
+from pallas_fix.rewrite.text.statements import body_statements
 
 
 def result_target(region) -> Optional[cst.BaseExpression]:

@@ -69,12 +69,3 @@ def body_statements(fn: cst.FunctionDef) -> list[cst.BaseStatement]:
     """A def's statements; none when its body sits on the `def` line."""
     body = fn.body
     return list(body.body) if isinstance(body, cst.IndentedBlock) else []
-
-
-def is_docstring(node: cst.CSTNode) -> bool:
-    return (
-        isinstance(node, cst.SimpleStatementLine)
-        and len(node.body) == 1
-        and isinstance(node.body[0], cst.Expr)
-        and isinstance(node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
