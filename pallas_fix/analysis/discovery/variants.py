@@ -118,14 +118,11 @@ class ArmPin:
     blocks: tuple[cst.IndentedBlock, ...]  # every arm's block, this one among them
 
     def pick(self, ctx: ModuleContext, values: list, at: cst.CSTNode) -> list:
-        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
-        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
-            return values
+        k = self._own(ctx, values)
         i, j = ctx._pos.get(id(at)), ctx._pos.get(id(self.root))
-        if i is None or j is None or i < ctx._end[j]:
+        if k is None or i is None or j is None or i < ctx._end[j]:
             return values  # read inside the chain (or before it): not the value the chain leaves
-        mine = [v for v, b in zip(values, owners) if b is self.block]
-        return mine if len(mine) == 1 else values
+        return [values[k]]
 
     def reaching(self, ctx: ModuleContext, binds: list, at: cst.CSTNode) -> Optional[int]:
         """Which of `binds` (`(how, value)` pairs, one plain assignment per arm of the chain) a
@@ -134,17 +131,22 @@ class ArmPin:
         if any(how != "assign" for how, _ in binds):
             return None
         values = [v for _, v in binds]
-        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
-        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
-            return None  # not one plain binding in each of some arms
-        mine = [i for i, b in enumerate(owners) if b is self.block]
-        if len(mine) != 1:
+        k = self._own(ctx, values)
+        if k is None:
             return None
-        k = mine[0]
         i, stmt = ctx._pos.get(id(at)), ctx.statement_of(values[k])
         after_chain = i is not None and i >= ctx._end[ctx._pos[id(self.root)]]
         after_mine = i is not None and any(a is self.block for a in ctx.ancestors(at)) and i >= ctx._end[ctx._pos[id(stmt)]]
         return k if after_chain or after_mine else None
+
+    def _own(self, ctx: ModuleContext, values: list) -> Optional[int]:
+        """Which of `values` this arm binds, where each is bound by a statement of its own arm
+        of the chain (one per arm at most) and one is this arm's; None otherwise."""
+        owners = [ctx.parent(ctx.statement_of(v)) for v in values]
+        if len({id(b) for b in owners}) < len(owners) or any(all(b is not arm for arm in self.blocks) for b in owners):
+            return None
+        mine = [k for k, b in enumerate(owners) if b is self.block]
+        return mine[0] if len(mine) == 1 else None
 
     def elsewhere(self, ctx: ModuleContext, node: cst.CSTNode) -> bool:
         """`node` lies in another arm of the chain: it does not run when this variant does."""
