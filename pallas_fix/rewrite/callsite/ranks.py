@@ -11,9 +11,8 @@ from typing import Callable, Optional
 
 import libcst as cst
 
-from pallas_fix.core import names as N
-
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.core import names as N
 from pallas_fix.core.directives import extract_directives
 from pallas_fix.core.examples import ArgSpec, ExampleSyntaxError, parse_example
 from pallas_fix.core.model import KernelSite

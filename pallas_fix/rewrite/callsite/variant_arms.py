@@ -168,7 +168,6 @@ def _join(analysis, plan: FixPlan, partners: list, codemod: str):
     ctx = analysis.ctx
     mine: VariantEdits = plan.variant  # type: ignore[assignment]
     text = _shared_text(ctx, mine)
-    line, written = _first_change(ctx.module.code, text)
     kind, index, dim = mine.slot
     found = []
     for variant in mine.site.variants:
@@ -177,6 +176,7 @@ def _join(analysis, plan: FixPlan, partners: list, codemod: str):
         same = [p for p in partners if p.variant.site.kernel is variant and p.variant.slot[:2] == mine.slot[:2]]
         same.sort(key=lambda p: p.variant.slot != mine.slot)  # the same dim first
         if not same:
+            line, written = _first_change(ctx.module.code, text)
             return Refusal(codemod, (
                 f"{_opening(mine.site)}the lift of {_which(ctx, mine.site)} writes `{written}` (line {line}), which the "
                 f"call reads for every variant; variant `{variant.name.value}` has no lift of the same operand "
