@@ -125,6 +125,10 @@ class KernelSite:
     kernel: Optional[cst.FunctionDef]
     partial_kwargs: dict[str, cst.BaseExpression] = field(default_factory=dict)
     partial_args: list[cst.BaseExpression] = field(default_factory=list)
+    # `**kernel_kwargs` in the partial, `kernel_kwargs` bound to a dict literal in each arm of the `if`
+    # that picks the kernel: (the argument, the partial) to read once a variant's arm is known
+    # (analysis.discovery.variants)
+    partial_splats: list[tuple[cst.Arg, cst.Call]] = field(default_factory=list)
     kernel_expr: Optional[cst.BaseExpression] = None  # first positional argument as written
     keywords: dict[str, cst.Arg] = field(default_factory=dict)  # pallas_call keywords
     grid_spec: Optional[cst.Call] = None  # pl.GridSpec(...) / pltpu.PrefetchScalarGridSpec(...)

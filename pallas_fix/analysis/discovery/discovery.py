@@ -14,7 +14,7 @@ from pallas_fix.analysis.discovery.kernel_forms import factory_kernel, forwarded
 from pallas_fix.analysis.discovery.reaching import reaching_value
 from pallas_fix.analysis.discovery.variants import picked_kernels, variant_sites
 from pallas_fix.analysis.relays.relay_chain import forward_chain
-from pallas_fix.analysis.relays.splat_dict import made_keywords, splat_dict, splatted_settings
+from pallas_fix.analysis.relays.splat_dict import dict_keywords, made_keywords, splat_dict, splatted_settings
 from pallas_fix.analysis.relays.static_test import test_value
 from pallas_fix.core.model import Backend, KernelSite
 
@@ -203,8 +203,11 @@ def _resolve_kernel(ctx: ModuleContext, site: KernelSite, expr: cst.BaseExpressi
             if arg.keyword is not None:
                 site.partial_kwargs.setdefault(arg.keyword.value, arg.value)
             elif arg.star == "**":  # `**shape()`, shape = functools.partial(dict, ...): its keywords, when readable
-                for made in made_keywords(ctx, arg, expr) or ():
-                    site.partial_kwargs.setdefault(made.keyword.value, made.value)
+                made = made_keywords(ctx, arg, expr) or dict_keywords(ctx, arg, expr)
+                for each in made or ():
+                    site.partial_kwargs.setdefault(each.keyword.value, each.value)
+                if made is None and isinstance(arg.value, cst.Name):  # perhaps a dict per arm: read per variant
+                    site.partial_splats.append((arg, expr))
             elif not arg.star:
                 positional.append(arg.value)
         site.partial_args[:0] = positional

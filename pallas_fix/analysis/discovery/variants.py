@@ -12,6 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.relays.splat_dict import dict_keywords
 from pallas_fix.core.model import KernelSite
 
 
@@ -24,7 +25,7 @@ def variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
     if kernel is None or site.factory is not None or site.decorated is not None:
         return [site]
     if site.variants:  # picked by a name bound to a def in each arm (picked_kernels)
-        return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in site.variants]
+        return [_with_arm_keywords(ctx, site if d is kernel else dataclasses.replace(site, kernel=d)) for d in site.variants]
     scope = ctx.scope_of(kernel)
     defs = tuple(d for d in ctx.nodes_of(cst.FunctionDef)
                  if d.name.value == kernel.name.value and ctx.scope_of(d) is scope)  # type: ignore[attr-defined]
@@ -35,7 +36,25 @@ def variant_sites(ctx: ModuleContext, site: KernelSite) -> list[KernelSite]:
         site.kernel = own
         return [site]
     site.variants = defs  # type: ignore[assignment]
-    return [site if d is kernel else dataclasses.replace(site, kernel=d) for d in defs]
+    return [_with_arm_keywords(ctx, site if d is kernel else dataclasses.replace(site, kernel=d)) for d in defs]
+
+
+def _with_arm_keywords(ctx: ModuleContext, site: KernelSite) -> KernelSite:
+    """The variant with the keywords its arm's `**kernel_kwargs` hands the partial (a dict literal
+    bound once in each arm: `kernel_kwargs = {"group_size": group_size}` beside `kernel_fn =
+    _quantized_kernel`), read with the arm pinned; none when no arm is found."""
+    pin = variant_arm(ctx, site) if site.partial_splats else None
+    if pin is None:
+        return site
+    site.partial_kwargs = dict(site.partial_kwargs)  # dataclasses.replace shares the original's
+    ctx.arm_pin = pin
+    try:
+        for arg, partial in site.partial_splats:
+            for each in dict_keywords(ctx, arg, partial) or ():
+                site.partial_kwargs.setdefault(each.keyword.value, each.value)
+    finally:
+        ctx.arm_pin = None
+    return site
 
 
 def _def_in_call_arm(ctx: ModuleContext, call: cst.Call, defs: tuple[cst.FunctionDef, ...],

@@ -184,3 +184,29 @@ def made_keywords(ctx: ModuleContext, arg: cst.Arg, at: cst.CSTNode) -> Optional
     if not all(a.keyword is not None and not a.star for a in made):
         return None
     return made
+
+
+def dict_keywords(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[list[cst.Arg]]:
+    """The keywords `**kernel_kwargs` hands a kernel's `functools.partial` (`at`), where
+    `kernel_kwargs` resolves there to a dict literal with new string keys (bound once, or, while a
+    variant is planned, once in its arm: ctx.arm_pin) that nothing but its bindings and this
+    argument mentions, so no `kernel_kwargs["k"] = v` or `.update` changes it first; None otherwise."""
+    name = arg.value
+    if arg.star != "**" or not isinstance(name, cst.Name):
+        return None
+    value = ctx.resolve_value(name, at)
+    scope = ctx.scope_of(at)
+    if not isinstance(value, cst.Dict) or ctx.scope_of(value) is not scope:
+        return None
+    bound = {id(t.target) for v in ctx.assignments(name.value, scope) if isinstance(b := ctx.parent(v), cst.Assign)
+             for t in b.targets}
+    if any(isinstance(n, cst.Name) and n.value == name.value and n is not name and id(n) not in bound for n in walk(scope)):
+        return None
+    made, keys = [], set()
+    for element in value.elements:
+        key = _key(element.key) if isinstance(element, cst.DictElement) else None
+        if key is None or key in keys:
+            return None
+        keys.add(key)
+        made.append(_arg(key, element.value))
+    return made
