@@ -64,6 +64,13 @@ def _condition(symbols: Symbols, test: cst.BaseExpression, holds: bool, at, fact
     if not holds and _modulo(test) is not None:  # `if n % bs: raise`
         _divides(symbols, _modulo(test), at, facts, translate)
         return
+    if isinstance(test, cst.Comparison) and len(test.comparisons) > 1:
+        if holds:  # `a == b == c` holds: each link does (a failing chain says only that one link fails)
+            left = test.left
+            for link in test.comparisons:
+                _condition(symbols, cst.Comparison(left, [link]), True, at, facts, translate)
+                left = link.comparator
+        return
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         target = test.comparisons[0]
         op = type(target.operator)
