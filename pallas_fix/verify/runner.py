@@ -31,7 +31,8 @@ What runs, per example:
   part of jax's jit key, so a user's own ``@jax.jit`` entry is re-traced per interpreter).
 * every output leaf is compared (:mod:`pallas_fix.verify.judge.compare`); a race reported by TPU
   interpret mode is a failure too.
-* ragged variants: when the original calls ``pl.cdiv`` or masks with an iota, a verified example
+* ragged variants: when the original calls ``pl.cdiv`` (or spells it by hand, `(n + b - 1) // b`:
+  :mod:`~pallas_fix.verify.examples.ceilings`) or masks with an iota, a verified example
   is verified again with the sizes that divide made non-multiples (:mod:`~pallas_fix.verify.worker.ragged`),
   and when it pads with ``jnp.pad`` by nothing, with the padded dims made sizes the padding changes;
   the verdict names the shapes that ran, and a variant the original rejects is dropped.
@@ -53,6 +54,7 @@ from typing import Optional, Sequence
 from pallas_fix.core.example_values import origin_phrase
 from pallas_fix.core.examples import example_to_json, parse_example
 from pallas_fix.verify.device.chip import tpu_visible
+from pallas_fix.verify.examples.ceilings import observed_source
 from pallas_fix.verify.examples.candidates import (ExampleCandidates, NoCandidateRan, ToVerify, candidates_to_json,
                                                   no_example_message, none_ran, settled_from_cache, store_choices)
 from pallas_fix.verify.judge.footprint import format_bytes
@@ -253,7 +255,7 @@ def _run_job(original_src: str, rewritten_src: str, examples: list[ToVerify], *,
              on_chip: bool = True) -> list[Verdict]:
     """One worker for every example; caches the candidates it kept."""
     job = {
-        "original": {"source": original_src, "path": path},
+        "original": {"source": original_src, "path": path, "observed": observed_source(original_src)},
         "rewritten": {"source": rewritten_src, "path": path},
         "examples": [candidates_to_json(e) if isinstance(e, ExampleCandidates) else example_to_json(e)
                      for e in examples],

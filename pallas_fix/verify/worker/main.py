@@ -101,15 +101,35 @@ def _verify(mods: dict, ex: Example, job: dict, known: Optional[ReferenceRun] = 
 
     try:
         verdict = verify(ex, known)
-        if verdict["status"] == "verified" and job.get("ragged", True) and may_be_ragged(job["original"]["source"]):
+        observed = job["original"].get("observed")  # its ceilings spelled by hand: verify.examples.ceilings
+        ragged = observed or may_be_ragged(job["original"]["source"])
+        if verdict["status"] == "verified" and job.get("ragged", True) and ragged:
             original = resolve_entry(mods["original"], ex.entry)
-            verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify)
+            verdict = verify_variants(original, ex, verdict, int(job["seeds"][0]), verify,
+                                      observed=_observed_entry(mods, job, ex.entry) if observed else None)
         if verdict["status"] == "verified" and (ex.origin or "").startswith("synthesised"):
             verdict = verify_boundary(resolve_entry(mods["original"], ex.entry), ex, verdict, int(job["seeds"][0]), verify)
         return verdict
     except Exception as e:  # a bug in the worker itself: still report per example
         return verdict_record(ex.entry, job["seeds"], message=f"verification crashed: {summarize_exc(e)}",
                               details={"traceback": traceback.format_exc()})
+
+
+def _observed_entry(mods: dict, job: dict, entry: str) -> Optional[Callable]:
+    """The entry of the original as the ragged variants observe it: its hand-spelled ceiling
+    quotients recorded as `pl.cdiv` calls (verify.examples.ceilings); loaded once, on first use.
+    None when that source does not load (the variants then come from the original itself)."""
+    if "observed" not in mods:
+        try:
+            with forced_interpreter(True):
+                mods["observed"] = load_module("observed", job["original"]["observed"],
+                                               job["original"].get("path") or "<kernel>", job["tmpdir"])
+        except Exception:  # the original itself loaded: what fails here is the rewriting
+            mods["observed"] = None
+    try:
+        return resolve_entry(mods["observed"], entry) if mods["observed"] is not None else None
+    except LookupError:
+        return None
 
 
 def _verify_candidates(mods: dict, import_error: Optional[str], candidates: list[Example], job: dict) -> dict:

@@ -299,11 +299,13 @@ def runs_on(fn: Callable, ex: Example, seed: int) -> Optional[str]:
 
 # -- the verdict -------------------------------------------------------------------------------
 def verify_variants(fn: Callable, ex: Example, verdict: dict, seed: int,
-                    verify: Callable[[Example], dict]) -> dict:
+                    verify: Callable[[Example], dict], observed: Optional[Callable] = None) -> dict:
     """``verdict`` (a verified example) checked again on each ragged variant: the first variant
-    that fails decides the verdict; the shapes that ran and those dropped are said either way."""
+    that fails decides the verdict; the shapes that ran and those dropped are said either way.
+    ``observed``: the original with its hand-spelled ceilings recorded (verify.examples.ceilings),
+    traced only to choose the variants."""
     try:
-        variants = ragged_variants(fn, ex)
+        variants = ragged_variants(observed or fn, ex)
     except Exception as e:  # the original traced for the verdict; a failure here is ours
         verdict["details"].setdefault("notes", []).append(f"ragged variants not derived ({type(e).__name__}: {e})")
         return verdict

@@ -7,7 +7,8 @@ import sys
 import types
 from typing import Any, Callable
 
-_MODULE_NAMES = {"original": "_pallas_fix_verify_original", "rewritten": "_pallas_fix_verify_rewritten"}
+_MODULE_NAMES = {"original": "_pallas_fix_verify_original", "rewritten": "_pallas_fix_verify_rewritten",
+                 "observed": "_pallas_fix_verify_observed"}  # the original as ragged variants observe it (main)
 
 
 def load_module(kind: str, source: str, path: str, tmpdir: str) -> types.ModuleType:
