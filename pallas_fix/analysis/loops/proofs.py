@@ -12,7 +12,8 @@ from typing import Callable, Iterator, Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.symbolic import Poly, Symbols, remove_factors
+from pallas_fix.analysis.loops.poly import remove_factors
+from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 
 Translate = Callable[[cst.BaseExpression], Optional[cst.BaseExpression]]
 

@@ -18,100 +18,19 @@ from typing import Callable, Optional
 import libcst as cst
 
 from pallas_fix.analysis.binders import positional_names
+from pallas_fix.analysis.loops.poly import Poly, negative, positive, rounded_up
 from pallas_fix.analysis.loops.read_bindings import reaching_binding, settled_binding
 from pallas_fix.analysis.values.bindings import (Unpack, attribute_written, binding_count, field_may_change, indexed_only,
                                                  scope_bindings, single_binding)
 from pallas_fix.analysis.context import ModuleContext, Scope, plain_read
 from pallas_fix.core import names as N
 
-Monomial = tuple[str, ...]  # sorted atom keys, with repeats
-
-
-@dataclass(frozen=True)
-class Poly:
-    terms: tuple[tuple[Monomial, int], ...] = ()  # sorted, no zero coefficients
-
-    @staticmethod
-    def of(terms: dict[Monomial, int]) -> "Poly":
-        return Poly(tuple(sorted((m, c) for m, c in terms.items() if c)))
-
-    @staticmethod
-    def const(value: int) -> "Poly":
-        return Poly.of({(): value})
-
-    @staticmethod
-    def atom(key: str) -> "Poly":
-        return Poly.of({(key,): 1})
-
-    def as_dict(self) -> dict[Monomial, int]:
-        return dict(self.terms)
-
-    def __add__(self, other: "Poly") -> "Poly":
-        out = self.as_dict()
-        for m, c in other.terms:
-            out[m] = out.get(m, 0) + c
-        return Poly.of(out)
-
-    def __sub__(self, other: "Poly") -> "Poly":
-        return self + other.scale(-1)
-
-    def __mul__(self, other: "Poly") -> "Poly":
-        out: dict[Monomial, int] = {}
-        for m1, c1 in self.terms:
-            for m2, c2 in other.terms:
-                m = tuple(sorted(m1 + m2))
-                out[m] = out.get(m, 0) + c1 * c2
-        return Poly.of(out)
-
-    def scale(self, k: int) -> "Poly":
-        return Poly.of({m: c * k for m, c in self.terms})
-
-    def constant(self) -> Optional[int]:
-        """The value when the polynomial has no atoms."""
-        if not self.terms:
-            return 0
-        if len(self.terms) == 1 and self.terms[0][0] == ():
-            return self.terms[0][1]
-        return None
-
-    def monomial(self) -> Optional[tuple[Monomial, int]]:
-        """(atoms, coefficient) when the polynomial is a single term."""
-        return self.terms[0] if len(self.terms) == 1 else None
-
-    def exact_quotient(self, den: "Poly") -> Optional["Poly"]:
-        """self / den when `den` is one term dividing every term of self exactly."""
-        single = den.monomial()
-        if single is None:
-            return None
-        out: dict[Monomial, int] = {}
-        for m, c in self.terms:
-            rest = remove_factors(m, single[0])
-            if rest is None or c % single[1]:
-                return None
-            out[rest] = c // single[1]
-        return Poly.of(out)
-
-
-def _negative(p: Poly) -> bool:
-    """Every term has a negative coefficient: the value is negative, atoms being positive."""
-    return bool(p.terms) and all(c < 0 for _m, c in p.terms)
-
-
-def remove_factors(m: Monomial, factors: Monomial) -> Optional[Monomial]:
-    """`m` without one occurrence of each of `factors`; None when some factor is missing."""
-    rest = list(m)
-    for f in factors:
-        if f not in rest:
-            return None
-        rest.remove(f)
-    return tuple(rest)
-
 
 @dataclass
 class Atom:
     key: str
     text: str  # how the source spells it
-    kind: str = "value"  # "value" | "floor" (num // den) | "ceil" (pl.cdiv(num, den))
+    kind: str = "value"  # "value" | "floor" (num // den) | "ceil" (pl.cdiv(num, den), or spelled by hand: poly.rounded_up)
     num: Optional[Poly] = None
     den: Optional[Poly] = None
     node: object = None  # an opaque atom's expression, kept alive: its key is the node's id
@@ -227,17 +146,17 @@ class Symbols:
         exact = num.exact_quotient(den)
         if exact is not None:
             return exact
-        if _negative(den):  # `a // -b` divides `-a` by `b`: an atom's divisor stays positive
+        if negative(den):  # `a // -b` divides `-a` by `b`: an atom's divisor stays positive
             num, den = num.scale(-1), den.scale(-1)
-        if _negative(num):
+        if negative(num):
             # `-a // b` is `-pl.cdiv(a, b)` (and a ceil of `-a` is minus a floor): the atom the
             # rest of the module takes as positive is the quotient of `a`, spelled `-(text)`
             flipped = "ceil" if kind == "floor" else "floor"
             return self.quotient(flipped, num.scale(-1), den, f"-({text})").scale(-1)
-        if kind == "floor" and b is None:  # `(n + bs - 1) // bs` is `pl.cdiv(n, bs)` (bs > 0, as every atom)
-            rest = num - den + Poly.const(1)
-            if len(rest.terms) < len(num.terms):
-                kind, num = "ceil", rest
+        if kind == "floor" and positive(den):
+            kind, num, shift, text = rounded_up(num, den, text)
+            if shift:
+                return self.quotient(kind, num, den, text) - Poly.const(shift)
         key = f"{kind}({_key(num)} / {_key(den)})"
         self.atoms.setdefault(key, Atom(key, text, kind, num, den))
         return Poly.atom(key)
