@@ -40,7 +40,7 @@ from pallas_fix.rewrite.loops.nesting import check_other_branch
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_planner, loop_region
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
-from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
+from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
 from pallas_fix.rewrite.kernel.ref_access import AccessGroup, accessed_slots, is_write, check_kernel_ref_uses, lifted_block, lifted_element_ids
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.kernel.scratch_temps import is_iteration_temporary
@@ -86,7 +86,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
             edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=refused)
         else:
             ragged = [d for d in doubts.values() if d is not None]
-            doubt = next((d.text for d in ragged if d.divided_only), ragged[0].text) if ragged else None
+            doubt = one_doubt(ragged) if ragged else None
             divided_only = any(d.divided_only for d in ragged)
             if doubt is None:  # no partial block is exact here: a shape fact the code leaves unsaid may be
                 edits, doubt, guards = guarded_edits(cs, blocks, axis, unproved=unproved)

@@ -16,7 +16,9 @@ After:
 Recipe: match a ref whose every access is the same block-shaped window driven only by
 `pl.program_id`; check that its BlockSpec is the whole array and that the size can be written at
 the call site; then access the whole block in the kernel and give the ref a BlockSpec whose
-index_map returns the window's block index. One ref per round: the engine re-analyses between.
+index_map returns the window's block index. One ref per round (an input and the output it aliases,
+windowed alike, one pair: one buffer, each step reading and writing its own block); the engine
+re-analyses between.
 A window at an offset inside the program's block (`pl.ds(i * bm + c * 8, 8)`, walked by a static
 or traced loop) gives the ref the block of `bm` at `i` and keeps the walk inside it
 (rewrite.inblock.offset_windows). An output left in HBM (`pl.ANY`) that the kernel writes only by
@@ -31,9 +33,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
@@ -44,16 +44,18 @@ from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, fold
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.callsite.variant_arms import arm_planning, together
+from pallas_fix.rewrite.proofs.aliases import alias_partner, different_blocks
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
-from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits, extent_read
+from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits
 from pallas_fix.rewrite.inblock.dma_outputs import dma_written
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
-from pallas_fix.rewrite.proofs.ragged_blocks import ragged_doubt
-from pallas_fix.rewrite.kernel.ref_access import mention_kind, ref_base, shape_refusal
+from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
+from pallas_fix.rewrite.kernel.pid_windows import check_operand, check_other_uses, pid_block_index, program_id_scalars
+from pallas_fix.rewrite.kernel.ref_access import ref_base
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
 from pallas_fix.rewrite.kernel.scalar_lift import (block_subscript_edit, check_one_form, check_squeezed_reads,
                                                    scalar_block_size, split_squeezable)
@@ -71,20 +73,29 @@ def planner(analysis) -> dict:
     windowed along two dims (`o_ref[pl.ds(i * TM, TM), pl.ds(j * TN, TN)]`) takes two rounds:
     the second composes its window with the block the first one wrote. Until then an output's
     second window is refused (its block would stay resident across the first one's axis), a
-    refusal that waits for the first window's fix."""
+    refusal that waits for the first window's fix. An input and the output it aliases
+    (`input_output_aliases`), windowed alike, are one plan: the first of the two asked makes it,
+    and it speaks for the other's windows too (`planned`), so one round moves both."""
     groups = _windowed_refs(analysis)
-    outcomes = together(analysis, per_use(groups.items(), lambda key, uses: _attempt(analysis, groups, key, uses)), NAME)
+    planned: dict = {}  # use key -> the plan of an aliased pair that already speaks for it
+
+    def attempt(key: tuple[tuple[int, int], str, int], uses: list[IndexUse]) -> Outcome:
+        return planned.get(use_key(uses[0])) or _attempt(analysis, groups, key, uses, planned)
+
+    outcomes = together(analysis, per_use(groups.items(), attempt), NAME)
     return {**program_id_scalar_refusals(NAME, analysis), **outcomes}
 
 
-def _attempt(analysis, groups: dict, key: tuple[tuple[int, int], str, int], uses: list[IndexUse]) -> Outcome:
+def _attempt(analysis, groups: dict, key: tuple[tuple[int, int], str, int], uses: list[IndexUse], planned: dict) -> Outcome:
     try:
         with arm_planning(analysis, uses[0].kernel_site) as confine:  # a variant: against its own arm
-            return confine.keep(_plan(analysis, key[1], key[2], uses, confine))
-    except ResidentOutput as exc:
-        return Refusal(NAME, str(exc), _windows_over(groups, key, exc.axes))
+            plan = confine.keep(_plan(analysis, key[1], key[2], uses, confine))
+    except ResidentOutput as exc:  # the output of an aliased pair, too: its own windows along another dim
+        return Refusal(NAME, str(exc), _windows_over(groups, (key[0], exc.param, key[2]), exc.axes))
     except (Refuse, CallSiteError) as exc:  # as rewrite.common.attempt
         return Refusal(NAME, str(exc), getattr(exc, "waits_for", ()))
+    planned.update((use_key(u), plan) for u in plan.uses)
+    return plan
 
 
 def _windows_over(groups: dict, key: tuple[tuple[int, int], str, int], axes: frozenset[int]) -> tuple:
@@ -128,103 +139,41 @@ class _Window:
     dma: bool = False  # an output left in HBM, written by DMAs that now copy into its VMEM block
 
 
+@dataclass(frozen=True)
+class _Member:
+    """One ref a plan moves into its BlockSpec: the ref itself, or an input and the output it aliases."""
+
+    ref: str
+    uses: list[IndexUse]  # its windows' findings, which the plan fixes
+    window: _Window
+    block: RefBlock
+    reads: list[ExtentRead]  # of its blocked dim's size, kept meaning the full size
+
+
 def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPlan:
     ctx = analysis.ctx
     site = uses[0].kernel_site
     check_single_call(analysis, site, variants=True)
-    kernel_env = analysis.detection.envs.get(site.kernel)
-    cs = CallSite(ctx, site, kernel_env)
-    _check_operand(cs, ref)
+    cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
+    helpers = pid_helpers(analysis, site)
     try:
-        window = _shared_window(analysis, cs, ref, dim, uses)
+        first = _member(analysis, cs, helpers, ref, dim, uses)
     except Unwindowed as why:  # also read elsewhere: on Triton the window takes a twin of the operand
         return twin_plan(analysis, cs, ref, dim, uses, why, lambda *a: _plan(*a, lambda *_: None), _windowed_refs)
-    index = window.index  # its divisors already written at the call site
-    check_folded_output(cs, ref, index)
-    helpers = pid_helpers(analysis, site)
-    allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
-    reads = _check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, kernel_env)
-    check_output_views(analysis, cs, ref, window.subscripts)
-    if cs.slots[ref].kind == "out":
-        check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
-    use = window.use
-    index_axes = index.grid_axes()
-    squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index_axes)  # kept whole: their scalars stay in the kernel
-    squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
-    size = scalar_block_size(cs, use) if squeeze else _block_size(analysis, cs, window)
-    if size is None:
-        raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
-    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze, window.dma)
-    check_squeezed_reads(analysis, site, [block])
-    witnesses = _lockstep_witnesses(analysis, cs, ref)
-    doubt, guards, divided_only = None, (), False
-    try:
-        calls = CallEdits(cs, [block], None, witnesses)
-        edits = calls.build()
-        # Its rows taken to be a lockstep witness's, whose last block may be partial (Bounds.check_blocks).
-        lockstep = calls.bounds.ragged_lockstep.get(ref)
-        if lockstep is not None and window.offsets:
-            raise Refuse(ragged_offsets(ref))
-        if lockstep is not None:
-            try:
-                ragged = ragged_doubt(cs, block) or ragged_doubt(cs, block, lockstep=lockstep)
-            except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
-                edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
-            else:
-                assert ragged is not None  # the witness passed Bounds.cdiv_axis
-                divided_only, doubt = ragged.divided_only, ragged.text
-    except CallSiteError as unproved:
-        try:
-            # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks); windows at an
-            # offset inside it are proved inside whole blocks only: a check in the wrapper, or nothing
-            doubt = None if window.offsets else ragged_doubt(cs, block)
-        except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
-            edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=refused)
-        else:
-            if doubt is None:  # a shape fact the code leaves unsaid may prove it, written as a check
-                edits, doubt, guards = guarded_edits(cs, [block], None, witnesses, unproved=unproved)
-            else:
-                edits = CallEdits(cs, [block], None, witnesses, partial_ok=frozenset({(ref, block.dim)})).build()
-                divided_only, doubt = doubt.divided_only, doubt.text
+    members = _with_alias_partner(analysis, cs, helpers, first)
+    check_squeezed_reads(analysis, site, [m.block for m in members])
+    witnesses = _lockstep_witnesses(analysis, cs, {m.ref for m in members})
+    edits, doubt, guards, divided_only = _call_edits(cs, members, witnesses)
     pl = imports.spelling(ctx, imports.PALLAS)
-    window_edits: dict = {}
-    removed = set()
-    for sub, dims in block.subscripts:
-        offset = window.offsets.get(id(sub))
-        if offset is not None:  # the window stays, at its offset inside the block
-            window_edits[sub] = offset_subscript_edit(block.dim, offset)
-            removed.add(id(offset.dropped))
-            continue
-        window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(squeezed)))
-        removed |= touched_element_ids(sub, dims | set(squeezed))
-    removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
-    starts = dead_start_bindings(ctx, site.kernel, list(window.offsets.values()))
-    removed |= {id(stmt) for stmt in starts}
-    functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
-    dead = dead_assignments(ctx, functions, removed)
-    # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
-    # `t // nj`) goes with them: passing it in would leave a parameter nothing reads.
-    reads = [r for r in reads if not any(a is d for d in dead for a in ctx.ancestors(r.node))]
-    edits.update(extent_edits(cs, reads, [block], {a: (a, g) for a, g in enumerate(cs.grid)}, pl.text))
-    edits.update(window_edits)
-    if site.kernel not in edits:
-        edits[site.kernel] = strip_leading_blank_lines
-    for stmt in [*dead, *starts]:
-        remove_statement(edits, stmt, siblings_of(ctx, stmt))
+    _add_kernel_edits(analysis, cs, helpers, members, pl.text, edits)
     needed = pl.add
-    confine(edits, needed, cs.slots[ref], dim)
+    confine(edits, needed, cs.slots[members[0].ref], dim)  # a pair: its input's slot, whichever member was asked
 
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
-    # Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
-    # line `--apply` prints must say which one it made.
-    axes = sorted(index.grid_axes() | set(squeezed.values()))
-    by = ", ".join(f"pl.program_id({a})" for a in axes)
-    description = (f"moved the program_id window on dim {use.dim} of `{ref}`{f' (by {by})' if by else ''} "
-                   f"in `{site.kernel_name}` into its BlockSpec{fold_note(index)}"
-                   f"{' (a block of `' + code(size) + '` along the dim; its windows stay at their offsets inside it)' if window.offsets else ''}"
-                   f"{'; it was left in HBM and written by DMA: the DMA now copies into its VMEM block, which the pipeline writes back' if window.dma else ''}")
+    description = _description(site, members)
+    uses = [u for m in members for u in m.uses]
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
@@ -232,12 +181,147 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 
-def _lockstep_witnesses(analysis, cs: CallSite, ref: str) -> list[RefBlock]:
+def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[IndexUse]) -> _Member:
+    """`ref`'s one window along `dim`, the checks it passes, and its block; Unwindowed when the
+    kernel also accesses the ref otherwise."""
+    ctx, site = analysis.ctx, cs.site
+    check_operand(cs, ref)
+    window = _shared_window(analysis, cs, ref, dim, uses)
+    index = window.index  # its divisors already written at the call site
+    check_folded_output(cs, ref, index)
+    allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
+    reads = check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, analysis.detection.envs.get(site.kernel))
+    check_output_views(analysis, cs, ref, window.subscripts)
+    if cs.slots[ref].kind == "out":
+        check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
+    use = window.use
+    squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index.grid_axes())  # kept whole: their scalars stay in the kernel
+    squeeze = use.kind == "scalar"  # a squeezed dim (rewrite.kernel.scalar_lift)
+    size = scalar_block_size(cs, use) if squeeze else _block_size(analysis, cs, window)
+    if size is None:
+        raise Refuse(f"the block size `{code(use.size)}` of `{ref}` cannot be written at the pallas_call")
+    block = RefBlock(ref, use.dim, size, index, [(s, {use.dim}) for s in window.subscripts], squeezed, squeeze, window.dma)
+    return _Member(ref, uses, window, block, reads)
+
+
+def _with_alias_partner(analysis, cs: CallSite, helpers, first: _Member) -> list[_Member]:
+    """`first`, and the operand sharing its buffer (input_output_aliases) where the kernel windows
+    that one along the same dim too: the two move in one plan, the input first, so that either's
+    attempt makes the same plan (check_aliased_blocks refuses them in different blocks: a read
+    ahead, another size). A partner windowed there that cannot move is refused with its reason;
+    one the kernel windows elsewhere or not at all stays whole, which check_aliased_blocks refuses
+    where the kernel touches it."""
+    partner = alias_partner(cs, first.ref)
+    if partner is None:
+        return [first]
+    dim = first.block.dim
+    uses = _windowed_refs(analysis).get(((id(cs.site.call), id(cs.site.kernel)), partner.param, dim))
+    if not uses:
+        return [first]
+    try:
+        other = _member(analysis, cs, helpers, partner.param, dim, uses)
+    except (Refuse, CallSiteError) as why:
+        pair = (first.ref, first.block, partner.param, None) if partner.kind == "out" else (partner.param, None, first.ref, first.block)
+        raise Refuse(f"{different_blocks(*pair)}; `{partner.param}` cannot move with `{first.ref}`: {why}") from None
+    return sorted([first, other], key=lambda m: cs.slots[m.ref].kind != "in")
+
+
+def _call_edits(cs: CallSite, members: list[_Member], witnesses: list[RefBlock]) -> tuple[dict, Optional[str], tuple, bool]:
+    """(edits, doubt, guards, divided_only): the call-site edits of the members' blocks, proved
+    inside their arrays; or with a partial last block along a `pl.cdiv` axis, theirs or a lockstep
+    witness's (rewrite.proofs.ragged_blocks: an unsafe fix that says so); or with checks written
+    into the wrapper that prove them (guarded_edits)."""
+    blocks = [m.block for m in members]
+    try:
+        calls = CallEdits(cs, blocks, None, witnesses)
+        edits = calls.build()
+        # Their rows taken to be a lockstep witness's, whose last block may be partial (Bounds.check_blocks).
+        lockstep = calls.bounds.ragged_lockstep
+        ragged = [m for m in members if m.ref in lockstep]
+        if not ragged:
+            return edits, None, (), False
+        offset = next((m for m in ragged if m.window.offsets), None)
+        if offset is not None:
+            raise Refuse(ragged_offsets(offset.ref))
+        try:
+            doubts = [ragged_doubt(cs, m.block) or ragged_doubt(cs, m.block, lockstep=lockstep[m.ref]) for m in ragged]
+        except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
+            return (*guarded_edits(cs, blocks, None, witnesses, unproved=refused), False)
+        assert all(d is not None for d in doubts)  # the witness passed Bounds.cdiv_axis
+        return edits, one_doubt(doubts), (), any(d.divided_only for d in doubts)
+    except CallSiteError as unproved:
+        try:
+            # a partial last block along a cdiv axis (rewrite.proofs.ragged_blocks); windows at an
+            # offset inside it are proved inside whole blocks only: a check in the wrapper, or nothing
+            doubts = {m.ref: None if m.window.offsets else ragged_doubt(cs, m.block) for m in members}
+        except Refuse as refused:  # the kernel reads its position: only a check in the wrapper helps
+            return (*guarded_edits(cs, blocks, None, witnesses, unproved=refused), False)
+        found = [d for d in doubts.values() if d is not None]
+        if not found:  # a shape fact the code leaves unsaid may prove it, written as a check
+            return (*guarded_edits(cs, blocks, None, witnesses, unproved=unproved), False)
+        partial = frozenset((m.ref, m.block.dim) for m in members if doubts[m.ref] is not None)
+        edits = CallEdits(cs, blocks, None, witnesses, partial_ok=partial).build()
+        return edits, one_doubt(found), (), any(d.divided_only for d in found)
+
+
+def _add_kernel_edits(analysis, cs: CallSite, helpers, members: list[_Member], pl: str, edits: dict) -> None:
+    """Adds to the call's `edits` the kernel's: each window a whole-block access (or kept at its
+    offset inside the block), the statements that fed only the windows gone, and the reads of a
+    blocked dim's size kept meaning the full size."""
+    ctx, site = analysis.ctx, cs.site
+    window_edits: dict = {}
+    removed = set()
+    for member in members:
+        block = member.block
+        for sub, dims in block.subscripts:
+            offset = member.window.offsets.get(id(sub))
+            if offset is not None:  # the window stays, at its offset inside the block
+                window_edits[sub] = offset_subscript_edit(block.dim, offset)
+                removed.add(id(offset.dropped))
+                continue
+            window_edits[sub] = block_subscript_edit(block, dims, packed_tuple(analysis, sub, dims | set(block.squeezed)))
+            removed |= touched_element_ids(sub, dims | set(block.squeezed))
+    removed |= drop_unread_slices(ctx, helpers, removed, window_edits)
+    starts = dead_start_bindings(ctx, site.kernel, [o for m in members for o in m.window.offsets.values()])
+    removed |= {id(stmt) for stmt in starts}
+    functions = [n for n in walk(site.kernel) if isinstance(n, cst.FunctionDef)]
+    dead = dead_assignments(ctx, functions, removed)
+    # A size read only by statements the windows leave dead (`nj = x_ref.shape[1] // BN` feeding
+    # `t // nj`) goes with them: passing it in would leave a parameter nothing reads.
+    reads = [r for m in members for r in m.reads if not any(a is d for d in dead for a in ctx.ancestors(r.node))]
+    edits.update(extent_edits(cs, reads, [m.block for m in members], {a: (a, g) for a, g in enumerate(cs.grid)}, pl))
+    edits.update(window_edits)
+    if site.kernel not in edits:
+        edits[site.kernel] = strip_leading_blank_lines
+    for stmt in [*dead, *starts]:
+        remove_statement(edits, stmt, siblings_of(ctx, stmt))
+
+
+def _description(site, members: list[_Member]) -> str:
+    """Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
+    line `--apply` prints must say which one it made; an aliased pair, by both refs."""
+    block = members[0].block
+    axes = sorted(block.index.grid_axes() | set(block.squeezed.values()))
+    by = ", ".join(f"pl.program_id({a})" for a in axes)
+    by = f" (by {by})" if by else ""
+    if len(members) == 1:
+        moved = f"moved the program_id window on dim {block.dim} of `{block.param}`{by} in `{site.kernel_name}` into its BlockSpec"
+    else:
+        moved = (f"moved the program_id windows on dim {block.dim} of `{block.param}` and its aliased output "
+                 f"`{members[1].ref}`{by} in `{site.kernel_name}` into their BlockSpecs together (one buffer, "
+                 "input_output_aliases: each grid step reads and writes its own block)")
+    offsets = next((m.block for m in members if m.window.offsets), None)
+    return (f"{moved}{fold_note(block.index)}"
+            f"{' (a block of `' + code(offsets.size) + '` along the dim; its windows stay at their offsets inside it)' if offsets else ''}"
+            f"{'; it was left in HBM and written by DMA: the DMA now copies into its VMEM block, which the pipeline writes back' if members[0].window.dma else ''}")
+
+
+def _lockstep_witnesses(analysis, cs: CallSite, refs: set[str]) -> list[RefBlock]:
     """The program_id blocks of the kernel's other refs: read in the same steps, they vouch for
     the extent of an input read in lockstep with them (Bounds.check_blocks)."""
     out = []
     for (owner, other, dim), uses in _windowed_refs(analysis).items():
-        if owner != (id(cs.site.call), id(cs.site.kernel)) or other == ref:
+        if owner != (id(cs.site.call), id(cs.site.kernel)) or other in refs:
             continue
         try:
             window = _shared_window(analysis, cs, other, dim, uses)
@@ -257,21 +341,10 @@ def _block_size(analysis, cs: CallSite, window: _Window) -> Optional[cst.BaseExp
     return Translator(analysis.ctx, cs.site, cs.kernel_shape_dim)(window.use.size, window.use.env)
 
 
-def _check_operand(cs: CallSite, ref: str) -> None:
-    """An input or output of a gridded call; its window may lie inside the block its BlockSpec
-    gives it (SpecWriter composes the two, or says why not)."""
-    slot = cs.slots.get(ref)
-    if slot is None or slot.kind not in ("in", "out"):
-        raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
-    if not cs.grid:
-        raise Refuse("the pallas_call has no grid")
-
-
 def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexUse]) -> _Window:
     """Every access of `ref` in the kernel has the same program_id block along `dim` (windows
     along other dims stay as they are, relative to the block, for a later round)."""
     ctx, site = analysis.ctx, cs.site
-    kernel_env = analysis.detection.envs.get(site.kernel)
     by_sub: dict[int, list[IndexUse]] = {}
     for u in uses:
         by_sub.setdefault(id(u.subscript), []).append(u)
@@ -286,7 +359,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.
         index, offset = _index_or_offset(analysis, cs, use, ref)
-        squeezed = _program_id_scalars(node, use, len(cs.grid))
+        squeezed = program_id_scalars(node, use, len(cs.grid))
         if offset is not None:
             offsets[id(node)] = offset
         size = offset.block_key if offset is not None else code(use.size) if use.size is not None else use.kind
@@ -310,78 +383,12 @@ def _index_or_offset(analysis, cs: CallSite, use: IndexUse, ref: str) -> tuple[B
     """The window's block index; or, for a window at an offset inside the program's block
     (`pl.ds(i * bm + c * 8, 8)`), the index of that block and the offset window."""
     try:
-        return folds_at_call(analysis.ctx, cs, ref, _block_index(use, ref, len(cs.grid)), use.env, refuse=True), None
+        return folds_at_call(analysis.ctx, cs, ref, pid_block_index(use, ref, len(cs.grid)), use.env, refuse=True), None
     except Refuse:
         offset = offset_window(analysis, cs, use, ref, len(cs.grid))
         if offset is None:
             raise
         return BlockIndexExpr({offset.axis: 1}), offset
-
-
-def _block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
-    """The window's block index along the grid axes its start moves with, whole or folded
-    (`pid // H`, `pid % H`: the index_map computes the same quotient and remainder)."""
-    window = window_of(use, folds=True)
-    if window.block is None:
-        raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
-    axes, folds = {}, []
-    for key, mult in window.block.atoms.items():
-        if not key.startswith(("pid:", "fold:")):
-            raise Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
-        axis = int(key.split(":")[1])
-        if axis >= ngrid:
-            raise Refuse(f"pl.program_id({axis}) is beyond the grid's {ngrid} axes")
-        if key.startswith("fold:"):
-            parts = fold_parts(window.block.atom_exprs[key], hooks_for(use.env))
-            assert parts is not None
-            folds.append((mult, axis, parts[1], parts[2]))
-        else:
-            axes[axis] = mult
-    return BlockIndexExpr(axes, window.block.offset, folds=tuple(folds))
-
-
-def _program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:
-    """Dims of `sub` indexed by exactly `pl.program_id(k)` (directly or through a name): those
-    become squeezed (None) block dims whose index_map entry is grid axis k."""
-    out: dict[int, int] = {}
-    env = use.env
-    for n, el in enumerate(sub.slice):
-        if n == use.dim or not isinstance(el.slice, cst.Index):
-            continue
-        value = el.slice.value
-        if not env.value(value).dynamic:
-            continue
-        aff = decompose(value, hooks_for(env))
-        if aff is None or aff.const and any(c.mult for c in aff.const):
-            continue
-        terms = {k: c for k, c in aff.terms.items() if c.mult}
-        if len(terms) == 1:
-            (key, coeff), = terms.items()
-            if key.startswith("pid:") and coeff.mult == 1 and not coeff.factors:
-                axis = int(key.split(":")[1])
-                if axis < ngrid:
-                    out[n] = axis
-    return out
-
-
-def _check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
-    """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
-    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extents.extent_reads)."""
-    reads = []
-    for node in walk(kernel):
-        if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
-            continue
-        kind, d = mention_kind(ctx, node, env)
-        if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
-            continue
-        if kind == "shape":
-            read = extent_read(ctx, node, ref, d)
-            if read is None:
-                raise shape_refusal(ref)
-            reads.append(read)
-            continue
-        raise Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
-    return reads
 
 
 RECIPE = Recipe(

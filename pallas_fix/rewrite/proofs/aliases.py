@@ -34,12 +34,27 @@ def check_aliased_blocks(cs: CallSite, blocks: dict[str, RefBlock], touched) -> 
             continue
         if old is not None and new is not None and _same_block(old, new):
             continue
-        raise CallSiteError(
-            f"`{in_slot.param}` and `{out_slot.param}` are one buffer (input_output_aliases) and the lift would move "
-            f"them in different blocks ({_said(in_slot.param, old)}; {_said(out_slot.param, new)}): a grid step could "
+        raise CallSiteError(different_blocks(in_slot.param, old, out_slot.param, new))
+
+
+def different_blocks(in_param: str, old: Optional[RefBlock], out_param: str, new: Optional[RefBlock]) -> str:
+    """Why an aliased pair blocked as `old` (the input's) and `new` (the output's; None: whole) is refused."""
+    return (f"`{in_param}` and `{out_param}` are one buffer (input_output_aliases) and the lift would move "
+            f"them in different blocks ({_said(in_param, old)}; {_said(out_param, new)}): a grid step could "
             "read a block another step has already written back, and on a chip with two cores race with it, where "
             "the original read its whole input before writing; read and write the same window in each step, or "
             "drop the alias")
+
+
+def alias_partner(cs: CallSite, param: str) -> Optional[Slot]:
+    """The slot of the operand `param` shares its buffer with (input_output_aliases), None when
+    it aliases none. A lift moves the two together or not at all (check_aliased_blocks)."""
+    if cs.site.kw("input_output_aliases") is None:
+        return None
+    for in_slot, out_slot in _alias_pairs(cs):
+        if param in (in_slot.param, out_slot.param):
+            return out_slot if in_slot.param == param else in_slot
+    return None
 
 
 def _alias_pairs(cs: CallSite) -> list[tuple[Slot, Slot]]:

@@ -83,6 +83,12 @@ def ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpressio
     return RaggedDoubt(shared + doubt.text, doubt.divided_only)
 
 
+def one_doubt(doubts: list[RaggedDoubt]) -> str:
+    """What a fix says of several blocks' partial last blocks: they state one condition (the
+    grid's last block), so one is said, first one the interpreters check only where it divides."""
+    return next((d.text for d in doubts if d.divided_only), doubts[0].text)
+
+
 def _ragged_doubt(cs: CallSite, block: RefBlock, trip: Optional[cst.BaseExpression], position_line: Optional[int],
                   axis: int | str, extent: cst.BaseExpression) -> RaggedDoubt:
     kernel = cs.site.kernel

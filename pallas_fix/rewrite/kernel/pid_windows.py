@@ -1,0 +1,96 @@
+"""What R3 (codemods/program_id_blocks) reads of one program_id window: the block index its start
+names along the grid axes (`pid // H`, `pid % H` folded as the index_map computes them), the
+other dims a program id indexes exactly (squeezed block dims), and what else the kernel may read
+of the windowed ref (its dtype, rank and dims' sizes; the blocked dim's size is returned, to keep
+meaning the full size)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.loops.affine import decompose, fold_parts
+from pallas_fix.analysis.loops.windows import hooks_for, window_of
+from pallas_fix.core.model import IndexUse
+from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
+from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_read
+from pallas_fix.rewrite.kernel.ref_access import mention_kind, shape_refusal
+from pallas_fix.rewrite.text.syntax import code
+
+
+def pid_block_index(use: IndexUse, ref: str, ngrid: int) -> BlockIndexExpr:
+    """The window's block index along the grid axes its start moves with, whole or folded
+    (`pid // H`, `pid % H`: the index_map computes the same quotient and remainder)."""
+    window = window_of(use, folds=True)
+    if window.block is None:
+        raise Refuse(f"the window on `{ref}` is not provably a block ({window.reason})")
+    axes, folds = {}, []
+    for key, mult in window.block.atoms.items():
+        if not key.startswith(("pid:", "fold:")):
+            raise Refuse(f"the start of `{ref}` also depends on `{code(window.block.atom_exprs[key])}`")
+        axis = int(key.split(":")[1])
+        if axis >= ngrid:
+            raise Refuse(f"pl.program_id({axis}) is beyond the grid's {ngrid} axes")
+        if key.startswith("fold:"):
+            parts = fold_parts(window.block.atom_exprs[key], hooks_for(use.env))
+            assert parts is not None
+            folds.append((mult, axis, parts[1], parts[2]))
+        else:
+            axes[axis] = mult
+    return BlockIndexExpr(axes, window.block.offset, folds=tuple(folds))
+
+
+def program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[int, int]:
+    """Dims of `sub` indexed by exactly `pl.program_id(k)` (directly or through a name): those
+    become squeezed (None) block dims whose index_map entry is grid axis k."""
+    out: dict[int, int] = {}
+    env = use.env
+    for n, el in enumerate(sub.slice):
+        if n == use.dim or not isinstance(el.slice, cst.Index):
+            continue
+        value = el.slice.value
+        if not env.value(value).dynamic:
+            continue
+        aff = decompose(value, hooks_for(env))
+        if aff is None or aff.const and any(c.mult for c in aff.const):
+            continue
+        terms = {k: c for k, c in aff.terms.items() if c.mult}
+        if len(terms) == 1:
+            (key, coeff), = terms.items()
+            if key.startswith("pid:") and coeff.mult == 1 and not coeff.factors:
+                axis = int(key.split(":")[1])
+                if axis < ngrid:
+                    out[n] = axis
+    return out
+
+
+def check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
+    """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
+    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extents.extent_reads)."""
+    reads = []
+    for node in walk(kernel):
+        if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
+            continue
+        kind, d = mention_kind(ctx, node, env)
+        if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
+            continue
+        if kind == "shape":
+            read = extent_read(ctx, node, ref, d)
+            if read is None:
+                raise shape_refusal(ref)
+            reads.append(read)
+            continue
+        raise Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
+    return reads
+
+
+def check_operand(cs: CallSite, ref: str) -> None:
+    """An input or output of a gridded call; its window may lie inside the block its BlockSpec
+    gives it (SpecWriter composes the two, or says why not)."""
+    slot = cs.slots.get(ref)
+    if slot is None or slot.kind not in ("in", "out"):
+        raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
+    if not cs.grid:
+        raise Refuse("the pallas_call has no grid")
