@@ -1,4 +1,5 @@
-"""What a pallas_call's compiler_params say about its grid axes, read as written."""
+"""What a pallas_call's keywords say, read as written: its compiler_params about its grid axes,
+its input_output_aliases about which input and output are one buffer."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.text.syntax import elements
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot
+from pallas_fix.rewrite.text.syntax import code, elements
 
 
 def dimension_semantics(cs) -> tuple[Optional[cst.Call], Optional[cst.Arg], Optional[list[str]]]:
@@ -34,3 +35,41 @@ def dimension_semantics(cs) -> tuple[Optional[cst.Call], Optional[cst.Arg], Opti
                     raise CallSiteError("dimension_semantics holds values pallas-fix cannot read")
             return node, a, values
     return node, None, None
+
+
+def alias_pairs(cs) -> list[tuple[Slot, Slot]]:
+    """(input slot, output slot) per alias; an alias map pallas-fix cannot read is refused."""
+    expr = cs.site.kw("input_output_aliases")
+    assert expr is not None
+    value = cs.ctx.resolve_value(expr, cs.site.call)
+    if not isinstance(value, cst.Dict):
+        raise CallSiteError(f"cannot read `input_output_aliases={code(expr)}` as a dict literal, so pallas-fix cannot tell "
+                            "which input each output aliases")
+    by_kind = {(s.kind, s.index): s for s in cs.slots.values()}
+    pairs = []
+    for element in value.elements:
+        if not isinstance(element, cst.DictElement):
+            raise CallSiteError("`input_output_aliases` unpacks another dict (`**`): pallas-fix cannot read its pairs")
+        k, v = cs.env.static_int(element.key), cs.env.static_int(element.value)
+        if k is None or v is None:
+            raise CallSiteError(
+                f"cannot read the alias `{code(element.key)}: {code(element.value)}` of input_output_aliases as two "
+                "integers, so pallas-fix cannot tell which input shares a buffer with which output (blocked "
+                "differently, a step could read what another step wrote back); write the alias with literal indices")
+        # Alias keys count every operand, scalar-prefetch ones included.
+        in_slot, out_slot = by_kind.get(("in", k - cs.num_prefetch)), by_kind.get(("out", v))
+        if in_slot is not None and out_slot is not None:
+            pairs.append((in_slot, out_slot))
+    return pairs
+
+
+def aliased_output(cs, slot: Slot) -> Optional[Slot]:
+    """The output the input `slot` is one buffer with, None when none (or when the alias map
+    cannot be read). pallas_call requires the two to have one shape and dtype, so the output's
+    out_shape says the input's shape where its operand does not."""
+    if slot.kind != "in" or cs.site.kw("input_output_aliases") is None:
+        return None
+    try:
+        return next((out for inp, out in alias_pairs(cs) if inp.param == slot.param), None)
+    except CallSiteError:
+        return None

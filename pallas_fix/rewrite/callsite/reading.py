@@ -3,8 +3,7 @@
 `CallSite` maps each kernel ref parameter to its slot (input k, output k, scratch, scalar
 prefetch), reads the current grid and BlockSpecs as syntax, and produces the new keyword values
 for a plan that adds grid axes or changes some refs' blocks; anything it cannot read exactly is
-a `CallSiteError`, never a guess. Operand types: callsite.spelling.operands; ranks: callsite.ranks.
-"""
+a `CallSiteError`, never a guess. Operand types: callsite.spelling.operands; ranks: callsite.ranks."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from pallas_fix.core.model import Backend, KernelSite
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim
 from pallas_fix.rewrite.callsite.spelling.built_lists import built_items, mutates, present_arm
-from pallas_fix.rewrite.callsite.call_params import dimension_semantics
+from pallas_fix.rewrite.callsite.call_params import aliased_output, dimension_semantics
 from pallas_fix.rewrite.callsite.call_timing import CallTiming
 from pallas_fix.rewrite.callsite.forwarded import copy_read, shadowed_read
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
@@ -322,7 +321,8 @@ class CallSite(CallTiming):
             return None
         if slot.kind in ("in", "prefetch"):
             if not is_plain_name(slot.arg) or not self.arg_at_call(slot.arg, strict=True):
-                return None
+                out = aliased_output(self, slot)  # one buffer, of one shape (pallas_call checks): the output's
+                return None if out is None else self.shape_dim(out.param, dim)
             return shape_index(slot.arg, dim)
         if slot.kind == "out":
             sds = slot.out_shape

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-import libcst as cst
-
 from pallas_fix.rewrite.blocks.plan import RefBlock
+from pallas_fix.rewrite.callsite.call_params import alias_pairs
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot
 from pallas_fix.rewrite.text.syntax import code
 
@@ -28,7 +27,7 @@ def check_aliased_blocks(cs: CallSite, blocks: dict[str, RefBlock], touched) -> 
         return
     if not any(s.param in blocks for s in cs.slots.values()):
         return
-    for in_slot, out_slot in _alias_pairs(cs):
+    for in_slot, out_slot in alias_pairs(cs):
         old, new = blocks.get(in_slot.param), blocks.get(out_slot.param)
         if (old is None and new is None) or not (touched(in_slot.param) and touched(out_slot.param)):
             continue
@@ -51,36 +50,10 @@ def alias_partner(cs: CallSite, param: str) -> Optional[Slot]:
     it aliases none. A lift moves the two together or not at all (check_aliased_blocks)."""
     if cs.site.kw("input_output_aliases") is None:
         return None
-    for in_slot, out_slot in _alias_pairs(cs):
+    for in_slot, out_slot in alias_pairs(cs):
         if param in (in_slot.param, out_slot.param):
             return out_slot if in_slot.param == param else in_slot
     return None
-
-
-def _alias_pairs(cs: CallSite) -> list[tuple[Slot, Slot]]:
-    """(input slot, output slot) per alias; an alias map pallas-fix cannot read is refused."""
-    expr = cs.site.kw("input_output_aliases")
-    assert expr is not None
-    value = cs.ctx.resolve_value(expr, cs.site.call)
-    if not isinstance(value, cst.Dict):
-        raise CallSiteError(f"cannot read `input_output_aliases={code(expr)}` as a dict literal, so pallas-fix cannot tell "
-                            "which input each output aliases")
-    by_kind = {(s.kind, s.index): s for s in cs.slots.values()}
-    pairs = []
-    for element in value.elements:
-        if not isinstance(element, cst.DictElement):
-            raise CallSiteError("`input_output_aliases` unpacks another dict (`**`): pallas-fix cannot read its pairs")
-        k, v = cs.env.static_int(element.key), cs.env.static_int(element.value)
-        if k is None or v is None:
-            raise CallSiteError(
-                f"cannot read the alias `{code(element.key)}: {code(element.value)}` of input_output_aliases as two "
-                "integers, so pallas-fix cannot tell which input shares a buffer with which output (blocked "
-                "differently, a step could read what another step wrote back); write the alias with literal indices")
-        # Alias keys count every operand, scalar-prefetch ones included.
-        in_slot, out_slot = by_kind.get(("in", k - cs.num_prefetch)), by_kind.get(("out", v))
-        if in_slot is not None and out_slot is not None:
-            pairs.append((in_slot, out_slot))
-    return pairs
 
 
 def _same_block(a: RefBlock, b: RefBlock) -> bool:
