@@ -44,7 +44,7 @@ from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, fold
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.callsite.variant_arms import arm_planning, together
-from pallas_fix.rewrite.proofs.aliases import alias_partner, different_blocks
+from pallas_fix.rewrite.proofs.aliases import alias_partner
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits
@@ -221,8 +221,9 @@ def _with_alias_partner(analysis, cs: CallSite, helpers, first: _Member) -> list
     try:
         other = _member(analysis, cs, helpers, partner.param, dim, uses)
     except (Refuse, CallSiteError) as why:
-        pair = (first.ref, first.block, partner.param, None) if partner.kind == "out" else (partner.param, None, first.ref, first.block)
-        raise Refuse(f"{different_blocks(*pair)}; `{partner.param}` cannot move with `{first.ref}`: {why}") from None
+        raise Refuse(f"`{first.ref}` and `{partner.param}` are one buffer (input_output_aliases): a lift moves them together, "
+                     f"in the same blocks, or neither (`{first.ref}` in blocks beside a whole `{partner.param}`, a step could "
+                     f"read what another step wrote back); `{partner.param}` cannot move with `{first.ref}`: {why}") from None
     return sorted([first, other], key=lambda m: cs.slots[m.ref].kind != "in")
 
 

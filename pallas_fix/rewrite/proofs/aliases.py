@@ -33,13 +33,9 @@ def check_aliased_blocks(cs: CallSite, blocks: dict[str, RefBlock], touched) -> 
             continue
         if old is not None and new is not None and _same_block(old, new):
             continue
-        raise CallSiteError(different_blocks(in_slot.param, old, out_slot.param, new))
-
-
-def different_blocks(in_param: str, old: Optional[RefBlock], out_param: str, new: Optional[RefBlock]) -> str:
-    """Why an aliased pair blocked as `old` (the input's) and `new` (the output's; None: whole) is refused."""
-    return (f"`{in_param}` and `{out_param}` are one buffer (input_output_aliases) and the lift would move "
-            f"them in different blocks ({_said(in_param, old)}; {_said(out_param, new)}): a grid step could "
+        raise CallSiteError(
+            f"`{in_slot.param}` and `{out_slot.param}` are one buffer (input_output_aliases) and the lift would move "
+            f"them in different blocks ({_said(in_slot.param, old)}; {_said(out_slot.param, new)}): a grid step could "
             "read a block another step has already written back, and on a chip with two cores race with it, where "
             "the original read its whole input before writing; read and write the same window in each step, or "
             "drop the alias")
