@@ -139,6 +139,21 @@ def test_the_rank_check_the_rewrite_writes_states_the_rank_for_later_analyses():
         assert found and all(f.fixable and f.fix_safety is FixSafety.SAFE for f in found), [f.refusal for f in found]
 
 
+def test_the_rank_check_of_an_operand_passed_as_an_attribute_is_written_as_it_is_passed():
+    """`)(leaf.x)`: the check reads `leaf.x.ndim` (it once wrote the attribute's head node, not its
+    text, and the rewrite's statement did not parse)."""
+    source = (_SOURCE.format(example=_EXAMPLE).replace("    def run(x):\n", "    def run(leaf):\n")
+              .replace("x.shape[0] // BS", "leaf.x.shape[0] // BS").replace("ShapeDtypeStruct(x.shape, x.dtype)",
+                                                                           "ShapeDtypeStruct(leaf.x.shape, leaf.x.dtype)")
+              .replace("        )(x)\n", "        )(leaf.x)\n").replace("    return _make_scale()(x)\n",
+                                                                         "    return _make_scale()(Leaf(x))\n"))
+    source += "\n\nclass Leaf(NamedTuple):\n    x: jax.Array\n"
+    source = source.replace("import jax\n", "from typing import NamedTuple\n\nimport jax\n", 1)
+    fixed = fix_source(source, "k.py", Config(traced_facts=TracedFacts((_seen("scale(f32[512])", (512,)),))), unsafe=True)
+    assert fixed.error is None and fixed.changed, fixed.error
+    assert "        if leaf.x.ndim != 1:\n" in fixed.source, fixed.source
+
+
 def test_trap_a_fact_the_synthesised_example_shows_and_the_recorded_one_breaks_is_not_used():
     facts = TracedFacts((_seen("scale(f32[512]) (synthesised from the code)", (512,)),
                          _seen("scale(f32[4, 512]) (recorded)", (4, 512))))

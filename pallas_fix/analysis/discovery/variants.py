@@ -13,6 +13,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
 from pallas_fix.analysis.relays.splat_dict import dict_keywords
+from pallas_fix.analysis.values.bindings import Unpack
 from pallas_fix.core.model import KernelSite
 
 
@@ -149,7 +150,8 @@ class ArmPin:
         the chain; None otherwise."""
         if any(how != "assign" for how, _ in binds):
             return None
-        values = [v for _, v in binds]
+        # `layout, state = pack(...)` in each arm: the statement that binds it is the unpacking's
+        values = [v.value if isinstance(v, Unpack) else v for _, v in binds]
         k = self._own(ctx, values)
         if k is None:
             return None

@@ -202,12 +202,12 @@ class Symbols:
         if (
             isinstance(base, cst.Attribute)
             and base.attr.value == "shape"
-            and isinstance(base.value, cst.Name)
+            and isinstance(base.value, (cst.Name, cst.Attribute))
             and len(sub.slice) == 1
             and isinstance(sub.slice[0].slice, cst.Index)
         ):
             dim = self.poly(sub.slice[0].slice.value, at, depth + 1).constant()
-            head = self._head_key(base.value, at)
+            head = self._array_head(base.value, at)
             rank = self.ranks(head) if dim is not None and dim < 0 and head is not None and self.ranks is not None else None
             if rank is not None and rank + dim >= 0:  # type: ignore[operator]
                 dim += rank  # type: ignore[operator]
@@ -231,6 +231,19 @@ class Symbols:
         if head is None or field_may_change(self._attribute_written(), base.value, expr.attr.value):
             return self._opaque(expr, at)
         return self._atom(f"{head}.{expr.attr.value}", self.ctx.code(expr))
+
+    def _array_head(self, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[str]:
+        """A key for the array `x` or `state.grad` stands for at `at`: a field of a record (an
+        unpacked leaf state) is one array wherever its name means one binding, as `_attribute`
+        reads its other fields, when nothing in the module writes that field."""
+        if isinstance(expr, cst.Name):
+            return self._head_key(expr, at)
+        if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+            return None
+        head = self._head_key(expr.value, at)
+        if head is None or field_may_change(self._attribute_written(), expr.value.value, expr.attr.value):
+            return None
+        return f"{head}.{expr.attr.value}"
 
     def _attribute_written(self) -> frozenset[str]:
         if self._written is None:

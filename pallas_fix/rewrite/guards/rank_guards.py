@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pallas_fix.rewrite.text.syntax import is_plain_name
+from pallas_fix.rewrite.text.syntax import code, is_plain_name
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ def rank_checks(cs) -> list[RankCheck]:
         slot = cs.slots.get(param)
         if slot is None or slot.kind not in ("in", "prefetch") or not is_plain_name(slot.arg):
             continue
-        if cs.arg_at_call(slot.arg) and all(c.name != slot.arg.value for c in out):
-            out.append(RankCheck(slot.arg.value, rank))
+        name = code(slot.arg)  # `x`, or an attribute of one (`state.grad`)
+        if cs.arg_at_call(slot.arg) and all(c.name != name for c in out):
+            out.append(RankCheck(name, rank))
     return out
