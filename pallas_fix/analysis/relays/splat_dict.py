@@ -210,3 +210,27 @@ def dict_keywords(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[li
         keys.add(key)
         made.append(_arg(key, element.value))
     return made
+
+
+def dict_keys(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[frozenset[str]]:
+    """Every key `**name` in `at` may hand over, where each binding of `name` in `at`'s scope is a
+    dict literal with string keys and nothing else mentions `name` (so no key is added later); None
+    otherwise. What a keyword added beside it must not collide with, whichever arm bound it."""
+    name = arg.value
+    if arg.star != "**" or not isinstance(name, cst.Name):
+        return None
+    scope = ctx.scope_of(at)
+    values = ctx.assignments(name.value, scope)
+    if not values or not all(isinstance(v, cst.Dict) for v in values):
+        return None
+    bound = {id(t.target) for v in values if isinstance(b := ctx.parent(v), cst.Assign) for t in b.targets}
+    if any(isinstance(n, cst.Name) and n.value == name.value and n is not name and id(n) not in bound for n in walk(scope)):
+        return None
+    keys: set[str] = set()
+    for v in values:
+        for element in v.elements:  # type: ignore[attr-defined]
+            key = _key(element.key) if isinstance(element, cst.DictElement) else None
+            if key is None:
+                return None
+            keys.add(key)
+    return frozenset(keys)

@@ -23,6 +23,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.relays.splat_dict import dict_keys
 from pallas_fix.core import names as N
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.text import imports
@@ -116,7 +117,7 @@ class ExtentParams:
             _refuse_shadowed(expr, kws)
             edits[expr.body] = lambda c: _with_keywords(c, kws)
         elif isinstance(expr, cst.Call) and self.ctx.imports.is_(expr.func, N.PARTIAL):
-            if any(a.star for a in expr.args):
+            if any(a.star == "*" or _may_hold(self.ctx, a, expr, kws) for a in expr.args if a.star):
                 raise Refuse(f"the kernel's full size would be passed as a keyword of `{code(expr.func)}(...)`, which also "
                              "binds `*` / `**` arguments that might hold the same name; bind them by name")
             edits[expr] = lambda c: _with_keywords(c, kws)
@@ -244,3 +245,11 @@ def _refuse_shadowed(forwarder: cst.Lambda, kws: list[tuple[str, str]]) -> None:
             raise Refuse(f"the kernel's full size `{value}` would join the call in `{code(forwarder)}` as `{name}=...`, "
                          f"but `{shadowed[0]}` there names a parameter of the lambda (its refs), not the wrapper's "
                          f"array; rename the lambda's parameter (`lambda *refs: ...`) to get this fix")
+
+
+def _may_hold(ctx, arg: cst.Arg, partial: cst.Call, kws: list[tuple[str, str]]) -> bool:
+    """`**kernel_kwargs` may hand the partial one of the new keywords: unless each dict literal
+    the name is bound to (one per arm of a variant's `if`) is known, and none has such a key."""
+    keys = dict_keys(ctx, arg, partial)
+    return keys is None or any(n in keys for n, _ in kws)
+
