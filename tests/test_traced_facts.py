@@ -310,3 +310,49 @@ def test_apply_lifts_each_arm_with_the_rank_its_examples_show(tmp_path: Path):
     verdicts = json.loads(run.stdout)["verification"]
     assert verdicts and all(v["status"] == "verified" for v in verdicts), out
     assert all(v["dynamic_slices_after"] == 0 < v["dynamic_slices_before"] for v in verdicts), out
+
+
+_TWO_ROUNDS = '''import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+BS = 128
+
+
+def _make_scale():
+    def scale_kernel(x_ref, o_ref):
+        offsets = pl.program_id(0) * BS + jnp.arange(BS)
+        plgpu.store(o_ref.at[offsets], plgpu.load(x_ref.at[offsets]) * 2.0)
+
+    def run(x):
+        return pl.pallas_call(
+            scale_kernel,
+            grid=(x.shape[0] // BS,),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            compiler_params=plgpu.CompilerParams(num_warps=4),
+        )(x)
+
+    return run
+
+
+# pallas-fix: example scale(f32[512])
+def scale(x):
+    return _make_scale()(x)
+'''
+
+
+@pytest.mark.interp
+def test_apply_traces_the_examples_when_only_a_later_rounds_lift_needs_a_rank(tmp_path: Path):
+    """The first round makes the integer-array windows contiguous (`pl.ds`); only the program-id
+    lift after it needs the rank no line says. `--apply` traces the examples for that round too
+    (it once looked only at the first round's refusals, and stopped after the contiguous windows)."""
+    path = tmp_path / "k.py"
+    path.write_text(_TWO_ROUNDS)
+    run = subprocess.run([sys.executable, "-m", "pallas_fix", "--apply", "--format", "json", str(path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = run.stdout + run.stderr
+    fixed = path.read_text()
+    assert "in_specs=[pl.BlockSpec((BS,), lambda i: (i,))]" in fixed and "if x.ndim != 1:" in fixed, out
+    verdicts = json.loads(run.stdout)["verification"]
+    assert verdicts and all(v["status"] == "verified" for v in verdicts), out

@@ -177,8 +177,20 @@ def verify_report(report: FileReport, opts: Options, *, gpu: bool, progress=_qui
 
 
 def wants_facts(report: FileReport) -> bool:
-    """Some finding is refused for a fact the examples' trace may show (core.traced_facts)."""
-    return any(f.refusal and any(w in f.refusal for w in WANTS_FACTS) for f in report.findings)
+    """Some finding is refused for a fact the examples' trace may show (core.traced_facts), now
+    or once the first fixes are made: a window written as an integer array becomes a contiguous
+    `pl.ds` window first, and only the next round's lift needs the operand's rank (flashoptim's
+    AdamW, whose operands are fields of a record the wrapper unpacks)."""
+    if _wanting(report.findings):
+        return True
+    if not any(f.fixable for f in report.findings):
+        return False
+    later = fix_source(report.original or "", report.path, report.config or Config(), unsafe=True)
+    return later.error is None and _wanting(later.remaining)
+
+
+def _wanting(findings) -> bool:
+    return any(f.refusal and any(w in f.refusal for w in WANTS_FACTS) for f in findings)
 
 
 def rewrite_kernels(report: FileReport, opts: Options, *, gpu: bool, progress=_quiet) -> tuple[Optional[FileRewrite], Optional[str]]:
