@@ -189,8 +189,11 @@ def _with_kwonly(ps: cst.Parameters, names: list[str]) -> cst.Parameters:
     """`ps` with keyword-only parameters `names` after its own (a bare `*` first if it has none),
     in the signature's own comma style (one per line stays one per line)."""
     params, kwonly, star = list(ps.params), list(ps.kwonly_params), ps.star_arg
-    commas = [p.comma for p in [*params, *kwonly] if isinstance(p.comma, cst.Comma)]
-    sep = uncommented(commas[0]) if commas else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    # The comma before the last parameter: a signature that puts its first refs on one line and
+    # its keywords one per line (flashoptim's kernels) takes the new ones one per line too.
+    commas = [p.comma for p in [*params, *kwonly][:-1] if isinstance(p.comma, cst.Comma)]
+    commas = commas or [p.comma for p in [*params, *kwonly] if isinstance(p.comma, cst.Comma)]
+    sep = uncommented(commas[-1]) if commas else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     trailing: object = cst.MaybeSentinel.DEFAULT
     tail = cst.SimpleWhitespace("")
     if ps.star_kwarg is None:  # the comma of what was last (a trailing comma stays trailing)
