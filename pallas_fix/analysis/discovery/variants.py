@@ -7,7 +7,8 @@ rewrite.callsite.variant_arms); kernel_entry refuses every other fix."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import libcst as cst
 
@@ -48,13 +49,10 @@ def _with_arm_keywords(ctx: ModuleContext, site: KernelSite) -> KernelSite:
     if pin is None:
         return site
     site.partial_kwargs = dict(site.partial_kwargs)  # dataclasses.replace shares the original's
-    ctx.arm_pin = pin
-    try:
+    with pin.pinned(ctx):
         for arg, partial in site.partial_splats:
             for each in dict_keywords(ctx, arg, partial) or ():
                 site.partial_kwargs.setdefault(each.keyword.value, each.value)
-    finally:
-        ctx.arm_pin = None
     return site
 
 
@@ -136,6 +134,15 @@ class ArmPin:
     root: cst.If
     block: cst.IndentedBlock
     blocks: tuple[cst.IndentedBlock, ...]  # every arm's block, this one among them
+
+    @contextmanager
+    def pinned(self, ctx: ModuleContext) -> Iterator[None]:
+        """This arm's values are what the context resolves while the block runs."""
+        ctx.arm_pin = self
+        try:
+            yield
+        finally:
+            ctx.arm_pin = None
 
     def pick(self, ctx: ModuleContext, values: list, at: cst.CSTNode) -> list:
         k = self._own(ctx, values)

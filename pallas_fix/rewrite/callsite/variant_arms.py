@@ -76,11 +76,8 @@ def arm_planning(analysis, site: Optional[KernelSite]) -> Iterator[_Arm]:
     pin = variant_arm(ctx, site)
     if pin is None:  # the variants are not picked by plain bindings of one `if` before the call
         raise Refuse(entry_problem(analysis, site) or "the kernel's variants are not picked by one `if` before the call")
-    ctx.arm_pin = pin
-    try:
+    with pin.pinned(ctx):
         yield _Arm(ctx, site, pin)
-    finally:
-        ctx.arm_pin = None
 
 
 def _names(site: KernelSite) -> str:
