@@ -196,20 +196,12 @@ def dict_keywords(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[li
         return None
     value = ctx.resolve_value(name, at)
     scope = ctx.scope_of(at)
-    if not isinstance(value, cst.Dict) or ctx.scope_of(value) is not scope:
+    if not isinstance(value, cst.Dict) or ctx.scope_of(value) is not scope or not _only_bound(ctx, name, scope):
         return None
-    bound = {id(t.target) for v in ctx.assignments(name.value, scope) if isinstance(b := ctx.parent(v), cst.Assign)
-             for t in b.targets}
-    if any(isinstance(n, cst.Name) and n.value == name.value and n is not name and id(n) not in bound for n in walk(scope)):
+    entries = _string_entries(value)
+    if entries is None or len({k for k, _ in entries}) < len(entries):
         return None
-    made, keys = [], set()
-    for element in value.elements:
-        key = _key(element.key) if isinstance(element, cst.DictElement) else None
-        if key is None or key in keys:
-            return None
-        keys.add(key)
-        made.append(_arg(key, element.value))
-    return made
+    return [_arg(key, v) for key, v in entries]
 
 
 def dict_keys(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[frozenset[str]]:
@@ -221,16 +213,31 @@ def dict_keys(ctx: ModuleContext, arg: cst.Arg, at: cst.Call) -> Optional[frozen
         return None
     scope = ctx.scope_of(at)
     values = ctx.assignments(name.value, scope)
-    if not values or not all(isinstance(v, cst.Dict) for v in values):
-        return None
-    bound = {id(t.target) for v in values if isinstance(b := ctx.parent(v), cst.Assign) for t in b.targets}
-    if any(isinstance(n, cst.Name) and n.value == name.value and n is not name and id(n) not in bound for n in walk(scope)):
+    if not values or not all(isinstance(v, cst.Dict) for v in values) or not _only_bound(ctx, name, scope):
         return None
     keys: set[str] = set()
     for v in values:
-        for element in v.elements:  # type: ignore[attr-defined]
-            key = _key(element.key) if isinstance(element, cst.DictElement) else None
-            if key is None:
-                return None
-            keys.add(key)
+        entries = _string_entries(v)  # type: ignore[arg-type]
+        if entries is None:
+            return None
+        keys.update(k for k, _ in entries)
     return frozenset(keys)
+
+
+def _only_bound(ctx: ModuleContext, splat: cst.Name, scope) -> bool:
+    """Nothing in `scope` mentions the dict's name but its bindings and the `**` argument itself."""
+    bound = {id(t.target) for v in ctx.assignments(splat.value, scope) if isinstance(b := ctx.parent(v), cst.Assign)
+             for t in b.targets}
+    return not any(isinstance(n, cst.Name) and n.value == splat.value and n is not splat and id(n) not in bound
+                   for n in walk(scope))
+
+
+def _string_entries(value: cst.Dict) -> Optional[list[tuple[str, cst.BaseExpression]]]:
+    """(key, value) of each entry of a dict literal whose keys are all strings; None for any other."""
+    out = []
+    for element in value.elements:
+        key = _key(element.key) if isinstance(element, cst.DictElement) else None
+        if key is None:
+            return None
+        out.append((key, element.value))
+    return out
