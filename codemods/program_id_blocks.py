@@ -43,8 +43,8 @@ from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
 from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, folds_at_call
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
+from pallas_fix.rewrite.callsite.call_params import alias_partner
 from pallas_fix.rewrite.callsite.variant_arms import arm_planning, together
-from pallas_fix.rewrite.proofs.aliases import alias_partner
 from pallas_fix.rewrite.common import check_single_call, per_use
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_edits

@@ -63,13 +63,24 @@ def alias_pairs(cs) -> list[tuple[Slot, Slot]]:
     return pairs
 
 
+def alias_partner(cs, param: str) -> Optional[Slot]:
+    """The slot of the operand `param` shares its buffer with (input_output_aliases), None when
+    it aliases none; an alias map pallas-fix cannot read is refused (CallSiteError)."""
+    if cs.site.kw("input_output_aliases") is None:
+        return None
+    for in_slot, out_slot in alias_pairs(cs):
+        if param in (in_slot.param, out_slot.param):
+            return out_slot if in_slot.param == param else in_slot
+    return None
+
+
 def aliased_output(cs, slot: Slot) -> Optional[Slot]:
     """The output the input `slot` is one buffer with, None when none (or when the alias map
     cannot be read). pallas_call requires the two to have one shape and dtype, so the output's
     out_shape says the input's shape where its operand does not."""
-    if slot.kind != "in" or cs.site.kw("input_output_aliases") is None:
+    if slot.kind != "in":
         return None
     try:
-        return next((out for inp, out in alias_pairs(cs) if inp.param == slot.param), None)
+        return alias_partner(cs, slot.param)
     except CallSiteError:
         return None

@@ -15,7 +15,7 @@ from typing import Optional
 
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.call_params import alias_pairs
-from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError, Slot
+from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.text.syntax import code
 
 
@@ -39,17 +39,6 @@ def check_aliased_blocks(cs: CallSite, blocks: dict[str, RefBlock], touched) -> 
             "read a block another step has already written back, and on a chip with two cores race with it, where "
             "the original read its whole input before writing; read and write the same window in each step, or "
             "drop the alias")
-
-
-def alias_partner(cs: CallSite, param: str) -> Optional[Slot]:
-    """The slot of the operand `param` shares its buffer with (input_output_aliases), None when
-    it aliases none. A lift moves the two together or not at all (check_aliased_blocks)."""
-    if cs.site.kw("input_output_aliases") is None:
-        return None
-    for in_slot, out_slot in alias_pairs(cs):
-        if param in (in_slot.param, out_slot.param):
-            return out_slot if in_slot.param == param else in_slot
-    return None
 
 
 def _same_block(a: RefBlock, b: RefBlock) -> bool:
