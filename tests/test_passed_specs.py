@@ -258,3 +258,41 @@ def test_the_screens_statement_keys_of_a_module_are_never_those_of_another_modul
     assert why(lifted) is None  # analysed as it is, the lifted text adds nothing to itself
     gc.collect()
     assert why(src) is not None
+
+
+_TWO_SETS = FIXTURES / "codemods" / "program_id_blocks" / "pid_kernels_passed_two_sets_on_copy_before.py"
+
+
+def _cols_refusals(src: str) -> list[str]:
+    return [f.refusal for f in _by_kernel(src)["_cols_kernel"] if not f.fixable]
+
+
+def test_an_item_set_on_a_copy_is_read_as_that_slots_spec():
+    """`col_specs[1] = spec` before the call, the statement a lift writes on a copy: a later round
+    reads slot 1 as `spec` and edits it there (before, the list counted as modified and the second
+    lift was refused)."""
+    from pallas_fix.rewrite.callsite.spelling.built_lists import built_items
+
+    src = _TWO_SETS.read_text().replace(
+        "    z = call_kernel(\n", "    col_specs[1] = pl.BlockSpec((1, m), lambda j: (0, 0))  # b\n    z = call_kernel(\n")
+    assert _cols_refusals(src) == []
+    analysis = analyze_source(src, "k.py").analysis
+    ctx = analysis.ctx
+    site = next(s for s in analysis.sites if s.kernel_name == "_cols_kernel")
+    spec = site.kw("in_specs")
+    items, _reads, parts = built_items(ctx, spec, site.passed_by)
+    assert [ctx.code(i) for i in items] == ["pl.BlockSpec((1, m), lambda i: (0, 0))", "pl.BlockSpec((1, m), lambda j: (0, 0))",
+                                            "pl.BlockSpec((n, m), lambda j: (0, 0))"]
+    assert [p.value for p in parts] == ["col_specs", "specs"]
+    fixed = fix_source(src, "k.py", unsafe=True).source
+    assert "    col_specs[0] = pl.BlockSpec((1, BC), lambda i: (0, i))\n    col_specs[1] = pl.BlockSpec((1, BC), lambda j: (0, j))  # b\n" in fixed
+
+
+def test_an_item_set_past_the_end_or_from_the_end_is_not_read():
+    """`col_specs[3] = ...` on a three-item list raises in Python, and `col_specs[-1] = ...` is not
+    a slot the reader numbers: both leave the list unread, as before."""
+    for index in ("3", "-1"):
+        src = _TWO_SETS.read_text().replace(
+            "    z = call_kernel(\n", f"    col_specs[{index}] = pl.BlockSpec((n, BC), lambda j: (0, j))\n    z = call_kernel(\n")
+        refusals = _cols_refusals(src)
+        assert refusals and all(r.startswith("`col_specs` (in_specs) is modified after it is built") for r in refusals), refusals

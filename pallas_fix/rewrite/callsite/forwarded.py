@@ -40,7 +40,7 @@ from pallas_fix.analysis.effects.syntax import param_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal
 from pallas_fix.rewrite.callsite.spec_params import threaded_helpers
-from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list
+from pallas_fix.rewrite.callsite.spelling.built_lists import copied_list, set_item
 
 # Methods that build a list in place: a statement `specs.append(...)` builds `specs`.
 _BUILDERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "__setitem__"})
@@ -94,7 +94,19 @@ def copied_slot(cs, kind: str, index: int) -> Optional[tuple[cst.SimpleStatement
     anchor = ctx.statement_of(site.passed_by)
     if not isinstance(anchor, cst.SimpleStatementLine):
         return None
-    return anchor, passed.value
+    return _first_later_set(ctx, anchor, passed.value, index), passed.value
+
+
+def _first_later_set(ctx: ModuleContext, anchor: cst.SimpleStatementLine, name: str, index: int) -> cst.SimpleStatementLine:
+    """Where `name[index] = ...` goes so the sets an earlier lift wrote just before the call
+    stay in slot order: before the first of them that sets a later slot, else before the call."""
+    block = list(getattr(ctx.parent(anchor), "body", ()))
+    at = block.index(anchor) if anchor in block else 0
+    first = anchor
+    while at > 0 and (put := set_item(block[at - 1], name)) is not None and put[0] > index:
+        at -= 1
+        first = block[at]
+    return first
 
 
 def set_before(statement: str):

@@ -8,6 +8,9 @@
 - `in_specs = [a, b] + [c]` (or names bound to such lists): the items of each part in order.
 - `dq_specs = in_specs.copy()` (or `list(in_specs)`), then appends: `in_specs`'s items, then the
   added ones; `in_specs` is a part the caller sees (one another copy reads is shared).
+- `dq_specs[1] = spec`, a plain statement among those changes with a literal index inside the
+  list built so far: that slot's spec is `spec`. It is how a lift gives a copy its own spec
+  (rewrite.callsite.forwarded), so a later round reads the list the first one wrote.
 
 - `if c: in_specs.append(spec) else: in_specs.append(None)`, or an item `None if c else spec`:
   the slot's spec is `spec` (the `None` arm goes with a `None` operand).
@@ -61,7 +64,10 @@ def built_items(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode):
         if base is None:
             return None
         items, reads, parts = base
-        return items + added[0], reads | added[1], [expr, *parts]
+        built = _with_sets(items, added[0])
+        if built is None:
+            return None
+        return built, reads | added[1], [expr, *parts]
     copied = copied_list(expr)
     if copied is not None:  # `dq_specs = specs.copy()`: a new list with the items `specs` has there
         return built_items(ctx, copied, at)
@@ -92,10 +98,40 @@ def _only_copied(stmt: cst.CSTNode, name: str) -> bool:
     return all(id(n) in copies for n in walk(stmt) if isinstance(n, cst.Name) and n.value == name)
 
 
+def _with_sets(base: list, changes: list) -> Optional[list]:
+    """`base` with `changes` applied in order: items appended, or `(index, item)` replacing the
+    item at `index`; None for an index past the end (Python would raise there)."""
+    items = list(base)
+    for change in changes:
+        if isinstance(change, tuple):
+            index, item = change
+            if index >= len(items):
+                return None
+            items[index] = item
+        else:
+            items.append(change)
+    return items
+
+
+def set_item(stmt: cst.CSTNode, name: str) -> Optional[tuple[int, cst.BaseExpression, int]]:
+    """`name[k] = x` as a whole statement, `k` a non-negative integer literal: (k, x, id of the
+    `name` it reads)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)):
+        return None
+    assign = stmt.body[0]
+    target = assign.targets[0].target if len(assign.targets) == 1 else None
+    if not (isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and target.value.value == name):
+        return None
+    index = target.slice[0].slice if len(target.slice) == 1 else None
+    if not (isinstance(index, cst.Index) and isinstance(index.value, cst.Integer)):
+        return None
+    return int(index.value.value), assign.value, id(target.value)
+
+
 def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list, set[int]]]:
-    """What the statements after `name = value` add to the list before the statement holding
-    `at`; None when something else touches it in between or a change is not a plain statement
-    of that block."""
+    """What the statements after `name = value` do to the list before the statement holding
+    `at` (items added, or `(index, item)` for an item set: `_with_sets`); None when something
+    else touches it in between or a change is not a plain statement of that block."""
     binding = ctx.statement_of(value)
     block = _block_of(ctx, binding)
     user = next((s for s in block if s is at or any(a is s for a in ctx.ancestors(at))), None)
@@ -107,9 +143,13 @@ def _appended(ctx: ModuleContext, name: str, value: cst.BaseExpression, at: cst.
     for stmt in block[block.index(binding) + 1 : block.index(user)]:
         change = list_change(stmt, name)
         either = either_change(stmt, name) if change is None else None
+        put = set_item(stmt, name) if change is None and either is None else None
         if change is not None:
             items += change[0]
             reads.add(change[1])
+        elif put is not None:
+            items.append((put[0], put[1]))
+            reads.add(put[2])
         elif either is not None:
             items += either[0]
             reads |= either[1]
