@@ -356,3 +356,25 @@ def test_apply_traces_the_examples_when_only_a_later_rounds_lift_needs_a_rank(tm
     assert "in_specs=[pl.BlockSpec((BS,), lambda i: (i,))]" in fixed and "if x.ndim != 1:" in fixed, out
     verdicts = json.loads(run.stdout)["verification"]
     assert verdicts and all(v["status"] == "verified" for v in verdicts), out
+
+
+# -- the source states the rank: no fact, no check -----------------------------------------------
+@pytest.mark.parametrize("binding", ["x = v.reshape((-1,))", "x = v.reshape(-1)", "x = jnp.reshape(v, (v.size,))",
+                                     "x = v.ravel()", "x = jnp.ravel(v)", "x = v.flatten()"])
+def test_a_name_bound_once_to_a_literal_reshape_or_a_ravel_has_that_rank(binding: str):
+    """`reshaped_mean = mean.reshape((-1,))` (JAX's layer-norm backward): one dim per item of the
+    literal shape, so the plan needs no traced fact and the rewrite writes no rank check."""
+    source = _SOURCE.format(example=_EXAMPLE).replace("    def run(x):\n", f"    def run(v):\n        {binding}\n")
+    found = _findings(source)
+    assert found and all(f.fixable and f.fix_safety is not FixSafety.UNSAFE for f in found), [f.refusal for f in found]
+    fixed = fix_source(source, "k.py", unsafe=True).source
+    assert "ndim" not in fixed and "in_specs=[pl.BlockSpec((BS,), lambda i: (i,))]" in fixed
+
+
+@pytest.mark.parametrize("binding", ["x = v.reshape((*v.shape[:-1], -1))", "x = v.reshape(shape)",
+                                     "x = v.reshape((-1,))\n        x = x.T"])
+def test_a_reshape_the_source_does_not_spell_out_names_no_rank(binding: str):
+    """A starred or named shape, or a name bound twice: the rank is still unknown."""
+    source = _SOURCE.format(example=_EXAMPLE).replace("    def run(x):\n", f"    def run(v, shape=(-1,)):\n        {binding}\n")
+    reasons = [f.refusal for f in _findings(source)]
+    assert reasons and all("cannot tell the rank of" in r for r in reasons), reasons

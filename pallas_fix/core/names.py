@@ -49,6 +49,7 @@ MOSAIC_GPU_PARAMS = _alts(MOSAIC_GPU + ".CompilerParams", MOSAIC_GPU + ".GPUComp
 TRITON_PARAMS = _alts(TRITON + ".CompilerParams", TRITON + ".TritonCompilerParams")
 ARANGE = _alts("jax.numpy.arange", "jax.lax.iota", "jax.lax.broadcasted_iota")
 RAVEL = _alts("jax.numpy.ravel")
+RESHAPE = _alts("jax.numpy.reshape")
 INT_DTYPES = frozenset(
     "jax.numpy." + t for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 )

@@ -1,7 +1,8 @@
 """How many dims an operand of a pallas_call has, read from the source without running it.
 
-In order of trust: a literal out_shape, a `m, k = x.shape` unpacking in the caller, an output
-built from an input's shape, the file's `# pallas-fix: example` directives, and last the number
+In order of trust: a literal out_shape, a `m, k = x.shape` unpacking in the caller, a name
+bound once to a reshape with a literal shape (`x.reshape((-1, n))`) or a ravel, an output built
+from an input's shape, the file's `# pallas-fix: example` directives, and last the number
 of indices every access to the ref inside the kernel spells out.
 """
 
@@ -69,8 +70,11 @@ def _out_shape_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot]
 
 def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
     """`m, k = x.shape`, `assert x.ndim == 2` or `if x.ndim != 2: raise ...` in the scope of the
-    call. (An out_shape built from `x.shape[0]`, ... says only that `x` has at least that many
-    dims, so it names no rank.)"""
+    call, or the name's one binding (`_reshaped_rank`). (An out_shape built from `x.shape[0]`,
+    ... says only that `x` has at least that many dims, so it names no rank.)"""
+    bound = _reshaped_rank(ctx, site, name_expr)
+    if bound is not None:
+        return bound
     text = ctx.code(name_expr)
     for node in walk(ctx.scope_of(site.call)):
         checked = _checked_rank(ctx, node, text)
@@ -87,6 +91,41 @@ def _rank_of_name(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpre
             ):
                 return len(target.elements)
     return None
+
+
+def _reshaped_rank(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpression) -> Optional[int]:
+    """The rank of a name bound once in the call's scope to `x.reshape((a, b))`, `x.reshape(a, b)`,
+    `jnp.reshape(x, (a, b))` (a literal shape without `*`: one dim per item, `-1` included), or to
+    `x.ravel()` / `x.flatten()` / `jnp.ravel(x)` (one dim)."""
+    if not isinstance(name_expr, cst.Name) or len(ctx.assignments(name_expr.value, ctx.scope_of(site.call))) != 1:
+        return None
+    value = ctx.resolve_value(name_expr, site.call)
+    if not isinstance(value, cst.Call) or any(a.keyword is not None or a.star for a in value.args):
+        return None
+    func, args = value.func, [a.value for a in value.args]
+    if isinstance(func, cst.Attribute) and func.attr.value in ("ravel", "flatten") and not args:
+        return 1
+    if ctx.imports.is_(func, N.RAVEL) and len(args) == 1:
+        return 1
+    if ctx.imports.is_(func, N.RESHAPE) and len(args) == 2:
+        shape = args[1:]
+    elif isinstance(func, cst.Attribute) and func.attr.value == "reshape" and args:
+        shape = args
+    else:
+        return None
+    if len(shape) == 1 and not isinstance(shape[0], (cst.Tuple, cst.List)):
+        # `x.reshape(-1)` is one dim; `x.reshape(shape)` may name a tuple of any length.
+        return 1 if _int_literal(shape[0]) else None
+    items = elements(shape[0]) if len(shape) == 1 else shape
+    if items is None or any(isinstance(i, cst.StarredElement) for i in items):
+        return None
+    return len(items)
+
+
+def _int_literal(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        expr = expr.expression
+    return isinstance(expr, cst.Integer)
 
 
 def _checked_rank(ctx: ModuleContext, node: cst.CSTNode, text: str) -> Optional[int]:
