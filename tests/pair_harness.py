@@ -456,6 +456,7 @@ FAMILIES: dict[str, Family] = {
                                      "pid_variants_flat_leaves_triton", "pid_ragged_round_up_triton",
                                      "pid_ragged_round_up_position_tpu", "pid_ragged_minus_one_relu",
                                      "pid_aliased_sgd_masked_triton", "pid_variants_unpacked_layout_triton", "pid_extent_keyword_per_line_triton",
+                                     "pid_masked_output_sized_by_other_triton",
                                      "pid_partial_dict_kwargs_extent_triton"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",), memory_pairs=frozenset({"strip_mined_rows"}),

@@ -19,6 +19,7 @@ from pallas_fix.analysis.loops.symbolic import Poly, Symbols
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr, RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.proofs.every_step import Reader, read_every_step
+from pallas_fix.rewrite.proofs.masked_outputs import equal_count
 from pallas_fix.rewrite.proofs.example_facts import broken_checks, evaluate, example_values
 from pallas_fix.rewrite.proofs.necessity import rejects_a_good_call
 from pallas_fix.rewrite.proofs.row_masks import row_guarded_access
@@ -138,6 +139,8 @@ class Bounds:
         pid_row = block.squeeze and "new" not in block.index.axes
         masked = (row_guarded_access(self.cs.ctx, self.cs.site.kernel, _row_axes(block)) if pid_row
                   else masked_access(self.cs.ctx, self.cs.site.kernel))
+        if masked is not None and not pid_row and equal_count(self, block, trip, size_expr):
+            return  # an output stored under a mask at the count (rewrite.proofs.masked_outputs)
         if masked is not None:
             what = ("tests the program id in a mask or `pl.when` (line {}), so the original may skip a row past the "
                     "end" if pid_row else "masks its loads or stores (line {}), so on hardware the original "
@@ -147,7 +150,7 @@ class Bounds:
             raise CallSiteError(f"{err}; {self.broken_guard}") from None
         side = "read of" if self.cs.slots[block.param].kind == "in" else "write to"
         if not self._fits(block.index, block.size, size_expr, trip):
-            extents = [self.poly(self._extent(a, trip)) for a in block.index.axes]
+            extents = [self.poly(self.extent(a, trip)) for a in block.index.axes]
             texts = (code(size_expr), code(block.size))
             exact = self._exact_bound(block, size_expr, trip)
             combos = candidates(self.symbols, self.prover.substitute, self.poly(size_expr), self.poly(block.size), extents, texts, exact)
@@ -155,16 +158,16 @@ class Bounds:
             why = (f"without it the original's last {side} `{block.param}` runs past the end of its dim {block.dim} "
                    "(clamped in interpret mode, out of bounds on hardware) where a BlockSpec block is partial")
             try:
-                self._choose(combos, bound, why, err, lambda prover: self._fits(block.index, block.size, size_expr, trip, prover))
+                self.choose(combos, bound, why, err, lambda prover: self._fits(block.index, block.size, size_expr, trip, prover))
             except CallSiteError:
                 if self.broken_guard is None and not self.too_strong:
-                    counts = " * ".join(f"`{code(e)}`" for e in map(lambda a: self._extent(a, trip), block.index.axes))
+                    counts = " * ".join(f"`{code(e)}`" for e in map(lambda a: self.extent(a, trip), block.index.axes))
                     self.broken_guard = (f"pallas-fix adds no check here, and a check on `{code(size_expr)}` alone would not do: "
                                          f"it cannot follow the count {counts} back to `{code(size_expr)}`; compute the count "
                                          f"from `{code(size_expr)}` where the pallas_call is written")
                 raise
         for dim, axis in block.squeezed.items():
-            full, extent = self.cs.kernel_shape_dim(block.param, dim), self._extent(axis, trip)
+            full, extent = self.cs.kernel_shape_dim(block.param, dim), self.extent(axis, trip)
             if full is None or self.prover.nonneg(self.poly(full) - self.poly(extent)):
                 continue
             room = self.poly(full) - self.poly(extent)
@@ -175,14 +178,14 @@ class Bounds:
                 self._check_squeezed(block.param, dim, extent)
             except CallSiteError as squeezed:
                 try:
-                    self._choose([(fact,)], [room], why, squeezed, lambda prover, room=room: prover.nonneg(room))
+                    self.choose([(fact,)], [room], why, squeezed, lambda prover, room=room: prover.nonneg(room))
                 except CallSiteError:
                     if self.broken_guard is None and str(squeezed) not in str(err):  # what else stands in the way
                         self.broken_guard = f"nor can a check pallas-fix writes prove dim {dim}: {squeezed}"
                     raise
         self.check_block(block, trip)
 
-    def _choose(self, combos: list, bound: list[Poly], why: str, err: CallSiteError, proves) -> None:
+    def choose(self, combos: list, bound: list[Poly], why: str, err: CallSiteError, proves) -> None:
         """Adopt the first combination of facts that `proves` the bound (a predicate of a Prover)
         and can be written as guards no good call and no example of the file breaks; raise `err`
         otherwise, naming the guard an example broke."""
@@ -261,7 +264,7 @@ class Bounds:
         if index.offset or index.symbolic or index.folds or len(index.axes) != 1 or list(index.axes.values()) != [1]:
             return None
         (axis,) = index.axes
-        extent = self._extent(axis, trip)
+        extent = self.extent(axis, trip)
         count = self.poly(extent) * self.poly(block.size)
         spelled = _paren(extent) if self.poly(block.size) == _ONE else f"{_paren(extent)} * {_paren(block.size)}"
         return ("at_least", self.poly(size_expr), count, code(size_expr), spelled)
@@ -279,7 +282,7 @@ class Bounds:
         for mult, expr in index.symbolic:  # call-site exprs (BlockIndexExpr.translated)
             low = high = high + self.poly(expr).scale(mult)
         for axis, mult in index.axes.items():
-            span = (self.poly(self._extent(axis, trip)) - _ONE).scale(mult)
+            span = (self.poly(self.extent(axis, trip)) - _ONE).scale(mult)
             if mult > 0:
                 high = high + span
             else:
@@ -297,7 +300,7 @@ class Bounds:
         `pl.cdiv(G, n)` (0 .. ceil(G / n) - 1), or n (0 .. n - 1) for a remainder."""
         if op == "%":
             return self.poly(divisor)
-        extent = self._extent(axis, trip)
+        extent = self.extent(axis, trip)
         text = f"pl.cdiv({code(extent)}, {code(divisor)})"
         return self.symbols.quotient("ceil", self.poly(extent), self.poly(divisor), text)
 
@@ -316,9 +319,9 @@ class Bounds:
             broken = "".join(f"; the check {b}, so it proves nothing there" for b in self.broken)
             axes = [*block.index.axes, *sorted({a for _, a, _, _ in block.index.folds})]
             below = not self.prover.nonneg(self._fit_polys(block.index, block.size, size_expr, trip)[0])
-            raise CallSiteError(unproved_blocks(block, size_expr, [self._extent(a, trip) for a in axes], below) + broken)
+            raise CallSiteError(unproved_blocks(block, size_expr, [self.extent(a, trip) for a in axes], below) + broken)
         for dim, axis in block.squeezed.items():
-            self._check_squeezed(block.param, dim, self._extent(axis, trip))
+            self._check_squeezed(block.param, dim, self.extent(axis, trip))
 
     def cdiv_axis(self, block: RefBlock, extent: Optional[cst.BaseExpression],
                   trip: Optional[cst.BaseExpression] = None) -> Optional[int | str]:
@@ -332,7 +335,7 @@ class Bounds:
         (axis, mult), = index.axes.items()
         if mult != 1 or (axis == "new" and trip is None) or (axis != "new" and not (isinstance(axis, int) and axis < len(self.cs.grid))):
             return None
-        steps = self.prover.substitute(self.poly(self._extent(axis, trip)))
+        steps = self.prover.substitute(self.poly(self.extent(axis, trip)))
         text = f"pl.cdiv({code(extent)}, {code(block.size)})"
         cover = self.prover.substitute(self.symbols.quotient("ceil", self.poly(extent), self.poly(block.size), text))
         return axis if steps == cover else None
@@ -346,7 +349,7 @@ class Bounds:
                 f"{f' (`{code(size)}`)' if size is not None else ''}, which it indexes"
             )
 
-    def _extent(self, axis: object, trip: Optional[cst.BaseExpression]) -> cst.BaseExpression:
+    def extent(self, axis: object, trip: Optional[cst.BaseExpression]) -> cst.BaseExpression:
         if axis == "new":
             assert trip is not None
             return trip
