@@ -28,7 +28,7 @@ On Triton, an input also read elsewhere passes again for its window (rewrite.ker
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import libcst as cst
@@ -56,6 +56,7 @@ from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
 from pallas_fix.rewrite.kernel.pid_windows import check_operand, check_other_uses, pid_block_index, program_id_scalars
 from pallas_fix.rewrite.kernel.ref_access import ref_base
+from pallas_fix.rewrite.kernel.ref_lists import RefList, listed_refs
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
 from pallas_fix.rewrite.kernel.scalar_lift import (block_subscript_edit, check_one_form, check_squeezed_reads,
                                                    scalar_block_size, split_squeezable)
@@ -156,11 +157,13 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     check_single_call(analysis, site, variants=True)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     helpers = pid_helpers(analysis, site)
+    listed = listed_refs(ctx, site.kernel, ref, {p for p, slot in cs.slots.items() if slot.kind == "in"})
     try:
-        first = _member(analysis, cs, helpers, ref, dim, uses)
+        first = _member(analysis, cs, helpers, listed.refs[0] if listed else ref, dim, uses, listed)
     except Unwindowed as why:  # also read elsewhere: on Triton the window takes a twin of the operand
         return twin_plan(analysis, cs, ref, dim, uses, why, lambda *a: _plan(*a, lambda *_: None), _windowed_refs)
-    members = _with_alias_partner(analysis, cs, helpers, first)
+    members = ([first, *(replace(_member(analysis, cs, helpers, r, dim, uses, listed), uses=[]) for r in listed.refs[1:])]
+               if listed else _with_alias_partner(analysis, cs, helpers, first))
     check_squeezed_reads(analysis, site, [m.block for m in members])
     witnesses = _lockstep_witnesses(analysis, cs, {m.ref for m in members})
     edits, doubt, guards, divided_only = _call_edits(cs, members, witnesses)
@@ -172,7 +175,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
-    description = _description(site, members)
+    description = _description(site, members, listed)
     uses = [u for m in members for u in m.uses]
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
@@ -181,16 +184,20 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     return FixPlan(NAME, FixSafety.SAFE, uses, description, rewrite, site=site)
 
 
-def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[IndexUse]) -> _Member:
+def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[IndexUse], listed: Optional[RefList] = None) -> _Member:
     """`ref`'s one window along `dim`, the checks it passes, and its block; Unwindowed when the
-    kernel also accesses the ref otherwise."""
+    kernel also accesses the ref otherwise. `listed`: a comprehension over `ref` and others
+    accesses it (rewrite.kernel.ref_lists); its uses are the first member's."""
     ctx, site = analysis.ctx, cs.site
     check_operand(cs, ref)
-    window = _shared_window(analysis, cs, ref, dim, uses)
+    window = _shared_window(analysis, cs, listed.name if listed else ref, dim, uses)
     index = window.index  # its divisors already written at the call site
     check_folded_output(cs, ref, index)
-    allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers)
-    reads = check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, analysis.detection.envs.get(site.kernel))
+    allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers) | (listed.mentions if listed else set())
+    env = analysis.detection.envs.get(site.kernel)
+    reads = check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, env)
+    if listed:
+        reads += check_other_uses(ctx, site.kernel, listed.name, allowed, window.use.dim, env)
     check_output_views(analysis, cs, ref, window.subscripts)
     if cs.slots[ref].kind == "out":
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
@@ -298,15 +305,19 @@ def _add_kernel_edits(analysis, cs: CallSite, helpers, members: list[_Member], p
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
 
 
-def _description(site, members: list[_Member]) -> str:
+def _description(site, members: list[_Member], listed: Optional[RefList]) -> str:
     """Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
-    line `--apply` prints must say which one it made; an aliased pair, by both refs."""
+    line `--apply` prints must say which one it made; an aliased pair or the refs one comprehension
+    walks, by every ref."""
     block = members[0].block
     axes = sorted(block.index.grid_axes() | set(block.squeezed.values()))
     by = ", ".join(f"pl.program_id({a})" for a in axes)
     by = f" (by {by})" if by else ""
     if len(members) == 1:
         moved = f"moved the program_id window on dim {block.dim} of `{block.param}`{by} in `{site.kernel_name}` into its BlockSpec"
+    elif listed:
+        moved = (f"moved the program_id window on dim {block.dim} of {', '.join(f'`{m.ref}`' for m in members)}{by}, which "
+                 f"`{site.kernel_name}` reads as `{listed.name}` of one comprehension, into their BlockSpecs together")
     else:
         moved = (f"moved the program_id windows on dim {block.dim} of `{block.param}` and its aliased output "
                  f"`{members[1].ref}`{by} in `{site.kernel_name}` into their BlockSpecs together (one buffer, "
@@ -322,7 +333,7 @@ def _lockstep_witnesses(analysis, cs: CallSite, refs: set[str]) -> list[RefBlock
     the extent of an input read in lockstep with them (Bounds.check_blocks)."""
     out = []
     for (owner, other, dim), uses in _windowed_refs(analysis).items():
-        if owner != (id(cs.site.call), id(cs.site.kernel)) or other in refs:
+        if owner != (id(cs.site.call), id(cs.site.kernel)) or other in refs or other not in cs.slots:
             continue
         try:
             window = _shared_window(analysis, cs, other, dim, uses)

@@ -53,10 +53,22 @@ def ref_subscripts(analysis, site, ref: str, helpers: PidHelpers) -> Iterator[cs
     for fn in functions:
         for node in walk(fn):
             base = ref_base(node) if isinstance(node, cst.Subscript) else None
-            env = envs.get(ctx.scope_of(node)) if base is not None else None
-            if env is not None and kernel_ref_name(env, base.value, site.kernel) == ref:  # type: ignore[union-attr]
+            env = envs.get(_function_scope(ctx, node)) if base is not None else None
+            if env is None:
+                continue
+            named = kernel_ref_name(env, base.value, site.kernel)  # type: ignore[union-attr]
+            # A comprehension's target over listed refs (rewrite.kernel.ref_lists) is no kernel name.
+            if named == ref or (named is None and fn is site.kernel and base.value == ref and env.owner(ref) is None):  # type: ignore[union-attr]
                 _check_called_once(ctx, site.kernel, node, ref)
                 yield node
+
+
+def _function_scope(ctx, node: cst.CSTNode):
+    """The function whose env reads `node`: a comprehension's names are its function's."""
+    scope = ctx.scope_of(node)
+    while isinstance(scope, (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+        scope = ctx.scope_of(scope)
+    return scope
 
 
 def _check_called_once(ctx, kernel, node: cst.CSTNode, ref: str) -> None:
