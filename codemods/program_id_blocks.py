@@ -40,7 +40,7 @@ from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
                                              packed_tuple, touched_element_ids)
 from pallas_fix.rewrite.blocks.blockspecs import ResidentOutput
-from pallas_fix.rewrite.blocks.folds import check_folded_output, fold_note, folds_at_call
+from pallas_fix.rewrite.blocks.folds import check_folded_output, folds_at_call
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
 from pallas_fix.rewrite.callsite.reading import CallSite, CallSiteError
 from pallas_fix.rewrite.callsite.call_params import alias_partner
@@ -54,7 +54,7 @@ from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offse
                                                     offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
-from pallas_fix.rewrite.kernel.pid_windows import check_operand, check_other_uses, pid_block_index, program_id_scalars
+from pallas_fix.rewrite.kernel.pid_windows import check_operand, check_other_uses, pid_block_index, plan_description, program_id_scalars
 from pallas_fix.rewrite.kernel.ref_access import ref_base
 from pallas_fix.rewrite.kernel.ref_lists import RefList, listed_refs
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
@@ -175,7 +175,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.add_imports(apply_edits(module, edits)[0], [needed])
 
-    description = _description(site, members, listed)
+    description = plan_description(site, members, listed)
     uses = [u for m in members for u in m.uses]
     doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
@@ -303,29 +303,6 @@ def _add_kernel_edits(analysis, cs: CallSite, helpers, members: list[_Member], p
         edits[site.kernel] = strip_leading_blank_lines
     for stmt in [*dead, *starts]:
         remove_statement(edits, stmt, siblings_of(ctx, stmt))
-
-
-def _description(site, members: list[_Member], listed: Optional[RefList]) -> str:
-    """Named by its dim and grid axes: a ref windowed along two dims takes two rewrites, and each
-    line `--apply` prints must say which one it made; an aliased pair or the refs one comprehension
-    walks, by every ref."""
-    block = members[0].block
-    axes = sorted(block.index.grid_axes() | set(block.squeezed.values()))
-    by = ", ".join(f"pl.program_id({a})" for a in axes)
-    by = f" (by {by})" if by else ""
-    if len(members) == 1:
-        moved = f"moved the program_id window on dim {block.dim} of `{block.param}`{by} in `{site.kernel_name}` into its BlockSpec"
-    elif listed:
-        moved = (f"moved the program_id window on dim {block.dim} of {', '.join(f'`{m.ref}`' for m in members)}{by}, which "
-                 f"`{site.kernel_name}` reads as `{listed.name}` of one comprehension, into their BlockSpecs together")
-    else:
-        moved = (f"moved the program_id windows on dim {block.dim} of `{block.param}` and its aliased output "
-                 f"`{members[1].ref}`{by} in `{site.kernel_name}` into their BlockSpecs together (one buffer, "
-                 "input_output_aliases: each grid step reads and writes its own block)")
-    offsets = next((m.block for m in members if m.window.offsets), None)
-    return (f"{moved}{fold_note(block.index)}"
-            f"{' (a block of `' + code(offsets.size) + '` along the dim; its windows stay at their offsets inside it)' if offsets else ''}"
-            f"{'; it was left in HBM and written by DMA: the DMA now copies into its VMEM block, which the pipeline writes back' if members[0].window.dma else ''}")
 
 
 def _lockstep_witnesses(analysis, cs: CallSite, refs: set[str]) -> list[RefBlock]:

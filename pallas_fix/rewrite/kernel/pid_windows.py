@@ -1,10 +1,12 @@
 """What R3 (codemods/program_id_blocks) reads of one program_id window: the block index its start
 names along the grid axes (`pid // H`, `pid % H` folded as the index_map computes them), the
-other dims a program id indexes exactly (squeezed block dims), and what else the kernel may read
+other dims a program id indexes exactly (squeezed block dims), what else the kernel may read
 of the windowed ref (its dtype, rank and dims' sizes; the blocked dim's size is returned, to keep
-meaning the full size)."""
+meaning the full size), and what a plan says it did."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import libcst as cst
 
@@ -13,10 +15,12 @@ from pallas_fix.analysis.loops.affine import decompose, fold_parts
 from pallas_fix.analysis.loops.windows import hooks_for, window_of
 from pallas_fix.core.model import IndexUse
 from pallas_fix.core.plans import Refuse
+from pallas_fix.rewrite.blocks.folds import fold_note
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_read
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, shape_refusal
+from pallas_fix.rewrite.kernel.ref_lists import RefList
 from pallas_fix.rewrite.text.syntax import code
 
 
@@ -94,3 +98,26 @@ def check_operand(cs: CallSite, ref: str) -> None:
         raise Refuse(f"`{ref}` is not an input or output of the pallas_call")
     if not cs.grid:
         raise Refuse("the pallas_call has no grid")
+
+
+def plan_description(site, members: list, listed: Optional[RefList]) -> str:
+    """What R3's plan of `members` (codemods.program_id_blocks._Member) did, named by its dim and
+    grid axes: a ref windowed along two dims takes two rewrites, and each line `--apply` prints
+    must say which one it made; an aliased pair or the refs one comprehension walks, by every ref."""
+    block = members[0].block
+    axes = sorted(block.index.grid_axes() | set(block.squeezed.values()))
+    by = ", ".join(f"pl.program_id({a})" for a in axes)
+    by = f" (by {by})" if by else ""
+    if len(members) == 1:
+        moved = f"moved the program_id window on dim {block.dim} of `{block.param}`{by} in `{site.kernel_name}` into its BlockSpec"
+    elif listed:
+        moved = (f"moved the program_id window on dim {block.dim} of {', '.join(f'`{m.ref}`' for m in members)}{by}, which "
+                 f"`{site.kernel_name}` reads as `{listed.name}` of one comprehension, into their BlockSpecs together")
+    else:
+        moved = (f"moved the program_id windows on dim {block.dim} of `{block.param}` and its aliased output "
+                 f"`{members[1].ref}`{by} in `{site.kernel_name}` into their BlockSpecs together (one buffer, "
+                 "input_output_aliases: each grid step reads and writes its own block)")
+    offsets = next((m.block for m in members if m.window.offsets), None)
+    return (f"{moved}{fold_note(block.index)}"
+            f"{' (a block of `' + code(offsets.size) + '` along the dim; its windows stay at their offsets inside it)' if offsets else ''}"
+            f"{'; it was left in HBM and written by DMA: the DMA now copies into its VMEM block, which the pipeline writes back' if members[0].window.dma else ''}")
