@@ -54,7 +54,8 @@ from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offse
                                                     offset_subscript_edit, offset_window, ragged_offsets)
 from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
-from pallas_fix.rewrite.kernel.pid_windows import check_operand, check_other_uses, pid_block_index, plan_description, program_id_scalars
+from pallas_fix.rewrite.kernel.pid_windows import (check_operand, check_other_uses, pid_block_index, plan_description,
+                                                    program_id_scalars, view_rank)
 from pallas_fix.rewrite.kernel.ref_access import ref_base
 from pallas_fix.rewrite.kernel.ref_lists import RefList, listed_refs
 from pallas_fix.rewrite.kernel.scalar_blocks import program_id_scalar_refusals
@@ -195,7 +196,7 @@ def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[Inde
     check_folded_output(cs, ref, index)
     allowed = {id(ref_base(s)) for s in window.subscripts} | passed_ref_args(ctx, site, ref, helpers) | (listed.mentions if listed else set())
     env = analysis.detection.envs.get(site.kernel)
-    reads = check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, env)
+    reads = check_other_uses(ctx, site.kernel, ref, allowed, window.use.dim, env, view_rank(cs, ref))
     if listed:
         reads += check_other_uses(ctx, site.kernel, listed.name, allowed, window.use.dim, env)
     check_output_views(analysis, cs, ref, window.subscripts)

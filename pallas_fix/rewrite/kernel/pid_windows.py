@@ -18,6 +18,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.folds import fold_note
 from pallas_fix.rewrite.blocks.plan import BlockIndexExpr
 from pallas_fix.rewrite.callsite.reading import CallSite
+from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.extents.extent_reads import ExtentRead, extent_read
 from pallas_fix.rewrite.kernel.ref_access import mention_kind, shape_refusal
 from pallas_fix.rewrite.kernel.ref_lists import RefList
@@ -70,14 +71,16 @@ def program_id_scalars(sub: cst.Subscript, use: IndexUse, ngrid: int) -> dict[in
     return out
 
 
-def check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) -> list[ExtentRead]:
+def check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env, rank: Optional[int] = None) -> list[ExtentRead]:
     """Besides its windows the kernel may read only `.dtype`, `.ndim` and dims' sizes; the reads
-    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extents.extent_reads)."""
+    of the blocked dim's size are returned, to keep meaning the full size (rewrite.extents.extent_reads).
+    `rank`: of the kernel's view of the ref where the call states it (`view_rank`), so that a dim
+    read from the back (`q_ref.shape[-1]`) is known to be another dim than the blocked one."""
     reads = []
     for node in walk(kernel):
         if not isinstance(node, cst.Name) or node.value != ref or id(node) in allowed:
             continue
-        kind, d = mention_kind(ctx, node, env)
+        kind, d = mention_kind(ctx, node, env, rank)
         if kind in ("param", "meta") or (kind == "shape" and d is not None and d != dim):
             continue
         if kind == "shape":
@@ -88,6 +91,20 @@ def check_other_uses(ctx, kernel, ref: str, allowed: set[int], dim: int, env) ->
             continue
         raise Refuse(f"`{ref}` is used outside its program_id windows (line {ctx.span(node).line})")
     return reads
+
+
+def view_rank(cs: CallSite, ref: str) -> Optional[int]:
+    """The rank of the kernel's view of `ref` as the call states it: its BlockSpec's dims less the
+    squeezed ones, or without a BlockSpec the operand's rank from the call site (never from the
+    kernel's count of subscripts: `x_ref[:, c]` is legal at rank 3). None where unknown."""
+    slot = cs.slots.get(ref)
+    try:
+        spec = cs.spec_of(slot) if slot is not None else None
+    except CallSiteError:
+        return None
+    if spec is None or spec.dims is not None:
+        return len(spec.visible_dims()) if spec is not None else None
+    return cs.rank(ref, counted=False) if spec.whole and spec.node is None else None
 
 
 def check_operand(cs: CallSite, ref: str) -> None:

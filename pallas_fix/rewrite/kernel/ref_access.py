@@ -206,10 +206,11 @@ def lifted_element_ids(blocks) -> set[int]:
     return {i for b in blocks for sub, dims in b.subscripts for i in touched_element_ids(sub, dims)}
 
 
-def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional[int]]:
+def mention_kind(ctx: ModuleContext, node: cst.Name, env, rank: Optional[int] = None) -> tuple[str, Optional[int]]:
     """What a mention of a ref's name does: "param" (declares it, or is an attribute's name),
     "meta" (`.dtype`, `.ndim`, `is None` / `is not None`: the same for a block), "shape" with the static dim it reads
-    (None: all of `.shape`, or a dim pallas-fix cannot read), or "other"."""
+    (None: all of `.shape`, or a dim pallas-fix cannot read; one read from the back counts from
+    `rank`, the kernel's view's, where the caller knows it), or "other"."""
     parent = ctx.parent(node)
     if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.attr is node):
         return "param", None
@@ -223,8 +224,10 @@ def mention_kind(ctx: ModuleContext, node: cst.Name, env) -> tuple[str, Optional
         grand = ctx.parent(parent)
         if isinstance(grand, cst.Subscript) and len(grand.slice) == 1 and isinstance(grand.slice[0].slice, cst.Index):
             dim = env.static_int(grand.slice[0].slice.value) if env else None
-            # `shape[-1]` counts from the end: which dim it is depends on the rank, so it counts as unknown.
-            return "shape", dim if dim is not None and dim >= 0 else None
+            # `shape[-1]` counts from the end: which dim it is depends on the rank, unknown without it.
+            if dim is not None and dim < 0:
+                return "shape", rank + dim if rank is not None and rank + dim >= 0 else None
+            return "shape", dim
         return "shape", None
     return "other", None
 
