@@ -36,16 +36,22 @@ class VarargsError(Exception):
 @dataclass(frozen=True)
 class _Run:
     """A run of the star list: its items from front index `start` to `end` items before its
-    back (`end` <= 0), as `*rest` unpacking leaves them."""
+    back (`end` <= 0), as `*rest` unpacking leaves them. `split` names a count the kernel slices
+    the whole list at (`refs[:n_in]`, `head`; `refs[n_in:]`, not `head`): a run whose bounds are
+    not known until that count is (see StarFacts.split_names)."""
 
     start: int = 0
     end: int = 0
+    split: Optional[str] = None
+    head: bool = False
 
     def length(self, total: int) -> int:
         return total - self.start + self.end
 
     def position(self, index: int, total: int) -> Optional[int]:
         """The star-list position of `run[index]`, None when it is out of range."""
+        if self.split is not None:
+            return None  # bounds known only once the split count is (star_names refuses first)
         n = self.length(total)
         if not -n <= index < n:
             return None
@@ -73,9 +79,17 @@ class StarFacts:
     # (analysis.discovery.forwarded_refs), read only on request; `refs[0].shape`: sizes read by index.
     forwards: list[tuple[str, _Run, int, cst.Call]] = field(default_factory=list)
     sized: list[cst.Subscript] = field(default_factory=list)
+    # `w_ref = ins[1] if n_in > 1 else None`: (arm, name, run, index, test), a ref only where the test holds.
+    guarded: list[tuple[Arm, str, _Run, int, cst.BaseExpression]] = field(default_factory=list)
 
     def names(self) -> set[str]:
-        return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops}
+        guarded = {name for _, name, *_ in self.guarded}
+        return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops} | guarded
+
+    def split_names(self) -> set[str]:
+        """The counts the kernel slices its `*refs` at (`ins, outs = refs[:n_in], refs[n_in:]`)."""
+        runs = [run for _, _, run, _ in self.binds] + [run for _, run, *_ in self.unpacks] + [run for _, _, run, *_ in self.guarded]
+        return {run.split for run in runs if run.split is not None}
 
 
 def star_facts(ctx: ModuleContext, kernel: cst.FunctionDef, static_test) -> Optional[StarFacts]:
@@ -134,12 +148,63 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
             facts.binds.append((_arm(ctx, kernel, stmt, static_test, facts), target.value, run, index))
             facts.targets.add(id(target))
             return
+        if _split_fact(ctx, kernel, facts, parent, run, lists, pending) or _guarded_fact(ctx, kernel, facts, parent, run, static_test):
+            return
     raise VarargsError(
         f"`{ctx.code(ctx.statement_of(read) or read).strip()}` reads `{read.value}` (line {ctx.span(read).line}); "
         "pallas-fix maps `*refs` to operands only through kernel-level unpacking (`x_ref, o_ref = refs`, "
         "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
         "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
     )
+
+
+def _split_fact(ctx, kernel, facts: StarFacts, sub: cst.Subscript, run: _Run, lists, pending) -> bool:
+    """`ins = refs[:n_in]` / `outs = refs[n_in:]` (also `ins, outs = refs[:n_in], refs[n_in:]`), a
+    kernel-level statement slicing the whole list at a name: a run whose bounds need that count."""
+    count, head = _split_at(sub)
+    bound = _bound_to(ctx, sub)
+    if count is None or bound is None or run != _Run() or _arm(ctx, kernel, bound[1], lambda _t: True, facts) is not None:
+        return False
+    target = bound[0]
+    if target.value in lists:
+        raise VarargsError(f"`{target.value}` is bound twice from `*refs`")
+    facts.targets.add(id(target))
+    lists[target.value] = _Run(split=count, head=head)
+    pending.append(target.value)
+    return True
+
+
+def _split_at(sub: cst.Subscript) -> tuple[Optional[str], bool]:
+    """(`n`, True) for `refs[:n]`, (`n`, False) for `refs[n:]`, `n` a plain name; (None, False) otherwise."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
+        return None, False
+    cut = sub.slice[0].slice
+    if cut.step is not None:
+        return None, False
+    if cut.lower is None and isinstance(cut.upper, cst.Name):
+        return cut.upper.value, True
+    if cut.upper is None and isinstance(cut.lower, cst.Name):
+        return cut.lower.value, False
+    return None, False
+
+
+def _guarded_fact(ctx, kernel, facts: StarFacts, sub: cst.Subscript, run: _Run, static_test) -> bool:
+    """`w_ref = ins[1] if n_in > 1 else None`: a ref only where a static test holds."""
+    index = constant_index(sub)
+    choice = ctx.parent(sub)
+    if index is None or not (isinstance(choice, cst.IfExp) and choice.body is sub and _is_none(choice.orelse)):
+        return False
+    bound = _bound_to(ctx, choice)
+    if bound is None or not static_test(choice.test):
+        return False
+    target, stmt = bound
+    facts.guarded.append((_arm(ctx, kernel, stmt, static_test, facts), target.value, run, index, choice.test))
+    facts.targets.add(id(target))
+    return True
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
 
 
 def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run) -> bool:
@@ -350,6 +415,13 @@ def star_names(facts: StarFacts, total: Optional[int], *, forwarded: bool = Fals
         raise VarargsError(
             f"the kernel pops refs from `*{facts.star}` or loops over them, which pallas-fix maps only for operands built "
             "with a literal and `.append` under the same static tests, or passed on as the wrapper's own `*args`"
+        )
+    unsized = facts.split_names()
+    if unsized or facts.guarded:
+        raise VarargsError(
+            f"the kernel slices `*{facts.star}` at a count (`{facts.star}[:{min(unsized or {'n'})}]`) or binds a ref under a "
+            "conditional expression, so which operand each name is depends on values pallas-fix does not resolve; unpack "
+            f"by position (`x_ref, *rest = {facts.star}`, then `w_ref, o_ref = rest` in the arm of an `if` on a static flag)"
         )
     arms = _running_arms(facts, total)
     out: list[Optional[str]] = [None] * total
