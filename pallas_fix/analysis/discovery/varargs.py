@@ -397,8 +397,29 @@ def _refuse_rebound(facts: StarFacts, env) -> None:
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
     for name in facts.names() - set(nested):
         own = sum(1 for _, n, _, _ in facts.binds if n == name) + sum(1 for n, *_ in facts.pops + facts.loops if n == name)
-        if name in env.params or len(env.bindings().get(name, [])) != own:
+        own += sum(1 for _, n, *_ in facts.guarded if n == name)
+        others = len(env.bindings().get(name, [])) - own
+        if name in env.params or others != _none_in_other_arm(env.ctx, facts, name):
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
+
+
+def _none_in_other_arm(ctx: ModuleContext, facts: StarFacts, name: str) -> int:
+    """How many `name = None` statements stand directly in the other arm of the one kernel-level
+    `if` whose arm binds `name` from `*refs` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,)
+    = rest; b_ref = None`): on any path the name is either that ref or None, never both, so it
+    still names one ref. 0 when the name is bound from `*refs` any other way."""
+    arms = {arm for arm, n, *_ in facts.binds + facts.guarded if n == name}
+    if len(arms) != 1 or None in arms:
+        return 0
+    ((node, which),) = arms  # type: ignore[misc]
+    other = node.orelse if which == "body" else node.body
+    block = other.body if isinstance(other, cst.Else) else other if isinstance(other, cst.IndentedBlock) else None
+    statements = [line.body[0] for line in getattr(block, "body", ()) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1]
+    return sum(
+        1 for st in statements
+        if isinstance(st, cst.Assign) and len(st.targets) == 1 and isinstance(st.targets[0].target, cst.Name)
+        and st.targets[0].target.value == name and _is_none(st.value)
+    )
 
 
 def star_names(facts: StarFacts, total: Optional[int], *, forwarded: bool = False) -> list[Optional[str]]:

@@ -22,7 +22,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.varargs import StarFacts, VarargsError, checked_star_facts
+from pallas_fix.analysis.discovery.varargs import StarFacts, VarargsError, checked_star_facts, star_names
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.operand_groups import Entry, test_text
 
@@ -36,6 +36,8 @@ def all_present_ref_names(ctx: ModuleContext, site: KernelSite, env, leading: in
         raise VarargsError("the number of scratch refs is not readable at the call site; write scratch_shapes as a list")
     total = len(operands) + n_out + scratch  # kernel positions; the `leading` named refs are the first
     groups = [k for k, e in enumerate(operands) if e.over is not None]
+    if not groups and not facts.pops and not facts.loops:
+        return _counted_names(facts, leading, operands, total)
     if not groups:
         return _popped_names(ctx, site, facts, leading, operands, total)
     if len(groups) > 1 or facts.pops or any(e.test is not None for e in operands):
@@ -97,6 +99,48 @@ def _popped_names(ctx: ModuleContext, site: KernelSite, facts: StarFacts, leadin
     if not set(cond) <= popped:
         raise VarargsError(f"an operand appended under an `if` has no ref popped from `*{facts.star}` under the same flag")
     return out
+
+
+_MOST_TESTS = 4  # distinct tests whose every combination is checked (16 operand lists)
+
+
+def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total: int) -> list[Optional[str]]:
+    """The names, for optional operands and a kernel that unpacks `*refs` by position, also in the
+    arms of a kernel-level `if` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,) = rest`).
+
+    Every combination of the operands' tests is a list of refs the call may pass; for each, the
+    kernel's names are read at that count (varargs.star_names: only the arms whose unpacking fits
+    the count can run, and two arms that both fit must agree) and taken back to the all-present
+    numbering. The mapping holds when each name stands for the same operand in every combination
+    that binds it, and no two names for one; combinations the wrapper never makes (tests that
+    exclude each other) are checked too, so this may refuse, never mismatch."""
+    tests = sorted({test_text_of(e) for e in operands if e.test is not None})
+    if any(k < leading for k, e in enumerate(operands) if e.test is not None):
+        raise VarargsError("a named kernel parameter stands for an operand passed only under a test; take those refs through `*refs`")
+    if len(tests) > _MOST_TESTS:
+        raise VarargsError(f"the operands are passed under {len(tests)} different tests; pallas-fix checks at most {_MOST_TESTS}")
+    out: list[Optional[str]] = [None] * (total - leading)
+    where: dict[str, int] = {}
+    for mask in range(1 << len(tests)):
+        held = {t for j, t in enumerate(tests) if mask >> j & 1}
+        present = [k for k, e in enumerate(operands) if e.test is None or test_text_of(e) in held]
+        positions = present + list(range(len(operands), total))  # all-present index of each ref passed
+        for pos, name in enumerate(star_names(facts, len(positions) - leading)):
+            if name is None:
+                continue
+            index = positions[leading + pos] - leading
+            if where.get(name, index) != index or out[index] not in (None, name):
+                raise VarargsError(
+                    f"`{name}` stands for a different operand depending on which optional operands are passed "
+                    f"({', '.join(tests)}); unpack `*{facts.star}` so each name keeps its operand (the optional refs in "
+                    "the arm of an `if` on the same flag)"
+                )
+            where[name], out[index] = index, name
+    return out
+
+
+def test_text_of(entry: Entry) -> str:
+    return cst.Module([]).code_for_node(entry.test).strip()
 
 
 def _fixed_positions(ctx: ModuleContext, facts: StarFacts, star_total: int):

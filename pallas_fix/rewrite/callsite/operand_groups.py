@@ -56,10 +56,14 @@ class Entry:
         return self.test is not None or self.over is not None
 
 
-def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list[Entry], set[int]]]:
+def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode, *,
+                        operands: bool = False) -> Optional[tuple[list[Entry], set[int]]]:
     """The entries of the list `expr` names: a literal, then plain `.append` / `.extend` / `+=`
     statements and `if TEST:` blocks (no `else`) of them, before the statement holding `at`,
     each in the block that binds the list. Also the ids of the list names those statements read.
+    `operands`: the list is the kernel call's operands, which may also be a tuple or a choice of
+    two literals (`(x, w) if with_weight else (x,)`, see _choice_entries); never a spec list,
+    whose items the rewrite edits (an item written in both arms would be edited in one).
     None when the list is built any other way, or a test or an item may change meaning before
     the call (a name in it bound twice)."""
     if not isinstance(expr, cst.Name):
@@ -67,7 +71,7 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
         stable = inline is not None and all(_stable(ctx, e.value, ctx.scope_of(at)) for e in inline)
         return (inline, set()) if stable else None
     value = ctx.resolve_value(expr, at)
-    first = _value_entries(value) if value is not expr else None
+    first = _value_entries(value, operands=operands) if value is not expr else None
     binding = ctx.statement_of(value) if first is not None else None
     block = _block_of(ctx, binding)
     user = next((s for s in block if s is at or any(a is s for a in ctx.ancestors(at))), None)
@@ -89,12 +93,18 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
     return entries, reads
 
 
-def _value_entries(value: cst.BaseExpression) -> Optional[list[Entry]]:
+def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Optional[list[Entry]]:
     """The entries of a list expression: a literal whose items may include `*[spec for h in hs]`,
-    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each)."""
+    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each); with
+    `operands`, also tuple literals and choices of two literals (_choice_entries)."""
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
-        left, right = _value_entries(value.left), _value_entries(value.right)
+        left, right = _value_entries(value.left, operands=operands), _value_entries(value.right, operands=operands)
         return left + right if left is not None and right is not None else None
+    if operands and isinstance(value, cst.IfExp):
+        return _choice_entries(value)
+    if operands and isinstance(value, cst.Tuple):
+        items = elements(value)
+        return [Entry(i) for i in items] if items is not None else None
     if isinstance(value, cst.ListComp):
         group = _comprehension_entry(value)
         return [group] if group is not None else None
@@ -116,6 +126,37 @@ def _value_entries(value: cst.BaseExpression) -> Optional[list[Entry]]:
         else:
             out.append(Entry(el.value))
     return out
+
+
+def _choice_entries(choice: cst.IfExp) -> Optional[list[Entry]]:
+    """`(x, w) if with_weight else (x,)`, `(b,) if has_bias else ()`, `[] if post is None else
+    [post]`: two literals, one the other's items followed by more. The shared items are always
+    there (written the same in both arms, each name bound once: _stable); the extra ones are
+    there under the test (or its negation, when the `else` arm has them). Anything else (items
+    that differ, a reordering, a nested choice) is not read."""
+    body, orelse = elements(choice.body), elements(choice.orelse)
+    if body is None or orelse is None or not isinstance(choice.body, type(choice.orelse)):
+        return None
+    short, long, test = (orelse, body, choice.test) if len(body) >= len(orelse) else (body, orelse, _negated(choice.test))
+    if len(short) == len(long) or [_text(i) for i in short] != [_text(i) for i in long[: len(short)]]:
+        return None
+    return [Entry(i) for i in long[: len(short)]] + [Entry(i, test) for i in long[len(short) :]]
+
+
+def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`x is not None` for `x is None` (and back), `t` for `not t`, else `not (t)`: the test an
+    item of the `else` arm is there under, written as the wrapper would write it."""
+    flip = {cst.Is: cst.IsNot, cst.IsNot: cst.Is}
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and type(test.comparisons[0].operator) in flip:
+        op = flip[type(test.comparisons[0].operator)]()
+        return test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=op)], lpar=[], rpar=[])
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return cst.UnaryOperation(cst.Not(), cst.parse_expression(f"({_text(test)})"))
+
+
+def _text(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node).strip()
 
 
 def _comprehension_entry(comp) -> Optional[Entry]:
@@ -174,7 +215,7 @@ def starred_entries(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNod
         return [Entry(i) for i in items]
     if _is_own_varargs(ctx, star, at):
         return [Entry(star, over=star.value)]
-    built = conditional_entries(ctx, star, at)
+    built = conditional_entries(ctx, star, at, operands=True)
     return built[0] if built is not None else None
 
 
@@ -197,7 +238,10 @@ def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpr
         cs.default_tail, cs.built["in_specs"] = tail
         return spec
     if built is None:
-        raise CallSiteError(f"the operands are appended under `if`s or passed as `*args`, but in_specs is not built so; {how}")
+        raise CallSiteError(
+            f"the operands are appended under `if`s or passed as `*args`, but in_specs is not built so "
+            f"({_spec_words(cs, spec)}); {how}"
+        )
     why = misaligned(cs.ctx, cs.operand_entries[cs.num_prefetch :], built[0], "in_specs")
     if why is not None:
         raise CallSiteError(why)
@@ -214,6 +258,17 @@ def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpr
     cs.built["in_specs"] = [e.value for e in built[0]]
     cs.builder_reads |= built[1]
     return spec
+
+
+def _spec_words(cs, spec: cst.BaseExpression) -> str:
+    """What the in_specs a conditional operand list comes with is, for the refusal: its text, and
+    why a repetition sized by the operands cannot take one operand's new spec."""
+    value = cs.ctx.resolve_value(spec, cs.site.call)
+    text = " ".join(cs.ctx.code(value).split())
+    text = text if len(text) <= 100 else text[:97] + "..."
+    sized = any(isinstance(n, cst.Call) and _is_len_of_name(n) for n in walk(value))
+    why = ", a repetition whose count is computed from the operands' length: no entry of it is one operand's" if sized else ""
+    return f"it is `{text}`{why}"
 
 
 def _is_own_varargs(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> bool:
