@@ -22,7 +22,8 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.varargs import StarFacts, VarargsError, checked_star_facts, star_names
+from pallas_fix.analysis.discovery.star_facts import StarFacts, VarargsError, star_names
+from pallas_fix.analysis.discovery.varargs import checked_star_facts
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.operand_groups import Entry, test_text
 
@@ -37,7 +38,9 @@ def all_present_ref_names(ctx: ModuleContext, site: KernelSite, env, leading: in
     total = len(operands) + n_out + scratch  # kernel positions; the `leading` named refs are the first
     groups = [k for k, e in enumerate(operands) if e.over is not None]
     if not groups and not facts.pops and not facts.loops:
-        return _counted_names(facts, leading, operands, total)
+        return _counted_names(facts, leading, operands, total, _split_counts(ctx, site, facts))
+    if facts.split_names():
+        raise VarargsError(f"the kernel slices `*{facts.star}` at a count and also pops or loops over its refs; unpack by position")
     if not groups:
         return _popped_names(ctx, site, facts, leading, operands, total)
     if len(groups) > 1 or facts.pops or any(e.test is not None for e in operands):
@@ -104,7 +107,30 @@ def _popped_names(ctx: ModuleContext, site: KernelSite, facts: StarFacts, leadin
 _MOST_TESTS = 4  # distinct tests whose every combination is checked (16 operand lists)
 
 
-def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total: int) -> list[Optional[str]]:
+def _split_counts(ctx: ModuleContext, site: KernelSite, facts: StarFacts) -> dict[str, bool]:
+    """For each count the kernel slices `*refs` at (`refs[:n_in]`), whether it is bound by
+    functools.partial to `len(args)` of the one `*args` the call passes (so it counts the operands
+    each call passes: True). Raises VarargsError for any other count."""
+    out: dict[str, bool] = {}
+    call = site.invocation
+    star = call.args[0].value if call is not None and len(call.args) == 1 and call.args[0].star == "*" else None
+    for name in facts.split_names():
+        value = site.partial_kwargs.get(name)
+        counted = (
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "len" and len(value.args) == 1
+            and isinstance(star, cst.Name) and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == star.value
+        )
+        if not counted:
+            raise VarargsError(
+                f"the kernel slices `*{facts.star}` at `{name}`, which is not bound with functools.partial to `len(...)` of the "
+                "operand list the call spreads; bind it so, or unpack by position"
+            )
+        out[name] = True
+    return out
+
+
+def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total: int,
+                   counts: Optional[dict[str, bool]] = None) -> list[Optional[str]]:
     """The names, for optional operands and a kernel that unpacks `*refs` by position, also in the
     arms of a kernel-level `if` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,) = rest`).
 
@@ -125,7 +151,10 @@ def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total:
         held = {t for j, t in enumerate(tests) if mask >> j & 1}
         present = [k for k, e in enumerate(operands) if e.test is None or test_text_of(e) in held]
         positions = present + list(range(len(operands), total))  # all-present index of each ref passed
-        for pos, name in enumerate(star_names(facts, len(positions) - leading)):
+        star_total = len(positions) - leading
+        sizes = {name: len(present) - leading for name in counts or {}}  # `len(args)`: the operands passed
+        seen = facts.at_sizes(sizes, star_total) if counts else facts
+        for pos, name in enumerate(star_names(seen, star_total)):
             if name is None:
                 continue
             index = positions[leading + pos] - leading

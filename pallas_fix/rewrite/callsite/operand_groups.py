@@ -34,6 +34,7 @@ from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
+from pallas_fix.rewrite.callsite.spelling.chosen_lists import chosen_items
 from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
@@ -61,9 +62,8 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
     """The entries of the list `expr` names: a literal, then plain `.append` / `.extend` / `+=`
     statements and `if TEST:` blocks (no `else`) of them, before the statement holding `at`,
     each in the block that binds the list. Also the ids of the list names those statements read.
-    `operands`: the list is the kernel call's operands, which may also be a tuple or a choice of
-    two literals (`(x, w) if with_weight else (x,)`, see _choice_entries); never a spec list,
-    whose items the rewrite edits (an item written in both arms would be edited in one).
+    `operands`: the kernel call's operands, which may also be a tuple or a choice of two literals
+    (`(x, w) if with_weight else (x,)`: spelling.chosen_lists, never read for a spec list).
     None when the list is built any other way, or a test or an item may change meaning before
     the call (a name in it bound twice)."""
     if not isinstance(expr, cst.Name):
@@ -129,34 +129,9 @@ def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Opti
 
 
 def _choice_entries(choice: cst.IfExp) -> Optional[list[Entry]]:
-    """`(x, w) if with_weight else (x,)`, `(b,) if has_bias else ()`, `[] if post is None else
-    [post]`: two literals, one the other's items followed by more. The shared items are always
-    there (written the same in both arms, each name bound once: _stable); the extra ones are
-    there under the test (or its negation, when the `else` arm has them). Anything else (items
-    that differ, a reordering, a nested choice) is not read."""
-    body, orelse = elements(choice.body), elements(choice.orelse)
-    if body is None or orelse is None or not isinstance(choice.body, type(choice.orelse)):
-        return None
-    short, long, test = (orelse, body, choice.test) if len(body) >= len(orelse) else (body, orelse, _negated(choice.test))
-    if len(short) == len(long) or [_text(i) for i in short] != [_text(i) for i in long[: len(short)]]:
-        return None
-    return [Entry(i) for i in long[: len(short)]] + [Entry(i, test) for i in long[len(short) :]]
-
-
-def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
-    """`x is not None` for `x is None` (and back), `t` for `not t`, else `not (t)`: the test an
-    item of the `else` arm is there under, written as the wrapper would write it."""
-    flip = {cst.Is: cst.IsNot, cst.IsNot: cst.Is}
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and type(test.comparisons[0].operator) in flip:
-        op = flip[type(test.comparisons[0].operator)]()
-        return test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=op)], lpar=[], rpar=[])
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return test.expression
-    return cst.UnaryOperation(cst.Not(), cst.parse_expression(f"({_text(test)})"))
-
-
-def _text(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node).strip()
+    """`(x, w) if with_weight else (x,)`: the shared items always there, the extra ones under a test."""
+    read = chosen_items(choice)
+    return None if read is None else [Entry(i) for i in read[0]] + [Entry(i, read[2]) for i in read[1]]
 
 
 def _comprehension_entry(comp) -> Optional[Entry]:
