@@ -94,7 +94,8 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: Run, static_t
         f"`{ctx.code(ctx.statement_of(read) or read).strip()}` reads `{read.value}` (line {ctx.span(read).line}); "
         "pallas-fix maps `*refs` to operands only through kernel-level unpacking (`x_ref, o_ref = refs`, "
         "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
-        "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
+        "pops (`b_ref = rest.pop(0) if has_b else None`), a loop over a starred name (`for h_ref in h_refs:`) and a "
+        "cut at a count named alone (`ins, outs = refs[:n_in], refs[n_in:]`)"
     )
 
 

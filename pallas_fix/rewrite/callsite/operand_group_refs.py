@@ -152,7 +152,7 @@ def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total:
         present = [k for k, e in enumerate(operands) if e.test is None or test_text_of(e) in held]
         positions = present + list(range(len(operands), total))  # all-present index of each ref passed
         star_total = len(positions) - leading
-        sizes = {name: len(present) - leading for name in counts or {}}  # `len(args)`: the operands passed
+        sizes = {name: len(present) for name in counts or {}}  # `len(args)`: every operand passed, named or not
         seen = facts.at_sizes(sizes, star_total) if counts else facts
         for pos, name in enumerate(star_names(seen, star_total)):
             if name is None:
