@@ -148,6 +148,8 @@ def _built_slots(params: str, body: str, build: str, kernel: str) -> dict[str, t
         ("*refs, flag", _ARMS, "operands = [x] + ([] if z is None else [z])", "functools.partial(kernel, flag=z is not None)"),
         ("*refs, flag", _ARMS, "operands = (x, z) if flag else (x,)", "functools.partial(kernel, flag=flag)"),
         ("*refs, n_in", _SPLIT, "operands = (x, z) if flag else (x,)", "functools.partial(kernel, n_in=len(operands))"),
+        ("*refs, flag", "x_ref, o_ref = refs[0], refs[-1]\nz_ref = refs[1] if flag else None",
+         "operands = [x] + ([z] if flag else [])", "functools.partial(kernel, flag=flag)"),
     ],
 )
 def test_optional_operands_chosen_by_code_keep_their_refs_at_every_count(params: str, body: str, build: str, kernel: str):
@@ -166,6 +168,9 @@ def test_optional_operands_chosen_by_code_keep_their_refs_at_every_count(params:
         ("x_ref, *refs, n_in", "outs = refs[n_in:]\n(o_ref,) = outs", "operands = (x, y) + ((z,) if flag else ())",
          "functools.partial(kernel, n_in=len(operands))", "different number of refs"),
         ("*refs, flag", _ARMS, "operands = (x, z) if flag else (z,)", "functools.partial(kernel, flag=flag)", "called with \\*args"),
+        # the flag is not bound to the operand's test: `z_ref` may be `refs[1]` when `z` is not passed
+        ("*refs, flag", "x_ref, o_ref = refs[0], refs[-1]\nz_ref = refs[1] if flag else None",
+         "operands = [x] + ([z] if flag else [])", "functools.partial(kernel, flag=True)", "a ref is bound under `flag`"),
     ],
 )
 def test_optional_operands_whose_refs_may_move_are_refused(params: str, body: str, build: str, kernel: str, reason: str):

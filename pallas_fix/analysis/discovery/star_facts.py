@@ -79,16 +79,17 @@ class StarFacts:
         runs += [run for _, run, *_ in self.pops + self.loops + self.forwards]
         return {run.split for run in runs if run.split is not None}
 
-    def at_sizes(self, sizes: dict[str, int], total: int) -> "StarFacts":
-        """These facts for a list of `total` refs whose split counts are `sizes` (`n_in` -> 2):
-        each cut run made plain, each guarded binding kept where its test holds at those sizes
-        and dropped where it fails. Raises VarargsError for a count or a test it cannot read."""
+    def at_sizes(self, sizes: dict[str, int], total: int, flags: Optional[dict[str, bool]] = None) -> "StarFacts":
+        """These facts for a list of `total` refs whose split counts are `sizes` (`n_in` -> 2) and
+        whose kernel flags are `flags` (`has_scale` -> True): each cut run made plain, each
+        guarded binding kept where its test holds and dropped where it fails. Raises VarargsError
+        for a count or a test it cannot read."""
         if self.pops or self.loops or self.forwards or not self.split_names() <= set(sizes):
             raise VarargsError(f"the kernel slices `*{self.star}` at a count that is not a functools.partial keyword `len(...)` of the operands")
         plain = lambda run: _cut(run, sizes, total)  # noqa: E731
         binds = [(arm, name, plain(run), index) for arm, name, run, index in self.binds]
         for arm, name, run, index, test in self.guarded:
-            if _holds(test, sizes):
+            if _holds(test, sizes, flags or {}):
                 binds.append((arm, name, plain(run), index))
         unpacks = [(arm, plain(run), n, starred, stmt) for arm, run, n, starred, stmt in self.unpacks]
         return StarFacts(self.star, binds, unpacks, set(self.targets), sized=list(self.sized))
@@ -108,8 +109,13 @@ _COMPARE = {cst.GreaterThan: int.__gt__, cst.GreaterThanEqual: int.__ge__, cst.L
             cst.LessThanEqual: int.__le__, cst.Equal: int.__eq__, cst.NotEqual: int.__ne__}
 
 
-def _holds(test: cst.BaseExpression, sizes: dict[str, int]) -> bool:
-    """`n_in > 1` (a split count against an integer literal) at these sizes."""
+def _holds(test: cst.BaseExpression, sizes: dict[str, int], flags: dict[str, bool]) -> bool:
+    """`n_in > 1` (a split count against an integer literal) at these sizes, `has_scale` or
+    `not has_scale` (a kernel flag) at these flags."""
+    if isinstance(test, cst.Name) and test.value in flags:
+        return flags[test.value]
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and isinstance(test.expression, cst.Name):
+        return not _holds(test.expression, sizes, flags)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         left, (right,) = test.left, test.comparisons
         op = _COMPARE.get(type(right.operator))
@@ -117,7 +123,8 @@ def _holds(test: cst.BaseExpression, sizes: dict[str, int]) -> bool:
             return op(sizes[left.value], int(right.comparator.evaluated_value))
     raise VarargsError(
         f"a ref is bound under `{cst.Module([]).code_for_node(test).strip()}`, which pallas-fix reads only as a split "
-        "count compared with an integer (`w_ref = ins[1] if n_in > 1 else None`)"
+        "count compared with an integer (`w_ref = ins[1] if n_in > 1 else None`) or a flag functools.partial binds to "
+        "the test its operand is passed under (`s_ref = refs[1] if has_scale else None`)"
     )
 
 
@@ -137,11 +144,18 @@ def star_names(facts: StarFacts, total: Optional[int], *, forwarded: bool = Fals
             "with a literal and `.append` under the same static tests, or passed on as the wrapper's own `*args`"
         )
     unsized = facts.split_names()
-    if unsized or facts.guarded:
+    if unsized:
         raise VarargsError(
-            f"the kernel slices `*{facts.star}` at a count (`{facts.star}[:{min(unsized or {'n'})}]`) or binds a ref under a "
-            "conditional expression, so which operand each name is depends on values pallas-fix does not resolve; unpack "
-            f"by position (`x_ref, *rest = {facts.star}`, then `w_ref, o_ref = rest` in the arm of an `if` on a static flag)"
+            f"the kernel slices `*{facts.star}` at a count (`{facts.star}[:{min(unsized)}]`), which pallas-fix resolves only "
+            "when functools.partial binds it to `len(operands)` of operands passed under tests; unpack by position "
+            f"(`x_ref, *rest = {facts.star}`, then `w_ref, o_ref = rest` in the arm of an `if` on a static flag)"
+        )
+    if facts.guarded:
+        name = facts.guarded[0][1]
+        raise VarargsError(
+            f"the kernel binds `{name}` from `*{facts.star}` under a conditional expression, which pallas-fix resolves only "
+            "when its flag is bound with functools.partial to the test its operand is passed under; unpack by position "
+            f"(`x_ref, *rest = {facts.star}`, then `{name}, o_ref = rest` in the arm of an `if` on a static flag)"
         )
     arms = _running_arms(facts, total)
     out: list[Optional[str]] = [None] * total

@@ -21,7 +21,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.star_facts import StarFacts, VarargsError, star_names
 from pallas_fix.analysis.discovery.varargs import checked_star_facts
 from pallas_fix.core.model import KernelSite
@@ -38,7 +38,8 @@ def all_present_ref_names(ctx: ModuleContext, site: KernelSite, env, leading: in
     total = len(operands) + n_out + scratch  # kernel positions; the `leading` named refs are the first
     groups = [k for k, e in enumerate(operands) if e.over is not None]
     if not groups and not facts.pops and not facts.loops:
-        return _counted_names(facts, leading, operands, total, _split_counts(ctx, site, facts))
+        flags = _guard_flags(ctx, site, facts)
+        return _counted_names(facts, leading, operands, total, _split_counts(ctx, site, facts), flags)
     if facts.split_names():
         raise VarargsError(f"the kernel slices `*{facts.star}` at a count and also pops or loops over its refs; unpack by position")
     if not groups:
@@ -129,8 +130,31 @@ def _split_counts(ctx: ModuleContext, site: KernelSite, facts: StarFacts) -> dic
     return out
 
 
+def _guard_flags(ctx: ModuleContext, site: KernelSite, facts: StarFacts) -> dict[str, str]:
+    """For each kernel flag a guarded binding tests (`s_ref = refs[1] if has_scale else None`),
+    the wrapper expression functools.partial binds it to (`has_scale=has_scale`), as text: it
+    holds exactly where an operand passed under that same test is passed. Flags bound otherwise
+    are left out (the binding is then refused when read)."""
+    out: dict[str, str] = {}
+    for *_, test in facts.guarded:
+        flag = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+        value = site.partial_kwargs.get(flag.value) if isinstance(flag, cst.Name) else None
+        if value is not None and _same_names_as_call(ctx, site, value):
+            out[flag.value] = ctx.code(value).strip()
+    return out
+
+
+def _same_names_as_call(ctx: ModuleContext, site: KernelSite, value: cst.BaseExpression) -> bool:
+    """`value` (a partial's keyword) is written in the wrapper that builds the operands and every
+    name in it is bound at most once there, so its text means there what the operands' test means."""
+    scope = ctx.scope_of(site.call)
+    return ctx.scope_of(value) is scope and all(
+        len(ctx.assignments(n.value, scope)) <= 1 for n in walk(value) if isinstance(n, cst.Name)
+    )
+
+
 def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total: int,
-                   counts: Optional[dict[str, bool]] = None) -> list[Optional[str]]:
+                   counts: Optional[dict[str, bool]] = None, flags: Optional[dict[str, str]] = None) -> list[Optional[str]]:
     """The names, for optional operands and a kernel that unpacks `*refs` by position, also in the
     arms of a kernel-level `if` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,) = rest`).
 
@@ -153,7 +177,8 @@ def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total:
         positions = present + list(range(len(operands), total))  # all-present index of each ref passed
         star_total = len(positions) - leading
         sizes = {name: len(present) for name in counts or {}}  # `len(args)`: every operand passed, named or not
-        seen = facts.at_sizes(sizes, star_total) if counts else facts
+        truth = {flag: text in held for flag, text in (flags or {}).items() if text in tests}
+        seen = facts.at_sizes(sizes, star_total, truth) if counts or facts.guarded else facts
         for pos, name in enumerate(star_names(seen, star_total)):
             if name is None:
                 continue
