@@ -39,6 +39,19 @@ def test_a_long_new_call_keyword_gets_its_arguments_on_their_own_lines():
             '            dimension_semantics=("parallel", "parallel", "arbitrary"),\n        ),\n') in fitted
 
 
+def test_a_long_list_plus_a_tail_splits_at_the_plus_then_breaks_the_list_if_needed():
+    short = "        in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0))] + [pl.BlockSpec()] * (len(operands) - 1),\n"
+    fitted = fit_width(BEFORE, _after(short))
+    assert ("        in_specs=[pl.BlockSpec((BM, x.shape[1]), lambda i: (i, 0))]\n"
+            "        + [pl.BlockSpec()] * (len(operands) - 1),\n") in fitted
+    long = LONG.rstrip(",\n") + " + [pl.BlockSpec()] * (len(operands) - 2),\n"
+    fitted = fit_width(BEFORE, _after(long))
+    assert ("            pl.BlockSpec((BM, gate.shape[1]), lambda i: (i, 0)),\n        ]\n"
+            "        + [pl.BlockSpec()] * (len(operands) - 2),\n") in fitted
+    assert ast.dump(ast.parse(fitted)) == ast.dump(ast.parse(_after(long)))
+    assert max(len(line) for line in fitted.splitlines()) <= 79
+
+
 def test_lines_within_the_files_width_and_lines_that_were_there_stay():
     wide = BEFORE.replace("kernel,", "kernel,  # " + "x" * 120)
     after = _after(LONG, before=wide)

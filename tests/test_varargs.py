@@ -97,3 +97,82 @@ def test_a_scratch_count_the_call_does_not_fix_is_refused():
     extra = "\n        scratch_shapes=make_scratch(),"
     with pytest.raises(CallSiteError, match="not fixed at the call site"):
         _slots("*refs", "x_ref = refs[0]\no_ref = refs[-1]", extra=extra, operands="x")
+
+
+_BUILT = """
+import functools
+import jax
+from jax.experimental import pallas as pl
+
+def kernel({params}):
+{body}
+    pass
+
+def wrapper(x, y, z=None, flag=False):
+    {build}
+    return pl.pallas_call(
+        {kernel},
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(*operands)
+"""
+
+_ARMS = """
+x_ref, *rest = refs
+if flag:
+    z_ref, o_ref = rest
+else:
+    (o_ref,) = rest
+    z_ref = None
+"""
+
+_SPLIT = """
+ins, outs = refs[:n_in], refs[n_in:]
+x_ref = ins[0]
+z_ref = ins[1] if n_in > 1 else None
+(o_ref,) = outs
+"""
+
+
+def _built_slots(params: str, body: str, build: str, kernel: str) -> dict[str, tuple[str, int]]:
+    source = _BUILT.format(params=params, body=textwrap.indent(textwrap.dedent(body), "    "), build=build, kernel=kernel)
+    analysis = analyze(source, "k.py")
+    site = analysis.sites[0]
+    cs = CallSite(analysis.ctx, site, analysis.detection.envs.get(site.kernel))
+    return {name: (slot.kind, slot.index) for name, slot in cs.slots.items()}
+
+
+@pytest.mark.parametrize(
+    "params, body, build, kernel",
+    [
+        ("*refs, flag", _ARMS, "operands = (x,) + ((z,) if flag else ())", "functools.partial(kernel, flag=flag)"),
+        ("*refs, flag", _ARMS, "operands = [x] + ([] if z is None else [z])", "functools.partial(kernel, flag=z is not None)"),
+        ("*refs, flag", _ARMS, "operands = (x, z) if flag else (x,)", "functools.partial(kernel, flag=flag)"),
+        ("*refs, n_in", _SPLIT, "operands = (x, z) if flag else (x,)", "functools.partial(kernel, n_in=len(operands))"),
+        ("*refs, flag", "x_ref, o_ref = refs[0], refs[-1]\nz_ref = refs[1] if flag else None",
+         "operands = [x] + ([z] if flag else [])", "functools.partial(kernel, flag=flag)"),
+    ],
+)
+def test_optional_operands_chosen_by_code_keep_their_refs_at_every_count(params: str, body: str, build: str, kernel: str):
+    assert _built_slots(params, body, build, kernel) == {"x_ref": ("in", 0), "z_ref": ("in", 1), "o_ref": ("out", 0)}
+
+
+@pytest.mark.parametrize(
+    "params, body, build, kernel, reason",
+    [
+        # without `z`, `rest[0]` is the output: the arm fits that count too, so `z_ref` may be the output
+        ("*refs, flag", "x_ref, *rest = refs\no_ref = rest[-1]\nif flag:\n    z_ref = rest[0]",
+         "operands = (x,) + ((z,) if flag else ())", "functools.partial(kernel, flag=flag)", "two names"),
+        ("*refs, n_in", _SPLIT, "operands = (x, z) if flag else (x,)", "functools.partial(kernel, n_in=2 if flag else 1)",
+         "not bound with functools.partial to `len"),
+        # `len(operands)` counts `x` too, which the named `x_ref` takes: `refs[n_in:]` is empty, as when traced
+        ("x_ref, *refs, n_in", "outs = refs[n_in:]\n(o_ref,) = outs", "operands = (x, y) + ((z,) if flag else ())",
+         "functools.partial(kernel, n_in=len(operands))", "different number of refs"),
+        ("*refs, flag", _ARMS, "operands = (x, z) if flag else (z,)", "functools.partial(kernel, flag=flag)", "called with \\*args"),
+        # the flag is not bound to the operand's test: `z_ref` may be `refs[1]` when `z` is not passed
+        ("*refs, flag", "x_ref, o_ref = refs[0], refs[-1]\nz_ref = refs[1] if flag else None",
+         "operands = [x] + ([z] if flag else [])", "functools.partial(kernel, flag=True)", "a ref is bound under `flag`"),
+    ],
+)
+def test_optional_operands_whose_refs_may_move_are_refused(params: str, body: str, build: str, kernel: str, reason: str):
+    with pytest.raises(CallSiteError, match=reason):
+        _built_slots(params, body, build, kernel)

@@ -10,6 +10,9 @@ ref parameter. The bindings are read as facts, resolved once the count is known:
   static value (`if has_bias: b_ref, o_ref = refs` / `else: (o_ref,) = refs`, the usual spelling
   of optional operands). An arm whose unpacking or index does not fit the count cannot run (it
   raises when traced), so the count picks the arms that do;
+- `ins, outs = refs[:n_in], refs[n_in:]` cuts the list at a count, and `w_ref = ins[1] if n_in > 1
+  else None` binds a ref where a test on it holds: both resolved only once the count is known
+  (`n_in=len(args)` at the call: rewrite.callsite.operand_group_refs; star_facts.StarFacts.at_sizes);
 - `sems[k % n]` given to a DMA as its semaphore (`*sems` scratch) names no operand and is skipped;
 - anything else that reads `refs` (a loop over it, a helper given it, a traced `if`, a nested
   `if`) leaves the mapping unknown and is refused with what to write instead.
@@ -17,7 +20,6 @@ ref parameter. The bindings are read as facts, resolved once the count is known:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
@@ -26,56 +28,8 @@ from pallas_fix.analysis.values.bindings import scope_bindings
 from pallas_fix.analysis.discovery.dma_calls import semaphore_pick
 from pallas_fix.analysis.discovery.forwarded_refs import constant_index, forwarded_names, sized_read, unnamed_problem
 from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.star_facts import Arm, Run, StarFacts, VarargsError, star_names
 from pallas_fix.core.model import KernelSite
-
-
-class VarargsError(Exception):
-    """Why the names bound from `*refs` cannot be mapped to refs."""
-
-
-@dataclass(frozen=True)
-class _Run:
-    """A run of the star list: its items from front index `start` to `end` items before its
-    back (`end` <= 0), as `*rest` unpacking leaves them."""
-
-    start: int = 0
-    end: int = 0
-
-    def length(self, total: int) -> int:
-        return total - self.start + self.end
-
-    def position(self, index: int, total: int) -> Optional[int]:
-        """The star-list position of `run[index]`, None when it is out of range."""
-        n = self.length(total)
-        if not -n <= index < n:
-            return None
-        return self.start + (index if index >= 0 else n + index)
-
-
-# An arm of a kernel-level `if`: (the `if`, "body" or "orelse"); None for the kernel's own body.
-Arm = Optional[tuple[cst.If, str]]
-
-
-@dataclass
-class StarFacts:
-    """What the kernel's statements say about its `*refs` list."""
-
-    star: str
-    binds: list[tuple[Arm, str, _Run, int]] = field(default_factory=list)  # (arm, name, run, index)
-    unpacks: list[tuple[Arm, _Run, int, bool, cst.CSTNode]] = field(default_factory=list)  # (arm, run, n targets, starred, stmt)
-    targets: set[int] = field(default_factory=set)  # ids of the Name nodes the bindings bind
-    # `scale_ref = rest.pop(0) if has_scale else None`: (name, run popped, static test or None, stmt),
-    # in the order the kernel-level statements run; rewrite.callsite.operand_groups maps them.
-    pops: list[tuple[str, _Run, Optional[cst.BaseExpression], cst.CSTNode]] = field(default_factory=list)
-    # `for h_ref in h_refs:` over a starred run: (loop name, run); the name stands for every ref of the run.
-    loops: list[tuple[str, _Run, cst.For]] = field(default_factory=list)
-    # `inner(idx, *refs)`: (callee's parameter name, run, index, call), names in the callee's scope
-    # (analysis.discovery.forwarded_refs), read only on request; `refs[0].shape`: sizes read by index.
-    forwards: list[tuple[str, _Run, int, cst.Call]] = field(default_factory=list)
-    sized: list[cst.Subscript] = field(default_factory=list)
-
-    def names(self) -> set[str]:
-        return {name for _, name, _, _ in self.binds} | {name for name, *_ in self.pops} | {name for name, *_ in self.loops}
 
 
 def star_facts(ctx: ModuleContext, kernel: cst.FunctionDef, static_test) -> Optional[StarFacts]:
@@ -86,7 +40,7 @@ def star_facts(ctx: ModuleContext, kernel: cst.FunctionDef, static_test) -> Opti
     if not isinstance(star, cst.Param):
         return None
     facts = StarFacts(star.name.value)
-    lists = {star.name.value: _Run()}  # names standing for runs of the star list
+    lists = {star.name.value: Run()}  # names standing for runs of the star list
     pending = [star.name.value]
     while pending:
         name = pending.pop()
@@ -99,7 +53,7 @@ def _reads(kernel: cst.FunctionDef, name: str) -> list[cst.Name]:
     return [n for n in walk(kernel.body) if isinstance(n, cst.Name) and n.value == name]
 
 
-def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_test, lists, pending) -> None:
+def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: Run, static_test, lists, pending) -> None:
     parent = ctx.parent(read)
     if isinstance(parent, cst.Arg) and isinstance(ctx.parent(parent), cst.Call):
         call = ctx.parent(parent)
@@ -115,7 +69,7 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
         return
     if _pop_fact(ctx, kernel, facts, read, run):
         return
-    if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name) and run != _Run():
+    if isinstance(parent, cst.For) and parent.iter is read and isinstance(parent.target, cst.Name) and run != Run():
         facts.loops.append((parent.target.value, run, parent))  # a Python loop: unrolled when traced, one ref per pass
         facts.targets.add(id(parent.target))
         return
@@ -134,15 +88,67 @@ def _read_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run, static_
             facts.binds.append((_arm(ctx, kernel, stmt, static_test, facts), target.value, run, index))
             facts.targets.add(id(target))
             return
+        if _split_fact(ctx, kernel, facts, parent, run, lists, pending) or _guarded_fact(ctx, kernel, facts, parent, run, static_test):
+            return
     raise VarargsError(
         f"`{ctx.code(ctx.statement_of(read) or read).strip()}` reads `{read.value}` (line {ctx.span(read).line}); "
         "pallas-fix maps `*refs` to operands only through kernel-level unpacking (`x_ref, o_ref = refs`, "
         "`x_ref, *rest = refs`), constant indices (`o_ref = refs[-1]`), also in the arms of an `if` on a static value, "
-        "pops (`b_ref = rest.pop(0) if has_b else None`) and a loop over a starred name (`for h_ref in h_refs:`)"
+        "pops (`b_ref = rest.pop(0) if has_b else None`), a loop over a starred name (`for h_ref in h_refs:`) and a "
+        "cut at a count named alone (`ins, outs = refs[:n_in], refs[n_in:]`)"
     )
 
 
-def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: _Run) -> bool:
+def _split_fact(ctx, kernel, facts: StarFacts, sub: cst.Subscript, run: Run, lists, pending) -> bool:
+    """`ins = refs[:n_in]` / `outs = refs[n_in:]` (also `ins, outs = refs[:n_in], refs[n_in:]`), a
+    kernel-level statement slicing the whole list at a name: a run whose bounds need that count."""
+    count, head = _split_at(sub)
+    bound = _bound_to(ctx, sub)
+    if count is None or bound is None or run != Run() or _arm(ctx, kernel, bound[1], lambda _t: True, facts) is not None:
+        return False
+    target = bound[0]
+    if target.value in lists:
+        raise VarargsError(f"`{target.value}` is bound twice from `*refs`")
+    facts.targets.add(id(target))
+    lists[target.value] = Run(split=count, head=head)
+    pending.append(target.value)
+    return True
+
+
+def _split_at(sub: cst.Subscript) -> tuple[Optional[str], bool]:
+    """(`n`, True) for `refs[:n]`, (`n`, False) for `refs[n:]`, `n` a plain name; (None, False) otherwise."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
+        return None, False
+    cut = sub.slice[0].slice
+    if cut.step is not None:
+        return None, False
+    if cut.lower is None and isinstance(cut.upper, cst.Name):
+        return cut.upper.value, True
+    if cut.upper is None and isinstance(cut.lower, cst.Name):
+        return cut.lower.value, False
+    return None, False
+
+
+def _guarded_fact(ctx, kernel, facts: StarFacts, sub: cst.Subscript, run: Run, static_test) -> bool:
+    """`w_ref = ins[1] if n_in > 1 else None`: a ref only where a static test holds."""
+    index = constant_index(sub)
+    choice = ctx.parent(sub)
+    if index is None or not (isinstance(choice, cst.IfExp) and choice.body is sub and _is_none(choice.orelse)):
+        return False
+    bound = _bound_to(ctx, choice)
+    if bound is None or not static_test(choice.test):
+        return False
+    target, stmt = bound
+    facts.guarded.append((_arm(ctx, kernel, stmt, static_test, facts), target.value, run, index, choice.test))
+    facts.targets.add(id(target))
+    return True
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _pop_fact(ctx, kernel, facts: StarFacts, read: cst.Name, run: Run) -> bool:
     """`name = rest.pop(0)` or `name = rest.pop(0) if flag else None`, a kernel-level statement:
     recorded as a pop (its position depends on which earlier pops run)."""
     attr = ctx.parent(read)
@@ -201,7 +207,7 @@ def _in_target(ctx, name: cst.Name) -> bool:
     return False
 
 
-def _unpack(facts: StarFacts, arm: Arm, target, run: _Run, stmt, lists, pending) -> None:
+def _unpack(facts: StarFacts, arm: Arm, target, run: Run, stmt, lists, pending) -> None:
     """`a, *rest, c = run`: a name per item, a run for the starred one, and the length it needs."""
     if not isinstance(target, (cst.Tuple, cst.List)):
         raise VarargsError(
@@ -217,7 +223,7 @@ def _unpack(facts: StarFacts, arm: Arm, target, run: _Run, stmt, lists, pending)
         facts.targets.add(id(value))
         if isinstance(el, cst.StarredElement):
             after = len(items) - k - 1
-            sub = _Run(run.start + k, run.end - after)
+            sub = Run(run.start + k, run.end - after, run.split, run.head)  # still cut at the same count
             if value.value in lists:
                 raise VarargsError(f"`{value.value}` is bound twice from `*refs`")
             lists[value.value] = sub
@@ -332,69 +338,27 @@ def _refuse_rebound(facts: StarFacts, env) -> None:
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
     for name in facts.names() - set(nested):
         own = sum(1 for _, n, _, _ in facts.binds if n == name) + sum(1 for n, *_ in facts.pops + facts.loops if n == name)
-        if name in env.params or len(env.bindings().get(name, [])) != own:
+        own += sum(1 for _, n, *_ in facts.guarded if n == name)
+        others = len(env.bindings().get(name, [])) - own
+        if name in env.params or others != _none_in_other_arm(env.ctx, facts, name):
             raise VarargsError(f"`{name}` is bound from `*{facts.star}` and also assigned elsewhere in the kernel; give the ref one name")
 
 
-def star_names(facts: StarFacts, total: Optional[int], *, forwarded: bool = False) -> list[Optional[str]]:
-    """The name of each item of the star list (None where no name is bound), for a list of
-    `total` refs as the call site fixes it."""
-    if total is None:
-        raise VarargsError(
-            f"the number of refs `*{facts.star}` receives is not fixed at the call site (its operands, out_shape and "
-            "scratch_shapes must be readable); name the refs as parameters"
-        )
-    if total < 0:
-        raise VarargsError(f"the call passes fewer refs than the parameters before `*{facts.star}`")
-    if facts.pops or facts.loops:
-        raise VarargsError(
-            f"the kernel pops refs from `*{facts.star}` or loops over them, which pallas-fix maps only for operands built "
-            "with a literal and `.append` under the same static tests, or passed on as the wrapper's own `*args`"
-        )
-    arms = _running_arms(facts, total)
-    out: list[Optional[str]] = [None] * total
-    where: dict[str, int] = {}
-    for arm, name, run, index in facts.binds:
-        if arm is not None and arm not in arms:
-            continue
-        pos = run.position(index, total)
-        if pos is None or where.get(name, pos) != pos:
-            raise VarargsError(
-                f"`{name}` stands for different refs of `*{facts.star}` in different arms of an `if` that both fit the call's "
-                f"{total} refs, so which operand it is depends on the test; unpack `{facts.star}` in one order and branch where the refs are used"
-            )
-        if out[pos] not in (None, name):
-            raise VarargsError(f"two names (`{out[pos]}`, `{name}`) stand for ref {pos} of `*{facts.star}`")
-        where[name], out[pos] = pos, name
-    for name, run, index, _call in facts.forwards if forwarded else ():
-        pos = run.position(index, total)  # None: a callee parameter past the refs names none
-        if pos is not None and out[pos] not in (None, name):
-            raise VarargsError(f"two names (`{out[pos]}`, `{name}`) stand for ref {pos} of `*{facts.star}`")
-        if pos is not None:
-            out[pos] = name
-    # A name only some running arms bind is unbound when another runs: its reads either sit in
-    # code that arm does not reach or fail when traced, so the position it has where bound holds.
-    return out
+def _none_in_other_arm(ctx: ModuleContext, facts: StarFacts, name: str) -> int:
+    """How many `name = None` statements stand directly in the other arm of the one kernel-level
+    `if` whose arm binds `name` from `*refs` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,)
+    = rest; b_ref = None`): on any path the name is either that ref or None, never both, so it
+    still names one ref. 0 when the name is bound from `*refs` any other way."""
+    arms = {arm for arm, n, *_ in facts.binds + facts.guarded if n == name}
+    if len(arms) != 1 or None in arms:
+        return 0
+    ((node, which),) = arms  # type: ignore[misc]
+    other = node.orelse if which == "body" else node.body
+    block = other.body if isinstance(other, cst.Else) else other if isinstance(other, cst.IndentedBlock) else None
+    statements = [line.body[0] for line in getattr(block, "body", ()) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1]
+    return sum(
+        1 for st in statements
+        if isinstance(st, cst.Assign) and len(st.targets) == 1 and isinstance(st.targets[0].target, cst.Name)
+        and st.targets[0].target.value == name and _is_none(st.value)
+    )
 
-
-def _fits(facts: StarFacts, arm: Arm, total: int) -> bool:
-    """Can `arm`'s statements run with `total` refs (no unpacking of the wrong length, no index
-    out of range)?"""
-    for at, run, n, starred, _ in facts.unpacks:
-        if at == arm and (run.length(total) < n - 1 if starred else run.length(total) != n):
-            return False
-    return all(run.position(index, total) is not None for at, _, run, index in facts.binds if at == arm)
-
-
-def _running_arms(facts: StarFacts, total: int) -> set[tuple[cst.If, str]]:
-    """The arms that can run with `total` refs; the kernel-level facts must fit."""
-    if not _fits(facts, None, total):
-        raise VarargsError(f"the kernel unpacks `*{facts.star}` with a different number of refs than the call passes")
-    ifs = {arm[0] for arm, *_ in facts.binds + facts.unpacks if arm is not None}
-    running: set[tuple[cst.If, str]] = set()
-    for node in ifs:
-        fitting = {which for which in ("body", "orelse") if _fits(facts, (node, which), total)}
-        if not fitting:
-            raise VarargsError(f"no arm of an `if` fits the {total} refs the call passes through `*{facts.star}`")
-        running |= {(node, which) for which in fitting}
-    return running

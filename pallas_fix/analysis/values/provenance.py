@@ -203,7 +203,8 @@ class Env(PositionalReads):
             return STATIC
         base = self.value(base_expr)
         if base.vtype == "reflist":
-            return REF  # refs[0]
+            sliced = len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice)
+            return REFLIST if sliced else REF  # refs[:n_in] is a list of refs, refs[0] one ref
         if base.is_ref:
             return self.ref_load(expr)
         # Indexing an array value: a scalar element of it.

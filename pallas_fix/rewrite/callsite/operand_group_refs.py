@@ -21,8 +21,9 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.context import ModuleContext
-from pallas_fix.analysis.discovery.varargs import StarFacts, VarargsError, checked_star_facts
+from pallas_fix.analysis.context import ModuleContext, walk
+from pallas_fix.analysis.discovery.star_facts import StarFacts, VarargsError, star_names
+from pallas_fix.analysis.discovery.varargs import checked_star_facts
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.operand_groups import Entry, test_text
 
@@ -36,6 +37,11 @@ def all_present_ref_names(ctx: ModuleContext, site: KernelSite, env, leading: in
         raise VarargsError("the number of scratch refs is not readable at the call site; write scratch_shapes as a list")
     total = len(operands) + n_out + scratch  # kernel positions; the `leading` named refs are the first
     groups = [k for k, e in enumerate(operands) if e.over is not None]
+    if not groups and not facts.pops and not facts.loops:
+        flags = _guard_flags(ctx, site, facts)
+        return _counted_names(facts, leading, operands, total, _split_counts(ctx, site, facts), flags)
+    if facts.split_names():
+        raise VarargsError(f"the kernel slices `*{facts.star}` at a count and also pops or loops over its refs; unpack by position")
     if not groups:
         return _popped_names(ctx, site, facts, leading, operands, total)
     if len(groups) > 1 or facts.pops or any(e.test is not None for e in operands):
@@ -97,6 +103,98 @@ def _popped_names(ctx: ModuleContext, site: KernelSite, facts: StarFacts, leadin
     if not set(cond) <= popped:
         raise VarargsError(f"an operand appended under an `if` has no ref popped from `*{facts.star}` under the same flag")
     return out
+
+
+_MOST_TESTS = 4  # distinct tests whose every combination is checked (16 operand lists)
+
+
+def _split_counts(ctx: ModuleContext, site: KernelSite, facts: StarFacts) -> dict[str, bool]:
+    """For each count the kernel slices `*refs` at (`refs[:n_in]`), whether it is bound by
+    functools.partial to `len(args)` of the one `*args` the call passes (so it counts the operands
+    each call passes: True). Raises VarargsError for any other count."""
+    out: dict[str, bool] = {}
+    call = site.invocation
+    star = call.args[0].value if call is not None and len(call.args) == 1 and call.args[0].star == "*" else None
+    for name in facts.split_names():
+        value = site.partial_kwargs.get(name)
+        counted = (
+            isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "len" and len(value.args) == 1
+            and isinstance(star, cst.Name) and isinstance(value.args[0].value, cst.Name) and value.args[0].value.value == star.value
+        )
+        if not counted:
+            raise VarargsError(
+                f"the kernel slices `*{facts.star}` at `{name}`, which is not bound with functools.partial to `len(...)` of the "
+                "operand list the call spreads; bind it so, or unpack by position"
+            )
+        out[name] = True
+    return out
+
+
+def _guard_flags(ctx: ModuleContext, site: KernelSite, facts: StarFacts) -> dict[str, str]:
+    """For each kernel flag a guarded binding tests (`s_ref = refs[1] if has_scale else None`),
+    the wrapper expression functools.partial binds it to (`has_scale=has_scale`), as text: it
+    holds exactly where an operand passed under that same test is passed. Flags bound otherwise
+    are left out (the binding is then refused when read)."""
+    out: dict[str, str] = {}
+    for *_, test in facts.guarded:
+        flag = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+        value = site.partial_kwargs.get(flag.value) if isinstance(flag, cst.Name) else None
+        if value is not None and _same_names_as_call(ctx, site, value):
+            out[flag.value] = ctx.code(value).strip()
+    return out
+
+
+def _same_names_as_call(ctx: ModuleContext, site: KernelSite, value: cst.BaseExpression) -> bool:
+    """`value` (a partial's keyword) is written in the wrapper that builds the operands and every
+    name in it is bound at most once there, so its text means there what the operands' test means."""
+    scope = ctx.scope_of(site.call)
+    return ctx.scope_of(value) is scope and all(
+        len(ctx.assignments(n.value, scope)) <= 1 for n in walk(value) if isinstance(n, cst.Name)
+    )
+
+
+def _counted_names(facts: StarFacts, leading: int, operands: list[Entry], total: int,
+                   counts: Optional[dict[str, bool]] = None, flags: Optional[dict[str, str]] = None) -> list[Optional[str]]:
+    """The names, for optional operands and a kernel that unpacks `*refs` by position, also in the
+    arms of a kernel-level `if` (`if has_bias: b_ref, o_ref = rest` / `else: (o_ref,) = rest`).
+
+    Every combination of the operands' tests is a list of refs the call may pass; for each, the
+    kernel's names are read at that count (varargs.star_names: only the arms whose unpacking fits
+    the count can run, and two arms that both fit must agree) and taken back to the all-present
+    numbering. The mapping holds when each name stands for the same operand in every combination
+    that binds it, and no two names for one; combinations the wrapper never makes (tests that
+    exclude each other) are checked too, so this may refuse, never mismatch."""
+    tests = sorted({test_text_of(e) for e in operands if e.test is not None})
+    if any(k < leading for k, e in enumerate(operands) if e.test is not None):
+        raise VarargsError("a named kernel parameter stands for an operand passed only under a test; take those refs through `*refs`")
+    if len(tests) > _MOST_TESTS:
+        raise VarargsError(f"the operands are passed under {len(tests)} different tests; pallas-fix checks at most {_MOST_TESTS}")
+    out: list[Optional[str]] = [None] * (total - leading)
+    where: dict[str, int] = {}
+    for mask in range(1 << len(tests)):
+        held = {t for j, t in enumerate(tests) if mask >> j & 1}
+        present = [k for k, e in enumerate(operands) if e.test is None or test_text_of(e) in held]
+        positions = present + list(range(len(operands), total))  # all-present index of each ref passed
+        star_total = len(positions) - leading
+        sizes = {name: len(present) for name in counts or {}}  # `len(args)`: every operand passed, named or not
+        truth = {flag: text in held for flag, text in (flags or {}).items() if text in tests}
+        seen = facts.at_sizes(sizes, star_total, truth) if counts or facts.guarded else facts
+        for pos, name in enumerate(star_names(seen, star_total)):
+            if name is None:
+                continue
+            index = positions[leading + pos] - leading
+            if where.get(name, index) != index or out[index] not in (None, name):
+                raise VarargsError(
+                    f"`{name}` stands for a different operand depending on which optional operands are passed "
+                    f"({', '.join(tests)}); unpack `*{facts.star}` so each name keeps its operand (the optional refs in "
+                    "the arm of an `if` on the same flag)"
+                )
+            where[name], out[index] = index, name
+    return out
+
+
+def test_text_of(entry: Entry) -> str:
+    return cst.Module([]).code_for_node(entry.test).strip()
 
 
 def _fixed_positions(ctx: ModuleContext, facts: StarFacts, star_total: int):

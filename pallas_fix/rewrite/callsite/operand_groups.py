@@ -34,6 +34,7 @@ from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
+from pallas_fix.rewrite.callsite.spelling.chosen_lists import chosen_items
 from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
@@ -56,10 +57,13 @@ class Entry:
         return self.test is not None or self.over is not None
 
 
-def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[list[Entry], set[int]]]:
+def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode, *,
+                        operands: bool = False) -> Optional[tuple[list[Entry], set[int]]]:
     """The entries of the list `expr` names: a literal, then plain `.append` / `.extend` / `+=`
     statements and `if TEST:` blocks (no `else`) of them, before the statement holding `at`,
     each in the block that binds the list. Also the ids of the list names those statements read.
+    `operands`: the kernel call's operands, which may also be a tuple or a choice of two literals
+    (`(x, w) if with_weight else (x,)`: spelling.chosen_lists, never read for a spec list).
     None when the list is built any other way, or a test or an item may change meaning before
     the call (a name in it bound twice)."""
     if not isinstance(expr, cst.Name):
@@ -67,7 +71,7 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
         stable = inline is not None and all(_stable(ctx, e.value, ctx.scope_of(at)) for e in inline)
         return (inline, set()) if stable else None
     value = ctx.resolve_value(expr, at)
-    first = _value_entries(value) if value is not expr else None
+    first = _value_entries(value, operands=operands) if value is not expr else None
     binding = ctx.statement_of(value) if first is not None else None
     block = _block_of(ctx, binding)
     user = next((s for s in block if s is at or any(a is s for a in ctx.ancestors(at))), None)
@@ -89,12 +93,18 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
     return entries, reads
 
 
-def _value_entries(value: cst.BaseExpression) -> Optional[list[Entry]]:
+def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Optional[list[Entry]]:
     """The entries of a list expression: a literal whose items may include `*[spec for h in hs]`,
-    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each)."""
+    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each); with
+    `operands`, also tuple literals and choices of two literals (_choice_entries)."""
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
-        left, right = _value_entries(value.left), _value_entries(value.right)
+        left, right = _value_entries(value.left, operands=operands), _value_entries(value.right, operands=operands)
         return left + right if left is not None and right is not None else None
+    if operands and isinstance(value, cst.IfExp):
+        return _choice_entries(value)
+    if operands and isinstance(value, cst.Tuple):
+        items = elements(value)
+        return [Entry(i) for i in items] if items is not None else None
     if isinstance(value, cst.ListComp):
         group = _comprehension_entry(value)
         return [group] if group is not None else None
@@ -116,6 +126,12 @@ def _value_entries(value: cst.BaseExpression) -> Optional[list[Entry]]:
         else:
             out.append(Entry(el.value))
     return out
+
+
+def _choice_entries(choice: cst.IfExp) -> Optional[list[Entry]]:
+    """`(x, w) if with_weight else (x,)`: the shared items always there, the extra ones under a test."""
+    read = chosen_items(choice)
+    return None if read is None else [Entry(i) for i in read[0]] + [Entry(i, read[2]) for i in read[1]]
 
 
 def _comprehension_entry(comp) -> Optional[Entry]:
@@ -174,7 +190,7 @@ def starred_entries(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNod
         return [Entry(i) for i in items]
     if _is_own_varargs(ctx, star, at):
         return [Entry(star, over=star.value)]
-    built = conditional_entries(ctx, star, at)
+    built = conditional_entries(ctx, star, at, operands=True)
     return built[0] if built is not None else None
 
 
@@ -197,7 +213,10 @@ def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpr
         cs.default_tail, cs.built["in_specs"] = tail
         return spec
     if built is None:
-        raise CallSiteError(f"the operands are appended under `if`s or passed as `*args`, but in_specs is not built so; {how}")
+        raise CallSiteError(
+            f"the operands are appended under `if`s or passed as `*args`, but in_specs is not built so "
+            f"({_spec_words(cs, spec)}); {how}"
+        )
     why = misaligned(cs.ctx, cs.operand_entries[cs.num_prefetch :], built[0], "in_specs")
     if why is not None:
         raise CallSiteError(why)
@@ -214,6 +233,17 @@ def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpr
     cs.built["in_specs"] = [e.value for e in built[0]]
     cs.builder_reads |= built[1]
     return spec
+
+
+def _spec_words(cs, spec: cst.BaseExpression) -> str:
+    """What the in_specs a conditional operand list comes with is, for the refusal: its text, and
+    why a repetition sized by the operands cannot take one operand's new spec."""
+    value = cs.ctx.resolve_value(spec, cs.site.call)
+    text = " ".join(cs.ctx.code(value).split())
+    text = text if len(text) <= 100 else text[:97] + "..."
+    sized = any(isinstance(n, cst.Call) and _is_len_of_name(n) for n in walk(value))
+    why = ", a repetition whose count is computed from the operands' length: no entry of it is one operand's" if sized else ""
+    return f"it is `{text}`{why}"
 
 
 def _is_own_varargs(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> bool:

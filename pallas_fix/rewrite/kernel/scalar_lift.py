@@ -21,6 +21,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.discovery.varargs import binds_from_star
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.loops.windows import loop_key, window_of
 from pallas_fix.core.model import Backend, IndexUse
@@ -124,6 +125,8 @@ def _other_mention(ctx, region, ref: str, subscripts: list[cst.Subscript]) -> Op
         parent = ctx.parent(node)
         if isinstance(parent, cst.Param) or (isinstance(parent, cst.Attribute) and parent.attr is node):
             continue
+        if binds_from_star(ctx, node):
+            continue  # `(o_ref,) = outs` declares the ref, as a parameter does
         if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "dtype":
             continue
         in_init = loop.init is not None and any(a is loop.init for a in ctx.ancestors(node))

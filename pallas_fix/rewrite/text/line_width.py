@@ -221,6 +221,15 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
         expr = cst.parse_expression(body if body[0] == "[" or not head else head.split("=", 1)[-1].strip() + body)
     except cst.ParserSyntaxError:
         return None
+    rest = ""
+    if _list_plus(expr) and body[0] == "[" and head.endswith("="):
+        # `in_specs=[a, b] + [pl.BlockSpec()] * (len(operands) - 2)`: the list broken, the rest on
+        # its own line after it, as black puts an operator it splits at (inside the call's brackets);
+        # the list stays on one line where it fits
+        split = [f"{indent}{head}{_code(expr.left)}", f"{indent}+ {_code(expr.right)}{tail}"]
+        if all(len(line) <= width for line in split):
+            return eol.join(split)
+        expr, rest = expr.left, f"{eol}{indent}+ {_code(expr.right)}"
     if isinstance(expr, cst.List) and body[0] == "[":
         items = [_code(e.value if isinstance(e, cst.Element) else e) for e in expr.elements]
         opener, closer, prefix = "[", "]", head
@@ -232,10 +241,16 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
     if not items or any("\n" in i for i in items):
         return None
     inner = indent + unit
-    lines = [f"{indent}{prefix}{opener}"] + [f"{inner}{item}," for item in items] + [f"{indent}{closer}{tail}"]
-    if len(lines[0]) > width:
+    lines = [f"{indent}{prefix}{opener}"] + [f"{inner}{item}," for item in items] + [f"{indent}{closer}{rest}{tail}"]
+    if len(lines[0]) > width or len(lines[-1].split(eol)[-1]) > width:
         return None
     return eol.join(lines)
+
+
+def _list_plus(expr: cst.BaseExpression) -> bool:
+    """`[...] + rest`, unparenthesised (its parts then sit inside the call's own brackets)."""
+    return (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add)
+            and isinstance(expr.left, cst.List) and not expr.lpar)
 
 
 def _code(node: cst.CSTNode) -> str:
