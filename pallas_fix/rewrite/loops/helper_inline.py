@@ -150,11 +150,27 @@ def _check_helper(ctx: ModuleContext, helper: cst.FunctionDef) -> None:
         why = "returns other than by its last statement"
     if why is None and final is not None and final.value is not None:
         nested = {n.name.value for n in own if isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n is not helper}
-        if variable_names(final.value) & nested or any(isinstance(n, cst.Lambda) for n in walk(final.value)):
+        if _returns_function(final.value, nested):
             why = "returns a function of its own, a closure over its locals"
     if why is not None:
         raise Refuse(f"the loop sits inside `{name}` (line {ctx.span(helper).line}), which {why}: pallas-fix inlines "
                      "a helper into the kernel only where the inlined body means what the call did")
+
+
+def _returns_function(value: cst.BaseExpression, nested: set[str]) -> bool:
+    """The value (or an item of the tuple, list or dict it builds) is a function the helper
+    defines, a lambda or a `partial` of one: not called here, it would run later over names
+    that are the kernel's once inlined. A nested function passed to a call (`fori_loop(0, n,
+    body, init)`) runs in that call."""
+    if isinstance(value, cst.Lambda) or (isinstance(value, cst.Name) and value.value in nested):
+        return True
+    if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
+        return any(_returns_function(e.value, nested) for e in value.elements)
+    if isinstance(value, cst.Dict):
+        return any(_returns_function(e.value, nested) for e in value.elements if isinstance(e, cst.DictElement))
+    if isinstance(value, cst.Call) and code(value.func).endswith("partial"):
+        return any(_returns_function(a.value, nested) for a in value.args)
+    return False
 
 
 def _bound_arguments(helper: cst.FunctionDef, call: cst.Call) -> list[tuple[str, cst.BaseExpression]]:
