@@ -97,7 +97,8 @@ from pallas_fix.rewrite.reduction.carries import Carry, carry_model
 from pallas_fix.rewrite.reduction.carry_names import deleted_results
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rewrite.extents.extent_reads import extent_edits
-from pallas_fix.rewrite.loops.helper_inline import held_loop, plan_inlined
+from pallas_fix.rewrite.loops.helper_inline import held_loop
+from pallas_fix.rewrite.loops.inlined_plans import plan_inlined, plan_with_specs_inlined
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
@@ -124,9 +125,16 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     site = uses[0].kernel_site
     refuse_strip_mine(analysis, site, loop)  # true of the loop whatever else its kernel's shape allows: said first
     _check_site(analysis, site, loop)
+    again = partial(_plan, windows_required=windows_required)
     held = held_loop(ctx, site.kernel, loop)  # a loop at the top level of a helper the kernel calls once
     if held is not None:
-        return plan_inlined(analysis, loop, uses, held, partial(_plan, windows_required=windows_required))
+        return plan_inlined(analysis, loop, uses, held, again)
+    inlined = plan_with_specs_inlined(analysis, loop, uses, again)  # specs a helper of the wrapper builds
+    return inlined if inlined is not None else _lift(analysis, site, loop, uses, windows_required)
+
+
+def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required: bool) -> FixPlan:
+    ctx = analysis.ctx
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop, reduction=True)
     dropped = deleted_results(region)
