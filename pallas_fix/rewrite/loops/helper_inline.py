@@ -98,14 +98,14 @@ def _held_call(ctx: ModuleContext, kernel: cst.FunctionDef, helper: cst.Function
         raise Refuse(f"{where}, which calls itself: its body cannot be inlined into `{kernel.name.value}`")
     if len(uses) > 1:
         raise Refuse(f"{where}, which is used {len(uses)} times: inlined into `{kernel.name.value}` it would change "
-                     "for its other callers too; give the kernel a helper of its own, or inline it")
+                     f"for its other callers too; give `{kernel.name.value}` a helper of its own, or inline it")
     call = ctx.parent(in_kernel[0])
     statement = ctx.parent(ctx.parent(call))
     small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
     whole = isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) and small.value is call
     if not whole or statement not in body_statements(kernel):
         raise Refuse(f"{where}, and `{kernel.name.value}` calls it inside a larger statement or block (line "
-                     f"{ctx.span(call).line}); call it as a top-level statement of the kernel (`x = {name}(...)`)")
+                     f"{ctx.span(call).line}); call it as a top-level statement of `{kernel.name.value}` (`x = {name}(...)`)")
     return HeldCall(helper, call, statement)
 
 
