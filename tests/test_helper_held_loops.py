@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from pallas_fix.analysis.result import analyze
 from pallas_fix.core.config import Config
 from pallas_fix.core.model import Backend
+from pallas_fix.core.plans import Refuse
 from pallas_fix.core.traced_facts import Seen, TracedFacts
 from pallas_fix.engine import analyze_source, fix_source
 from pallas_fix.rewrite.loops.helper_inline import held_loop, inlined_source
@@ -225,3 +228,24 @@ def test_guard_is_an_assert_where_the_wrapper_asserts():
         "    cols = x.shape[1]\n", "    cols = x.shape[1]\n    assert x.ndim == 2\n")
     result = fix_source(source, "<test>", Config(traced_facts=_facts(512)), unsafe=True)
     assert '    assert (cols // BK) - 1 >= 1, "(cols // BK) - 1 must be at least 1"\n' in result.source, result.source
+
+
+def test_a_global_a_factory_around_the_kernel_binds_is_refused():
+    # The kernel comes from a factory that binds `SCALE`: inlined, the helper's `SCALE` (the
+    # module's) would read the factory's.
+    source = _MODULE.format(extra="SCALE = 0.5\n", call="    acc = _k_loop(x_ref, y_ref, bm, bn, bk)").replace(
+        "return acc + jnp.dot(", "return acc + SCALE * jnp.dot(")
+    kernel = source[source.index("def matmul_kernel"):source.index("\n\n@jax.jit")]
+    factory = "def make_kernel():\n    SCALE = 2.0\n\n" + "\n".join("    " + l if l else "" for l in kernel.splitlines()) + "\n\n    return matmul_kernel\n"
+    source = source.replace(kernel, factory).replace("functools.partial(matmul_kernel, bk=BK)", "functools.partial(make_kernel(), bk=BK)")
+    analysis = analyze(source, "<test>", _TPU)
+    for use in analysis.uses:
+        loop, site = use.provenance.loop, use.kernel_site
+        if loop is None or site is None or site.kernel is None:
+            continue
+        held = held_loop(analysis.ctx, site.kernel, loop)
+        assert held is not None
+        with pytest.raises(Refuse, match="reads the module.s `SCALE`, which `make_kernel` binds too"):
+            inlined_source(analysis.ctx, site.kernel, held)
+        return
+    raise AssertionError("no loop found")

@@ -118,7 +118,7 @@ def inlined_source(ctx: ModuleContext, kernel: cst.FunctionDef, held: HeldCall) 
     if own is None:
         raise Refuse(f"pallas-fix cannot read the scope of `{helper.name.value}`")
     kernel_names = _kernel_names(kernel, held)
-    _check_globals(scopes, helper, kernel)
+    _check_globals(ctx, scopes, helper, kernel)
     renames = _renames(own, held)
     binds: list[cst.BaseStatement] = []
     locals_ = set(bindings(helper.body, nested=False))
@@ -277,9 +277,10 @@ def _rebound_by_call(kernel: cst.FunctionDef, held: HeldCall) -> set[str]:
     return targets - read
 
 
-def _check_globals(scopes, helper: cst.FunctionDef, kernel: cst.FunctionDef) -> None:
+def _check_globals(ctx: ModuleContext, scopes, helper: cst.FunctionDef, kernel: cst.FunctionDef) -> None:
     """A name the helper (or a function inside it) reads from the module or the builtins, which
-    the kernel binds: inlined, it would read the kernel's value."""
+    the kernel (or a function around it: a factory) binds: inlined, it would read that value."""
+    around = [kernel, *(a for a in ctx.ancestors(kernel) if isinstance(a, cst.FunctionDef))]
     inner = {id(scopes[n]): scopes[n] for n in walk(helper.body) if n in scopes}
     for scope in inner.values():
         if isinstance(scope, GlobalScope):
@@ -289,9 +290,11 @@ def _check_globals(scopes, helper: cst.FunctionDef, kernel: cst.FunctionDef) -> 
             if referents and not all(isinstance(r.scope, (GlobalScope, BuiltinScope)) for r in referents):
                 continue
             name = access.node.value if isinstance(access.node, cst.Name) else None
-            if name is not None and _bound_in_kernel(kernel, name):
-                raise Refuse(f"`{helper.name.value}` reads the module's `{name}`, which `{kernel.name.value}` binds "
-                             "too: inlined, the helper's body would read the kernel's value; rename one of them")
+            binder = next((fn for fn in around if _bound_in_kernel(fn, name)), None) if name is not None else None
+            if binder is not None:
+                raise Refuse(f"`{helper.name.value}` reads the module's `{name}`, which `{binder.name.value}` binds "
+                             f"too: inlined into `{kernel.name.value}`, the helper's body would read that value; rename "
+                             "one of them")
 
 
 def _bound_in_kernel(kernel: cst.FunctionDef, name: str) -> bool:
