@@ -67,7 +67,9 @@ the PF101 form of the same reduction) is lifted the same way with no scratch: th
 the accumulator, resident across the new innermost sequential axis, and what zeroed it before
 the loop runs in `_init`. Inputs stay read-only blocks; a body that writes an input is refused.
 
-What moves keeps its meaning: the statements before the loop that write a ref (through any call,
+A loop at the top level of a helper the kernel calls once is lifted after that helper (and, where
+the call's specs cannot be read, the wrapper's helper that builds them) is inlined, as one plan
+(rewrite.loops.inlined_plans). What moves keeps its meaning: the statements before the loop that write a ref (through any call,
 analysis.effects.model) move into `_init` only when nothing that stays depends on their order
 (before_loop.side_effect_statements); the carry is bound as the body binds it (carry_io); and
 no name changes meaning where the body now runs at kernel level or where the code after the
