@@ -110,39 +110,53 @@ def _held_call(ctx: ModuleContext, kernel: cst.FunctionDef, helper: cst.Function
 
 
 def inlined_source(ctx: ModuleContext, kernel: cst.FunctionDef, held: HeldCall) -> str:
-    """The module's text with the helper's body in place of its call (module docstring)."""
+    """The module's text with the helper's body in place of its call in `kernel` (or the
+    wrapper, for a specs helper), as the module docstring says."""
     helper = held.helper
     _check_helper(ctx, helper)
     scopes = MetadataWrapper(ctx.module, unsafe_skip_copy=True).resolve(ScopeProvider)
     own = scopes.get(body_statements(helper)[0])
     if own is None:
         raise Refuse(f"pallas-fix cannot read the scope of `{helper.name.value}`")
-    kernel_names = _kernel_names(kernel, held)
     _check_globals(ctx, scopes, helper, kernel)
-    renames = _renames(own, held)
+    binds, bound = _bindings(own, held)
+    clash = sorted((set(bindings(helper.body, nested=False)) | bound) & _kernel_names(kernel, held) - _rebound_by_call(kernel, held))
+    if clash:
+        raise Refuse(f"inlining `{helper.name.value}` into `{kernel.name.value}` would bind `{clash[0]}`, a name "
+                     f"`{kernel.name.value}` uses too; rename one of them")
+    edits: dict = {held.statement: splice(held.statement, _inlined_statements(held, binds, _renames(own, held)))}
+    if _removable(ctx, helper):
+        remove_statement(edits, helper, siblings_of(ctx, helper))
+    return apply_edits(ctx.module, edits)[0].code
+
+
+def _bindings(own, held: HeldCall) -> tuple[list[cst.BaseStatement], set[str]]:
+    """The assignments of the parameters not substituted by a name (`q = q_ref[...] * scale`),
+    in the call's order, and the parameters they bind (locals of the caller from then on). A
+    parameter passed the caller's name of the same spelling, and never rebound, needs none."""
+    names = variable_names(held.helper)
     binds: list[cst.BaseStatement] = []
-    locals_ = set(bindings(helper.body, nested=False))
-    for param, arg in _bound_arguments(helper, held.call):
-        if _substitution(own, param, arg, variable_names(helper)) is not None:
+    bound: set[str] = set()
+    for param, arg in _bound_arguments(held.helper, held.call):
+        if _substitution(own, param, arg, names) is not None:
             continue
         if not (isinstance(arg, cst.Name) and arg.value == param and len(own.assignments[param]) == 1):
             binds.append(cst.parse_statement(f"{param} = {code(arg)}\n"))
-            locals_.add(param)  # bound by assignment in the kernel now
-    clash = sorted(locals_ & kernel_names - _rebound_by_call(kernel, held))
-    if clash:
-        raise Refuse(f"inlining `{helper.name.value}` into `{kernel.name.value}` would bind `{clash[0]}`, a name the "
-                     "kernel uses too; rename one of them")
-    doc, body, final, comments = _renamed_body(helper, renames)
-    result = result_statements(held.statement, final.value if final is not None else None, helper)
+            bound.add(param)
+    return binds, bound
+
+
+def _inlined_statements(held: HeldCall, binds: list, renames: dict[int, str]) -> list[cst.BaseStatement]:
+    """What replaces the call's statement: the bindings, the renamed body, the result's
+    assignment; the docstring's lines above them, the return's comments above the assignment."""
+    doc, body, final, comments = _renamed_body(held.helper, renames)
+    result = result_statements(held.statement, final.value if final is not None else None, held.helper)
     if result and comments:  # what was said of the return is said of the assignment that replaces it
         result[0] = result[0].with_changes(leading_lines=comments)
     stmts = [*binds, *body, *result]
     if doc and stmts:  # what the docstring says of the helper is said above its inlined body
         stmts[0] = stmts[0].with_changes(leading_lines=[*doc, *stmts[0].leading_lines])
-    edits: dict = {held.statement: splice(held.statement, stmts)}
-    if _removable(ctx, helper):
-        remove_statement(edits, helper, siblings_of(ctx, helper))
-    return apply_edits(ctx.module, edits)[0].code
+    return stmts
 
 
 # -- the helper and its call -------------------------------------------------------------------------

@@ -74,6 +74,8 @@ def _paired(small: cst.Assign, value: cst.BaseExpression) -> Optional[list]:
         return None
     if any(isinstance(e, cst.StarredElement) for e in [*target.elements, *value.elements]):
         return None
+    if not all(isinstance(e.value, cst.Name) for e in target.elements):
+        return None  # a store into a ref or attribute: split, a later value could read what it wrote
     pairs = [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
     kept = [(t, v) for t, v in pairs if not (isinstance(t, cst.Name) and isinstance(v, cst.Name) and t.value in ("_", v.value))]
     targets = [code(t) for t, _ in kept]
