@@ -67,7 +67,9 @@ the PF101 form of the same reduction) is lifted the same way with no scratch: th
 the accumulator, resident across the new innermost sequential axis, and what zeroed it before
 the loop runs in `_init`. Inputs stay read-only blocks; a body that writes an input is refused.
 
-What moves keeps its meaning: the statements before the loop that write a ref (through any call,
+A loop at the top level of a helper the kernel calls once is lifted after that helper (and, where
+the call's specs cannot be read, the wrapper's helper that builds them) is inlined, as one plan
+(rewrite.loops.inlined_plans). What moves keeps its meaning: the statements before the loop that write a ref (through any call,
 analysis.effects.model) move into `_init` only when nothing that stays depends on their order
 (before_loop.side_effect_statements); the carry is bound as the body binds it (carry_io); and
 no name changes meaning where the body now runs at kernel level or where the code after the
@@ -77,6 +79,7 @@ loop now runs inside `_finalize` (reduction_scopes).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Optional
 
 import libcst as cst
@@ -96,6 +99,8 @@ from pallas_fix.rewrite.reduction.carries import Carry, carry_model
 from pallas_fix.rewrite.reduction.carry_names import deleted_results
 from pallas_fix.rewrite.text.edits import apply_edits
 from pallas_fix.rewrite.extents.extent_reads import extent_edits
+from pallas_fix.rewrite.loops.helper_inline import held_loop
+from pallas_fix.rewrite.loops.inlined_plans import plan_inlined, plan_with_specs_inlined
 from pallas_fix.rewrite.loops.regions import LoopRegion, grid_translator, loop_region, uses_by_loop
 from pallas_fix.rewrite.loops.result_use import EmbeddedResult, embedded_result
 from pallas_fix.rewrite.kernel.output_reads import check_group_written_before_read
@@ -109,7 +114,7 @@ from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.blocks.windows_count import add_windows_count
 from pallas_fix.rewrite.text.stale_comments import stale_comments_note
-from pallas_fix.rewrite.proofs.one_step import zero_step_size
+from pallas_fix.rewrite.proofs.one_step import runs_a_step
 from pallas_fix.rewrite.text.statements import body_statements
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
@@ -122,6 +127,16 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     site = uses[0].kernel_site
     refuse_strip_mine(analysis, site, loop)  # true of the loop whatever else its kernel's shape allows: said first
     _check_site(analysis, site, loop)
+    again = partial(_plan, windows_required=windows_required)
+    held = held_loop(ctx, site.kernel, loop)  # a loop at the top level of a helper the kernel calls once
+    if held is not None:
+        return plan_inlined(analysis, loop, uses, held, again)
+    inlined = plan_with_specs_inlined(analysis, loop, uses, again)  # specs a helper of the wrapper builds
+    return inlined if inlined is not None else _lift(analysis, site, loop, uses, windows_required)
+
+
+def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required: bool) -> FixPlan:
+    ctx = analysis.ctx
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop, reduction=True)
     dropped = deleted_results(region)
@@ -136,8 +151,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
     upper_stays = upper.dynamic and upper.origin is Origin.PROGRAM_ID and region.env.static_int(loop.lower) == 0
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
-    if guard is None:
-        _check_runs_a_step(cs, trip, blocks)
+    steps_guard = runs_a_step(cs, trip, blocks) if guard is None else []  # `assert trip >= 1`, from the examples
     jnp = imports.spelling(ctx, imports.NUMPY)
     skipped = _skipped_index(region, translate, guard, jnp.text)
     if guard is not None and access.moving_outputs:
@@ -168,12 +182,12 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
         try:
             skipped_blocks = _skipped_index(region, translate, guard, jnp.text, strip.windows.name)
             built = _call_edits(cs, [_strip_block(b, strip) for b in blocks],
-                                replace(axis, windows=strip.windows, skipped_index=skipped_blocks), scratch_shapes)
+                                replace(axis, windows=strip.windows, skipped_index=skipped_blocks), scratch_shapes, steps_guard)
         except (Refuse, CallSiteError) as why:
             strip = None  # what the strip needs cannot be written: the one-window lift, refused or not on its own
             one_window = str(why)
     if built is None:
-        built = _call_edits(cs, blocks, axis, scratch_shapes)
+        built = _call_edits(cs, blocks, axis, scratch_shapes, steps_guard)
     call_edits, edits = built
     if strip is None:
         for b in blocks:
@@ -206,11 +220,13 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse], *, windows_required: b
                    pipelined=pipe)
 
 
-def _call_edits(cs: CallSite, blocks: list[RefBlock], axis: NewAxis, scratch_shapes: list[str]) -> tuple[CallEdits, dict]:
+def _call_edits(cs: CallSite, blocks: list[RefBlock], axis: NewAxis, scratch_shapes: list[str], steps_guard: list) -> tuple[CallEdits, dict]:
     """The call-side edits: grid, specs, scratch. `guarding`: blocks the code does not prove
     inside their arrays may be proved by a shape fact written into the wrapper as a check
-    (rewrite.guards.shape_guards); a reduction is unsafe anyway."""
+    (rewrite.guards.shape_guards); a reduction is unsafe anyway. `steps_guard`: the check that
+    the new axis has a step (rewrite.proofs.one_step.runs_a_step), written with those."""
     call_edits = CallEdits(cs, blocks, axis, guarding=True)
+    call_edits.bounds.guards.extend(steps_guard)
     if scratch_shapes:
         add_scratch(cs, call_edits, scratch_shapes)
     edits = call_edits.build()
@@ -334,20 +350,6 @@ def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[Ref
     if full is None:
         raise Refuse(f"cannot write the full length of `{first.param}` at the pallas_call for the causal axis")
     return cst.parse_expression(f"{paren_text(code(full))} // {paren_text(code(first.size))}"), code(loop.upper)
-
-
-def _check_runs_a_step(cs: CallSite, trip: cst.BaseExpression, blocks: list[RefBlock]) -> None:
-    """An axis of 0 steps runs no kernel step: what the original wrote with its loop skipped
-    would never be written (rewrite.proofs.one_step)."""
-    count = zero_step_size(cs, trip, blocks)
-    if count is not None:
-        raise Refuse(
-            f"the loop's `{code(trip)}` steps may be none at a size the original handles"
-            f"{f' (where `{count}` is small)' if count else ''}, and then the original still writes what follows the "
-            "loop (its initial carry), while a grid axis of 0 steps runs no kernel step and leaves the outputs "
-            "unwritten; make the loop cover every block, or state that it runs at least once with "
-            f"`assert {code(trip)} >= 1` before the pallas_call"
-        )
 
 
 def _skipped_index(region: LoopRegion, translate, guard: Optional[str], jnp: str, windows: Optional[str] = None) -> Optional[str]:

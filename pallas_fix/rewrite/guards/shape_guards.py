@@ -89,8 +89,9 @@ class Guard:
         words = {"divides": "must be a multiple of", "equal": "must equal", "at_least": "must be at least"}[self.kind]
         if any(ch in t for t in (self.left, self.right) for ch in "'\"{}\\"):
             return repr(f"{self.left} {words} {self.right}")
-        shown = [f"{t} ({{{t}}})" if _is_atomic(t) else t for t in (self.left, self.right)]  # values of plain names
-        return f'f"{shown[0]} {words} {shown[1]}"'
+        # The values of plain names (not of a number: `1 ({1})` says nothing).
+        shown = [f"{t} ({{{t}}})" if _is_atomic(t) and not t.isdigit() else t for t in (self.left, self.right)]
+        return f'{"f" if shown != [self.left, self.right] else ""}"{shown[0]} {words} {shown[1]}"'
 
     def statement(self, use_assert: bool) -> str:
         if use_assert:
