@@ -125,6 +125,15 @@ def test_the_def_stays_when_the_module_exports_it():
     assert "nk = x_ref.shape[1] // bk" in _kernel_text(out)
 
 
+def test_a_public_module_level_helper_stays_for_other_modules():
+    """pallas-fix sees one file: `k_loop` without a leading underscore may be imported elsewhere,
+    so its def stays though the kernel no longer calls it; the private `_k_loop` goes."""
+    source = _MODULE.format(extra="", call="    acc = _k_loop(x_ref, y_ref, bm, bn, bk)").replace("_k_loop", "k_loop")
+    out = _inlined(source)
+    assert "def k_loop" in out and "nk = x_ref.shape[1] // bk" in _kernel_text(out)
+    assert "def _k_loop" not in _inlined(_MODULE.format(extra="", call="    acc = _k_loop(x_ref, y_ref, bm, bn, bk)"))
+
+
 def test_a_kernel_local_helper_is_inlined_and_its_def_removed():
     source = _MODULE.format(extra="", call="    acc = _k_loop(x_ref, y_ref, bm, bn, bk)")
     helper = source[source.index("def _k_loop"):source.index("def matmul_kernel")]

@@ -15,8 +15,8 @@ the `pl.when` blocks belong to the kernel, not to a helper. The inlining keeps w
 meant: a parameter passed a plain name reads that name (the substitution is by scope, so a
 nested function's own names stay its own); one passed any other expression (or a literal
 default) is bound to it by an assignment in the call's argument order, so nothing is evaluated
-twice; the helper's return value is assigned to the call's targets. The helper's def goes when
-the call was its only use (module `__all__` keeps a public one).
+twice; the helper's return value is assigned to the call's targets. The helper's def goes when the call
+was its only use and no other module can import it (nested, or private and not in `__all__`).
 
 Refused, saying why: a helper called more than once (or read other than called), recursive,
 decorated, a generator, `async`, with `*args` / `**kwargs`, `global` / `nonlocal`, a `return`
@@ -338,7 +338,12 @@ def _renamed_body(helper: cst.FunctionDef, renames: dict[int, str]) -> tuple[lis
 
 
 def _removable(ctx: ModuleContext, helper: cst.FunctionDef) -> bool:
-    """The helper's def goes with its only call, unless the module exports it by `__all__`."""
+    """The helper's def goes with its only call where no other module can import it: a function
+    nested in another, or a module-level one whose name is private (`_kv_loop`) and that the
+    module does not export by `__all__`. A public module-level helper stays: pallas-fix sees one
+    file, and another may import it."""
     name = helper.name.value
+    if ctx.scope_of(helper) is not ctx.module:
+        return True
     exported = any(isinstance(n, cst.SimpleString) and n.evaluated_value == name for n in walk(ctx.module))
-    return not exported
+    return name.startswith("_") and not exported
