@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from kernel_loading import FIXTURES
 
 from pallas_fix.analysis.result import analyze
 from pallas_fix.core.config import Config
@@ -258,3 +259,13 @@ def test_a_global_a_factory_around_the_kernel_binds_is_refused():
             inlined_source(analysis.ctx, site.kernel, held)
         return
     raise AssertionError("no loop found")
+
+
+def test_a_refusal_after_the_inlining_names_lines_of_the_users_file():
+    """The second helper's refusal is found on the text with the first inlined: the line it names
+    is `_get_specs`'s in the file as written (36), not in that text (31)."""
+    path = FIXTURES / "codemods" / "lift_reduction" / "refuse_helper_loop_spec_helper_called_twice.py"
+    source = path.read_text(encoding="utf-8")
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if text.startswith("def _get_specs"))
+    reasons = [f.refusal for f in analyze_source(source, str(path)).findings if f.refusal and "_get_specs" in f.refusal]
+    assert reasons and all(f"`_get_specs` (line {line})" in r for r in reasons), (line, reasons)

@@ -14,6 +14,9 @@ rewrite.loops."""
 
 from __future__ import annotations
 
+import difflib
+import re
+
 from typing import Callable, Optional
 
 import libcst as cst
@@ -74,11 +77,23 @@ def _then(analysis, site: KernelSite, uses: list, held: HeldCall, into: cst.Func
     try:
         then = plan(again, *found[0])
     except (Refuse, CallSiteError) as err:
-        raise Refuse(f"{where}; inlined into `{into.name.value}`, {err}") from None
+        raise Refuse(f"{where}; inlined into `{into.name.value}`, {_in_original(analysis.ctx.source, source, str(err))}") from None
     final = finished(again.ctx.module, then)
     return FixPlan(then.codemod, then.safety, uses, f"inlined `{helper}` into `{into.name.value}` (its only caller), "
                    f"then {then.description}", lambda _module: cst.parse_module(final), site=site, guards=then.guards,
                    pipelined=then.pipelined, divided_only=then.divided_only)
+
+
+def _in_original(before: str, after: str, text: str) -> str:
+    """`text`, a refusal on the inlined module, with each `line N` it names counted in the user's
+    file: a line the inlining left as it was keeps its number there, one it wrote (the helper's
+    body in place of its call) takes the call's line."""
+    lines: dict[int, int] = {}
+    opcodes = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False).get_opcodes()
+    for tag, i1, _i2, j1, j2 in opcodes:
+        for k in range(j2 - j1):
+            lines[j1 + k + 1] = i1 + k + 1 if tag == "equal" else (i1 + 1 if tag == "replace" else max(i1, 1))
+    return re.sub(r"\bline (\d+)", lambda m: f"line {lines.get(int(m.group(1)), m.group(1))}", text)
 
 
 def _same_kernel(uses: list, site: KernelSite) -> bool:
