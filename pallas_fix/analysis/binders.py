@@ -1,10 +1,13 @@
 """The names a binding binds, as syntax: what ModuleContext's scope index records of bindings
 that are not a plain `name = value` (an import, a `match` capture, `except ... as`, a loop
 target, a walrus, `with ... as`, unpacking), for which it follows no value; and the small
-syntactic readings every layer shares (a label, a None test, a docstring, a def's sole return).
+syntactic readings every layer shares (a label, a None test, a docstring, a def's sole return,
+an integer literal).
 Imports only libcst."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import libcst as cst
 
@@ -83,3 +86,12 @@ def sole_return(fn: cst.FunctionDef) -> cst.BaseExpression | None:
         return None
     ret = stmts[0].body[0]
     return ret.value if isinstance(ret, cst.Return) else None
+
+
+def int_literal(expr: cst.BaseExpression) -> Optional[int]:
+    """The value of an integer literal, negated ones too (`3`, `-1`); None for anything else."""
+    if isinstance(expr, cst.Integer):
+        return int(expr.evaluated_value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.evaluated_value)
+    return None

@@ -14,7 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.analysis.binders import positional_names
+from pallas_fix.analysis.binders import int_literal, positional_names
 from pallas_fix.analysis.context import ModuleContext
 
 
@@ -97,9 +97,4 @@ def constant_index(sub: cst.Subscript) -> Optional[int]:
     """`k` of `refs[k]` / `refs[-k]` with a literal k."""
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
         return None
-    value = sub.slice[0].slice.value
-    if isinstance(value, cst.Integer):
-        return int(value.evaluated_value)
-    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and isinstance(value.expression, cst.Integer):
-        return -int(value.expression.evaluated_value)
-    return None
+    return int_literal(sub.slice[0].slice.value)

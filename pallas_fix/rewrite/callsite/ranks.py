@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import int_literal
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
 from pallas_fix.core.directives import extract_directives
@@ -115,17 +116,11 @@ def _reshaped_rank(ctx: ModuleContext, site: KernelSite, name_expr: cst.BaseExpr
         return None
     if len(shape) == 1 and not isinstance(shape[0], (cst.Tuple, cst.List)):
         # `x.reshape(-1)` is one dim; `x.reshape(shape)` may name a tuple of any length.
-        return 1 if _int_literal(shape[0]) else None
+        return 1 if int_literal(shape[0]) is not None else None
     items = elements(shape[0]) if len(shape) == 1 else shape
     if items is None or any(isinstance(i, cst.StarredElement) for i in items):
         return None
     return len(items)
-
-
-def _int_literal(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        expr = expr.expression
-    return isinstance(expr, cst.Integer)
 
 
 def _checked_rank(ctx: ModuleContext, node: cst.CSTNode, text: str) -> Optional[int]:

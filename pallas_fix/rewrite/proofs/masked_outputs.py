@@ -63,9 +63,9 @@ def _window(ctx: ModuleContext, sub: cst.CSTNode, dim: int) -> Optional[tuple[st
     `start + jnp.arange(size)` used as an index (the Triton-port spelling)."""
     if not isinstance(sub, cst.Subscript) or dim >= len(sub.slice) or not isinstance(sub.slice[dim].slice, cst.Index):
         return None
-    index = _resolved(ctx, sub.slice[dim].slice.value, sub)
+    index = ctx.resolve_value(sub.slice[dim].slice.value, sub)
     if isinstance(index, cst.Call) and (ctx.imports.qualify(index.func) or "") in N.DS and len(index.args) == 2:
-        return code(_resolved(ctx, index.args[0].value, sub)), code(_resolved(ctx, index.args[1].value, sub))
+        return code(ctx.resolve_value(index.args[0].value, sub)), code(ctx.resolve_value(index.args[1].value, sub))
     return _range(ctx, index, sub)
 
 
@@ -74,20 +74,20 @@ def _range(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> Opt
     if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add)):
         return None
     for start, ramp in ((expr.left, expr.right), (expr.right, expr.left)):
-        ramp = _resolved(ctx, ramp, at)
+        ramp = ctx.resolve_value(ramp, at)
         if (isinstance(ramp, cst.Call) and ctx.imports.is_(ramp.func, N.ARANGE) and len(ramp.args) == 1
                 and ramp.args[0].keyword is None):
-            return code(_resolved(ctx, start, at)), code(_resolved(ctx, ramp.args[0].value, at))
+            return code(ctx.resolve_value(start, at)), code(ctx.resolve_value(ramp.args[0].value, at))
     return None
 
 
 def _is_range(ctx: ModuleContext, expr: cst.BaseExpression, window: tuple[str, str]) -> bool:
-    return _range(ctx, _resolved(ctx, _broadcast_base(expr), expr), expr) == window
+    return _range(ctx, ctx.resolve_value(_broadcast_base(expr), expr), expr) == window
 
 
 def _less_than(ctx: ModuleContext, mask: cst.BaseExpression) -> list[tuple[cst.BaseExpression, cst.BaseExpression]]:
     """The `a < b` conjuncts of a mask (through names the kernel binds once, `&`, and `[None, :]`)."""
-    expr = _resolved(ctx, _broadcast_base(mask), mask)
+    expr = ctx.resolve_value(_broadcast_base(mask), mask)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitAnd):
         return _less_than(ctx, expr.left) + _less_than(ctx, expr.right)
     if (isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1
@@ -103,14 +103,6 @@ def _broadcast_base(expr: cst.BaseExpression) -> cst.BaseExpression:
             or isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"
             for e in expr.slice):
         expr = expr.value
-    return expr
-
-
-def _resolved(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression:
-    """A name's one value where `at` reads it (itself when it has none or several)."""
-    if isinstance(expr, cst.Name):
-        value = ctx.resolve_value(expr, at)
-        return value if value is not None else expr
     return expr
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 
 import libcst as cst
 
+from pallas_fix.analysis.binders import int_literal
 from pallas_fix.analysis.context import walk
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.reduction.carry_names import leaf_body_names, result_leaf_reads, returned_value
@@ -76,18 +77,10 @@ def initial_int(ctx, init: cst.BaseExpression) -> Optional[tuple[int, Optional[s
     `-1`; None for anything else."""
     if isinstance(init, cst.Call) and ctx.imports.qualify(init.func) == _INT32 and len(init.args) == 1:
         arg = init.args[0]
-        value = _int_literal(arg.value) if arg.keyword is None and not arg.star else None
+        value = int_literal(arg.value) if arg.keyword is None and not arg.star else None
         return None if value is None else (value, ctx.code(init.func).strip())
-    value = _int_literal(init)
+    value = int_literal(init)
     return None if value is None else (value, None)
-
-
-def _int_literal(expr: cst.BaseExpression) -> Optional[int]:
-    if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
-        return -int(expr.expression.evaluated_value)
-    return None
 
 
 def counter_step(body: cst.CSTNode, name: Optional[str], returned: cst.BaseExpression, static=None) -> tuple[Optional[int], list]:
@@ -185,7 +178,7 @@ def _statement_line(body, node: cst.CSTNode) -> Optional[cst.SimpleStatementLine
 def _static_int(region):
     """The int value of a static step as the body reads it (`BS`, a module constant)."""
     env = region.analysis.detection.envs.get(region.body) or region.env
-    return lambda expr: _int_literal(expr) if env is None else env.static_int(expr)
+    return lambda expr: int_literal(expr) if env is None else env.static_int(expr)
 
 
 def _lifted_windows(region, blocked) -> list:

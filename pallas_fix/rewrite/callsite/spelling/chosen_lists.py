@@ -16,7 +16,7 @@ from typing import Optional
 
 import libcst as cst
 
-from pallas_fix.rewrite.text.syntax import elements
+from pallas_fix.rewrite.text.syntax import code, elements
 
 
 def chosen_items(choice: cst.IfExp) -> Optional[tuple[list[cst.BaseExpression], list[cst.BaseExpression], cst.BaseExpression]]:
@@ -30,7 +30,7 @@ def chosen_items(choice: cst.IfExp) -> Optional[tuple[list[cst.BaseExpression], 
     if body is None or orelse is None or not isinstance(choice.body, type(choice.orelse)):
         return None
     short, long, test = (orelse, body, choice.test) if len(body) >= len(orelse) else (body, orelse, _negated(choice.test))
-    if len(short) == len(long) or [_text(i) for i in short] != [_text(i) for i in long[: len(short)]]:
+    if len(short) == len(long) or [code(i).strip() for i in short] != [code(i).strip() for i in long[: len(short)]]:
         return None
     if not all(isinstance(i, cst.Name) for i in short):
         return None  # `(f(x), w) if c else (f(x),)`: a call in each arm need not give the same array
@@ -46,8 +46,4 @@ def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
         return test.with_changes(comparisons=[test.comparisons[0].with_changes(operator=op)], lpar=[], rpar=[])
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return test.expression
-    return cst.UnaryOperation(cst.Not(), cst.parse_expression(f"({_text(test)})"))
-
-
-def _text(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node).strip()
+    return cst.UnaryOperation(cst.Not(), cst.parse_expression(f"({code(test).strip()})"))
