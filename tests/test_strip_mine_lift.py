@@ -432,3 +432,19 @@ def test_a_strip_wrong_only_across_steps_fails_verification(tmp_path):
     assert ok.ok, ok.message
     (bad,) = verify_rewrite(str(path), before, broken, [parse_example(example)], Options(), gpu=False)
     assert bad.status == "mismatch" and "one window per grid step" in bad.message, (bad.status, bad.message)
+
+
+STRIP_PAIRS = sorted(p.name[: -len("_before.py")] for p in PAIRS.glob("strip_*_before.py"))
+
+
+@pytest.mark.parametrize("name", [n for n in STRIP_PAIRS if "pl.ds(" in (PAIRS / f"{n}_before.py").read_text()])
+def test_windows_spelled_pl_slice_are_strip_mined_as_pl_ds_ones_are(name):
+    """`pl.Slice(start, size)` is the class `pl.ds(start, size)` builds: a kernel that writes its
+    windows so (Pallas-Unbound's decode kernel does) gets the same strip-mined lift, spelled its way."""
+    from pallas_fix.engine import fix_source
+
+    before = (PAIRS / f"{name}_before.py").read_text()
+    expected = (PAIRS / f"{name}_after.py").read_text().replace("pl.ds(", "pl.Slice(")
+    got = fix_source(before.replace("pl.ds(", "pl.Slice("), f"{name}.py", unsafe=True).source
+    assert "_windows_per_step" in got
+    assert got == expected

@@ -252,7 +252,7 @@ def slice_helper(env: Env, expr: cst.BaseExpression) -> Optional[tuple["HelperEn
     if fn is None or fn.params.star_arg is not cst.MaybeSentinel.DEFAULT:
         return None
     ds = sole_return(fn)
-    if not (isinstance(ds, cst.Call) and env.ctx.imports.is_(ds.func, N.DS)):
+    if not (isinstance(ds, cst.Call) and env.ctx.imports.is_(ds.func, N.DS | N.SLICE)):
         return None
     # Planners compare windows by their text, which here is the helper's (`bq`): read only a helper
     # every call of which passes the same arguments, so that one text means one window.

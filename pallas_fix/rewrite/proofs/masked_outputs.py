@@ -64,7 +64,7 @@ def _window(ctx: ModuleContext, sub: cst.CSTNode, dim: int) -> Optional[tuple[st
     if not isinstance(sub, cst.Subscript) or dim >= len(sub.slice) or not isinstance(sub.slice[dim].slice, cst.Index):
         return None
     index = ctx.resolve_value(sub.slice[dim].slice.value, sub)
-    if isinstance(index, cst.Call) and (ctx.imports.qualify(index.func) or "") in N.DS and len(index.args) == 2:
+    if isinstance(index, cst.Call) and (ctx.imports.qualify(index.func) or "") in N.DS | N.SLICE and len(index.args) == 2:
         return code(ctx.resolve_value(index.args[0].value, sub)), code(ctx.resolve_value(index.args[1].value, sub))
     return _range(ctx, index, sub)
 

@@ -271,7 +271,7 @@ def _kernel_size(ctx, b: RefBlock) -> Optional[cst.BaseExpression]:
         if len(dims) != 1:
             return None
         element = _element(sub, next(iter(dims)))
-        if not (isinstance(element, cst.Call) and ctx.imports.is_(element.func, N.DS) and len(element.args) == 2
+        if not (isinstance(element, cst.Call) and ctx.imports.is_(element.func, N.DS | N.SLICE) and len(element.args) == 2
                 and all(a.keyword is None for a in element.args)):
             return None
         found = element.args[1].value
