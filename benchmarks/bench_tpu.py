@@ -50,7 +50,7 @@ PAIR_DIR = HERE / "tpu_pairs"
 # The order of the table: map loops, K loops, attention, norms, program id, scalar prefetch.
 PAIRS = ("map_silu", "matmul_kloop", "matmul_tiled", "flash_attention", "flash_attention_causal",
          "rms_norm", "layer_norm", "bias_gelu_tiles", "batch_rows_gate", "row_chunks", "embedding_rows", "gather_blocks", "momentum_inplace",
-         "decode_attention_helper")
+         "decode_attention_helper", "decode_slice_tiles")
 # Agreement of rewrite and original (same arithmetic, so tight), and of either with XLA (whose
 # f32 matmuls use bf16 passes on TPU at default precision, and whose op order differs).
 TOL_SAME = {"float32": 1e-5, "bfloat16": 2e-2}
