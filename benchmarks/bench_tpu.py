@@ -490,7 +490,7 @@ def print_saved(path: str) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", action="append", choices=PAIRS, help="only these pairs (repeatable)")
-    ap.add_argument("--size", action="append", choices=("prod", "vmem"), help="only these sizes (repeatable)")
+    ap.add_argument("--size", action="append", choices=("prod", "vmem", "long"), help="only these sizes (repeatable; long: the strip-mined lifts' longer loops, run only when named)")
     ap.add_argument("--repeat", type=int, default=10, help="timed loops of calls per kernel (median)")
     ap.add_argument("--json", help="also write the cases to this file")
     ap.add_argument("--interpret", action="store_true",

@@ -65,10 +65,11 @@ def decode_attention(q, k, v, *, block_kv=512):
 
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "decode_attention"
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16"), ("long", "float32"), ("long", "bfloat16")]
 _SHAPES = {  # (batch*heads, query rows, kv_len, head_dim, block_kv)
     "small": {"float32": (2, 8, 1024, 128, 256), "bfloat16": (2, 16, 1024, 128, 256)},
     "prod": {"float32": (32, 8, 2048, 128, 512), "bfloat16": (32, 16, 4096, 128, 512)},
+    "long": {"float32": (32, 8, 8192, 128, 512), "bfloat16": (32, 16, 16384, 128, 512)},  # 16 and 32 K/V windows: 2 and 4 strips
     "vmem": {"float32": (4, 8, 65536, 128, 512), "bfloat16": (4, 16, 131072, 128, 512)},  # K and V 32 MiB each per head
 }
 

@@ -61,10 +61,11 @@ def decode(q, k, v, *, seq_len):
 
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "decode"
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16"), ("long", "float32"), ("long", "bfloat16")]
 _SHAPES = {  # (batch, heads, padded kv_len, seq_len, head_dim)
     "small": {"float32": (2, 2, 1024, 1000, 128), "bfloat16": (2, 2, 1024, 1000, 128)},
     "prod": {"float32": (8, 16, 2048, 2000, 128), "bfloat16": (8, 16, 1024, 1000, 128)},  # 16 and 8 tiles
+    "long": {"float32": (8, 16, 4096, 4000, 128), "bfloat16": (8, 16, 8192, 8000, 128)},  # 32 and 64 tiles: 4 and 8 strips
     "vmem": {"float32": (2, 2, 65536, 65000, 128), "bfloat16": (2, 2, 131072, 131000, 128)},  # K and V 32 MiB each per head
 }
 

@@ -59,10 +59,11 @@ def attention(q, k, v, *, block_q=256, block_k=512):
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "attention"
 CAUSAL = False
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("long", "float32"), ("long", "bfloat16")]
 _SHAPES = {  # (batch*heads, seq, head_dim, block_q, block_k)
     "small": {"float32": (2, 256, 128, 128, 128), "bfloat16": (2, 256, 128, 128, 128)},
     "prod": {"float32": (4, 2048, 128, 256, 512), "bfloat16": (8, 2048, 128, 256, 512)},
+    "long": {"float32": (4, 8192, 128, 256, 512), "bfloat16": (8, 8192, 128, 256, 512)},  # 16 K/V windows: 2 strips
     "vmem": {"float32": (2, 16384, 128, 256, 512)},  # K and V 8 MiB each per batch*head, double-buffered
 }
 

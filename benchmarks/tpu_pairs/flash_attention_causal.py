@@ -68,10 +68,11 @@ def causal_attention(q, k, v, *, block_q=256, block_k=256):
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "causal_attention"
 CAUSAL = True
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("long", "float32"), ("long", "bfloat16")]
 _SHAPES = {  # (batch*heads, seq, head_dim, block_q, block_k)
     "small": {"float32": (2, 256, 128, 128, 128), "bfloat16": (2, 256, 128, 128, 128)},
     "prod": {"float32": (4, 2048, 128, 256, 256), "bfloat16": (8, 2048, 128, 256, 256)},
+    "long": {"float32": (4, 4096, 128, 256, 256), "bfloat16": (8, 4096, 128, 256, 256)},  # 16 K/V windows: 2 strips
     "vmem": {"float32": (2, 16384, 128, 256, 256)},  # K and V 8 MiB each per batch*head, double-buffered
 }
 

@@ -44,11 +44,12 @@ def matmul_tiled(x, y, *, bm=256, bn=256, bk=512):
 
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "matmul_tiled"
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("vmem", "bfloat16"), ("long", "float32"), ("long", "bfloat16")]
 _SHAPES = {  # (m, k, n, bm, bn, bk)
     "small": {"float32": (256, 512, 256, 128, 128, 128), "bfloat16": (256, 512, 256, 128, 128, 128)},
     "prod": {"float32": (1024, 2048, 1024, 256, 256, 512), "bfloat16": (2048, 4096, 2048, 256, 256, 512)},
     # (256, 8192) f32 panels, double-buffered: 32 MiB; (512, 4096) bf16 panels: 16 MiB and the output
+    "long": {"float32": (1024, 4096, 1024, 256, 256, 256), "bfloat16": (2048, 8192, 2048, 256, 256, 512)},  # 16 K windows: 2 strips
     "vmem": {"float32": (1024, 8192, 1024, 256, 256, 512), "bfloat16": (2048, 4096, 2048, 512, 512, 512)},
 }
 
