@@ -32,11 +32,10 @@ def matmul_kloop(x, y, *, bk=256):
 
 # --- benchmark hooks (benchmarks/bench_tpu.py) -------------------------------------------------
 ENTRY = "matmul_kloop"
-CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32"), ("long", "float32"), ("long", "bfloat16")]
+CASES = [("prod", "float32"), ("prod", "bfloat16"), ("vmem", "float32")]
 _SHAPES = {  # (m, k, n, bk)
     "small": {"float32": (64, 512, 128, 128), "bfloat16": (64, 512, 128, 128)},
     "prod": {"float32": (512, 2048, 512, 256), "bfloat16": (512, 4096, 512, 512)},
-    "long": {"float32": (512, 4096, 512, 256), "bfloat16": (512, 8192, 512, 512)},  # 16 K windows: 2 strips
     "vmem": {"float32": (1024, 8192, 1024, 256)},  # x and y 32 MiB each
 }
 
