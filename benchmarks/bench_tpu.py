@@ -59,6 +59,8 @@ for _p in (ROOT, HERE):  # the product next to this script
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from pallas_fix.rewrite.reduction.lanes import lane_dense_kernels  # noqa: E402
+from pallas_fix.rewrite.reduction.strip import one_window_per_step  # noqa: E402
 from pallas_fix.verify.device.timing import classify_error, dispatch_floor, looped, time_per_call  # noqa: E402
 
 
@@ -68,6 +70,8 @@ class Rewrite:
     fix: str  # safe | unsafe | none | error
     applied: list = field(default_factory=list)
     error: str = ""
+    one_window: Optional[types.ModuleType] = None  # a strip-mined rewrite walking one window per step
+    lane_dense: frozenset = frozenset()  # its kernels that keep softmax statistics lane-dense
 
 
 @dataclass
@@ -173,20 +177,24 @@ def on_chip_bytes(calls: Optional[list[dict]]) -> Optional[int]:
     return None if calls is None else entry_bytes(calls)
 
 
-def apply_decision(rewrite: Rewrite, before, after, example: str) -> tuple[str, str]:
+def apply_decision(rewrite: Rewrite, before, after, example: str, one=None) -> tuple[str, str]:
     """(what plain ``pallas-fix --apply`` does with the rewrite at these shapes, why): "writes", or
     "holds back" a lift that only trades speed for memory, by the CLI's own rule over the traced
-    calls of both sides; "none" without a rewrite, "unknown" when a side did not trace."""
+    calls of both sides (`one`: those of a strip-mined rewrite walking one window per step);
+    "none" without a rewrite, "unknown" when a side did not trace."""
     from pallas_fix.core.config import Config
     from pallas_fix.core.speed import OPTION
     from pallas_fix.frontends.kernel_rewrites import memory_trade
-    from pallas_fix.verify.judge.lift_cost import lift_costs
+    from pallas_fix.verify.judge.lift_cost import lift_costs, with_windows
 
     if rewrite.source is None:
         return "none", rewrite.error
     if before is None or after is None:
         return "unknown", "a side did not trace at these shapes"
-    held, note = memory_trade([(r, example) for r in lift_costs(before, after)])
+    records = lift_costs(before, after)
+    if one is not None:  # a strip-mined rewrite: its windows per step, as verification reads them
+        records = with_windows(records, lift_costs(before, one), rewrite.lane_dense)
+    held, note = memory_trade([(r, example) for r in records])
     if held is None or Config().lift_for_memory:
         return "writes", ""
     return "holds back", f"{note}; {OPTION}"
@@ -206,7 +214,16 @@ def load_pair(name: str):
     rewrite = make_rewrite(source, str(path))
     original = load_module(f"tpu_pairs_{name}_original", source, str(path))
     rewritten = load_module(f"tpu_pairs_{name}_rewrite", rewrite.source, str(path)) if rewrite.source else None
+    one = one_window_per_step(source, rewrite.source) if rewrite.source else None
+    if one is not None:
+        rewrite.one_window = load_module(f"tpu_pairs_{name}_one_window", one, str(path))
+        rewrite.lane_dense = lane_dense_kernels(source, rewrite.source)
     return original, rewritten, rewrite
+
+
+def traced_one_window(rewrite: Rewrite, entry: str, args, kwargs):
+    """The calls of a strip-mined rewrite walking one window per step (None for another rewrite)."""
+    return traced_calls(getattr(rewrite.one_window, entry), args, kwargs) if rewrite.one_window is not None else None
 
 
 def bench_case(name, original, rewritten, rewrite: Rewrite, size, dtype, repeat) -> Case:
@@ -224,7 +241,8 @@ def bench_case(name, original, rewritten, rewrite: Rewrite, size, dtype, repeat)
         out_r, case.rewrite = run_side(getattr(rewritten, entry), args, kwargs, repeat)
         after = traced_calls(getattr(rewritten, entry), args, kwargs)
         case.rewrite.on_chip = on_chip_bytes(after)
-    case.apply, case.apply_why = apply_decision(rewrite, before, after, f"{entry}({case.shapes})")
+    one = traced_one_window(rewrite, entry, args, kwargs)
+    case.apply, case.apply_why = apply_decision(rewrite, before, after, f"{entry}({case.shapes})", one)
     out_x = None
     if hasattr(original, "xla"):
         out_x, case.xla = run_side(jax.jit(functools.partial(original.xla, **kwargs)), args, {}, repeat)
@@ -458,7 +476,8 @@ def decide(original, rewritten, rewrite: Rewrite, size: str, dtype: str) -> tupl
     entry = original.ENTRY
     before = traced_calls(getattr(original, entry), args, kwargs)
     after = traced_calls(getattr(rewritten, entry), args, kwargs) if rewritten is not None else None
-    return apply_decision(rewrite, before, after, f"{entry}({shapes_of(args, kwargs)})")
+    one = traced_one_window(rewrite, entry, args, kwargs)
+    return apply_decision(rewrite, before, after, f"{entry}({shapes_of(args, kwargs)})", one)
 
 
 def decide_again(cases: list[Case]) -> None:

@@ -38,7 +38,7 @@ from pallas_fix.core.model import Finding
 from pallas_fix.core.speed import OPTION
 from pallas_fix.engine import START_FIXES, FixResult, analyze_source, fix_source, planned_kernels
 from pallas_fix.rewrite.prefetch.index_text import ranged_example_note
-from pallas_fix.verify.judge.lift_cost import held_lift, trade_note
+from pallas_fix.verify.judge.lift_cost import held_lift, strip_note, trade_note
 from pallas_fix.verify.runner import Verdict
 
 # Measured on the chip, a rewrite below this fraction of the original's speed is held back like
@@ -208,6 +208,10 @@ def _verified(kernel, current: str, candidate: FixResult, verdicts: tuple, lift_
         # An example that ran the kernel measured its steps: none multiplied (a strip-mined lift
         # whose windows per step cover the loop there) is no trade of speed for memory.
         applied = tuple(candidate.applied) if measured or steps_counted(verdicts, kernel) else _static_notes(candidate)
+        strips = [(r, e) for r, e in measured if r.get("strip_pays")]
+        if strips and applied:  # the steps multiplied, by a strip-mined lift measured to pay (judge.lift_cost)
+            record, example = max(strips, key=lambda m: m[0]["steps_after"] / m[0]["steps_before"])
+            applied = (*applied[:-1], f"{applied[-1]}; {strip_note(record, example)}")
         return KernelRewrite(kernel, "verified", applied, verdicts), candidate.source
     if not lift_for_memory:
         what = "; ".join(candidate.applied) or "the rewrite"

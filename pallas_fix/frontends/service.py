@@ -19,11 +19,13 @@ from pallas_fix.frontends.finding_fixes import settle, with_fix_edits
 from pallas_fix.frontends.kernel_rewrites import FileRewrite, rewrite_by_kernel, unit_names
 from pallas_fix.frontends.files.notebook_service import analyse_notebook, write_notebook
 from pallas_fix.frontends.report import FileReport
+from pallas_fix.rewrite.reduction.lanes import lane_dense_kernels
 from pallas_fix.rewrite.reduction.strip import one_window_per_step
 from pallas_fix.rules.gpu_interpret.policy import verifies_in_gpu_interpret
 from pallas_fix.rules.registry import RULES, unknown_codes
 from pallas_fix.verify.examples.sources import collect_examples
 from pallas_fix.verify.facts import learn_facts
+from pallas_fix.verify.judge.lift_cost import with_windows
 from pallas_fix.verify.runner import Verdict, verify_sources
 from pallas_fix.verify.examples.synthesised import suggested_example
 
@@ -157,7 +159,9 @@ def verify_rewrite(path: str, original: str, proposed: str, examples: list[Examp
     # the steps of its axis on any example; a failure there fails the example.
     again = verify_sources(original, one, examples, path=path, timeout_s=opts.verify_timeout, gpu_interpret=gpu,
                            divided_only=divided_only, seeds=(0,), on_chip=False)
-    return [v if not v.ok or w.ok or w.status == "unverified" else
+    # Its steps there, over the strip's, are the windows each strip step walks (judge.lift_cost).
+    lanes = lane_dense_kernels(original, proposed)
+    return [replace(v, speed=with_windows(v.speed, w.speed, lanes)) if w.ok else v if not v.ok or w.status == "unverified" else
             replace(v, status=w.status, message=f"with one window per grid step (the strip helper set to 1): {w.message}")
             for v, w in zip(verdicts, again)]
 

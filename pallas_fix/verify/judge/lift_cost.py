@@ -14,6 +14,19 @@ From the pallas_calls both sides made on the example (``pallas_call_infos``: ``s
 multiplied, paired by kernel name as PF301 pairs them. Only TPU kernels (and those without
 compiler params, which Pallas compiles through Mosaic on a TPU) are judged; the model says
 nothing about GPUs. Pure Python; no jax.
+
+A strip-mined lift (R2, rewrite.reduction.strip) walks several loop windows per step, with static
+starts, where the one-window lift walked one; an online softmax's lift also keeps its statistics
+lane-dense (rewrite.reduction.lanes), so each step's arithmetic runs on whole vector registers.
+Where such a lift's steps still multiply, it is no trade of speed for memory from STRIP_PAYS
+windows per step on: measured on the v5e where the original fit and was pipelined, 8 windows per
+step with 2 to 8 times the steps ran 0.97-2.50x the original (6 cases: flash attention, causal
+flash attention, a decode kernel over 128-row tiles; benchmarks/tpu_runs/2026-12-07-1244-*.json,
+2026-12-07-1302-long-strips.json), 4 per step 1.35-1.42x (benchmarks/tpu_experiments,
+flash_strip_lanes.py). A strip-mined K-loop matmul, whose lift changes no layout, ran 0.75x and
+0.85x with twice the steps (2026-12-07-1312-long-strips-matmul.json): it stays a trade. The
+windows per step at an example are read against the same rewrite walking one window per step
+(``with_windows``).
 """
 
 from __future__ import annotations
@@ -25,6 +38,8 @@ from pallas_fix.verify.judge.footprint import format_bytes
 from pallas_fix.verify.judge.footprint_findings import partner
 
 _TPU = ("tpu", "generic")
+STRIP_PAYS = 4  # windows per step from which a lane-dense strip-mined lift ran at least as fast
+STRIP_MEASURED = "0.97-2.50x the original's speed on a TPU v5e where it fit and was pipelined"
 
 
 def _bytes(call: dict) -> tuple[Optional[int], Optional[int]]:
@@ -64,6 +79,24 @@ def lift_costs(before: Optional[list[dict]], after: Optional[list[dict]]) -> lis
     return out
 
 
+def with_windows(records: list[dict], one_window: list[dict], lane_dense: frozenset[str]) -> list[dict]:
+    """`records` (a strip-mined rewrite's ``lift_costs`` at one example) with ``windows_per_step``
+    for each kernel also in `one_window` (the same rewrite walking one window per step, at the same
+    example: its steps over the strip's). A kernel in `lane_dense` (its lift keeps softmax
+    statistics lane-dense) walking at least STRIP_PAYS windows is no trade (module docstring)."""
+    ones = {r.get("kernel"): r.get("steps_after") for r in one_window}
+    out = []
+    for r in records:
+        one, steps = ones.get(r.get("kernel")), r.get("steps_after")
+        if isinstance(one, int) and isinstance(steps, int) and steps > 0:
+            windows = one // steps
+            pays = windows >= STRIP_PAYS and r.get("kernel") in lane_dense
+            r = {**r, "windows_per_step": windows, "strip_pays": pays,
+                 "trades_speed_for_memory": r["trades_speed_for_memory"] and not pays}
+        out.append(r)
+    return out
+
+
 def held_lift(records: list[dict]) -> Optional[dict]:
     """The record that says a kernel's lift only trades speed for memory, when every example that
     judged it says so; None when one of them shows the lift is needed (the original does not fit
@@ -88,3 +121,13 @@ def trade_note(record: dict, example: str = "", windows: str = "") -> str:
     return (f"trades speed for memory on TPU: the original fits on chip{at} and is already pipelined over"
             f" {s0} grid steps; the rewrite takes {s1} steps (x{s1 / s0:.3g}),{' ' + windows + ',' if windows else ''}{per_step} so {MODEL}"
             f" expects it slower ({MEASURED}){footprint}")
+
+
+def strip_note(record: dict, example: str = "") -> str:
+    """The words a written strip-mined lift gets where the example's steps still multiplied
+    (``with_windows``'s ``strip_pays``): how many steps, how many windows each, what such lifts
+    measured."""
+    s0, s1 = record["steps_before"], record["steps_after"]
+    return (f"{'at ' + example if example else 'here'} it takes {s1} grid steps (x{s1 / s0:.3g}) of"
+            f" {record['windows_per_step']} windows each, with lane-dense softmax statistics: such strip-mined lifts"
+            f" ran {STRIP_MEASURED}")
