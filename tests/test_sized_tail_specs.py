@@ -128,3 +128,29 @@ def test_spellings_that_do_not_fit_the_operands_are_refused(build, specs, why):
     assert why in _w_refusal(build, specs)
     src = textwrap.dedent(_KERNEL).replace("{build}", build).replace("{specs}", specs)
     assert _fixed(build, specs) == src
+
+
+@pytest.mark.parametrize("build, written", [
+    (_OPERANDS, "([] if g is None else [pl.BlockSpec((g.shape[0], BN), lambda i: (0, i))])"),
+    ("operands = [x, w]\n    if g is not None:\n        operands.append(g)",
+     "([pl.BlockSpec((g.shape[0], BN), lambda i: (0, i))] if g is not None else [])"),
+    ("operands = [x, w] + ([g] if g is not None else [])",
+     "([pl.BlockSpec((g.shape[0], BN), lambda i: (0, i))] if g is not None else [])"),
+])
+def test_blocked_optional_operand_gets_its_spec_where_it_is_chosen(build, written):
+    src = textwrap.dedent(_KERNEL).replace("g_ref[...]", "g_ref[:, cols]").replace("{build}", build)
+    src = src.replace("{specs}", "[pl.no_block_spec] * 2 + [pl.no_block_spec] * (len(operands) - 2)")
+    result = fix_source(src, "k.py", unsafe=True)
+    assert result.error is None, result.error
+    flat = " ".join(result.source.split())
+    assert written in flat, result.source
+    assert "len(operands)" not in flat  # every entry written: the specs follow the operands by construction
+    assert "g_ref[...]" in result.source
+
+
+def test_optional_operands_chosen_with_shared_items_are_refused():
+    src = textwrap.dedent(_KERNEL).replace("g_ref[...]", "g_ref[:, cols]").replace(
+        "{build}", "operands = (x, w, g) if g is not None else (x, w)").replace(
+        "{specs}", "[pl.no_block_spec] * 2 + [pl.no_block_spec] * (len(operands) - 2)")
+    refusals = [f.refusal for f in analyze_source(src, "k.py").findings if "`g_ref`" in f.message]
+    assert any("pallas-fix can mirror" in (r or "") for r in refusals), refusals

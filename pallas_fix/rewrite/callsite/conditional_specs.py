@@ -16,7 +16,9 @@ from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.operand_groups import conditional_entries, is_len_of_name, misaligned, starred_entries
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.callsite.spelling.sized_tails import SizedTail, read_sized_tail, sized_tail_text, written_lambdas
+from pallas_fix.rewrite.callsite.spelling.mirrored_tails import mirrored_parts
+from pallas_fix.rewrite.callsite.spelling.sized_tails import (SizedTail, head_texts, read_sized_tail, sized_tail_text,
+                                                             written_lambdas)
 from pallas_fix.rewrite.text.syntax import code
 
 
@@ -126,17 +128,23 @@ def sized_tail_specs(cs, codes: dict[int, Optional[str]], blocked: dict[int, str
     value = cs.ctx.resolve_value(cs.site.kw("in_specs"), cs.site.call)
     sized = read_sized_tail(cs.ctx, value, cs.site.call)
     name, before, first = cs.default_tail
-    shared = [ref for k, ref in blocked.items() if k >= first]
-    if shared:
-        raise CallSiteError(
-            f"the rewrite blocks `{shared[0]}`, an optional or `*args` operand whose spec is the shared whole-array tail "
-            f"`{code(sized.tail).strip()}`; build in_specs beside the operands, appending each "
-            f"spec where its operand is appended (`+ ([] if x is None else [x_spec])` beside `+ ([] if x is None else [x])`)"
-        )
     kept = {k: c for k, c in codes.items() if c is not None and (k in blocked or k < sized.length)}
     if extends and written_lambdas(sized, kept):
         raise CallSiteError("in_specs repeats an index_map written in place and the rewrite adds a grid axis; name the spec")
-    return sized_tail_text(sized, kept, first - before)
+    shared = [ref for k, ref in blocked.items() if k >= first]
+    if not shared:
+        return sized_tail_text(sized, kept, first - before)
+    # An optional operand's own spec: the tail written as the operands are chosen (spelling.mirrored_tails).
+    whole = code(sized.whole).strip()
+    rest = mirrored_parts(cs.ctx, cs.operand_entries, first, kept, whole)
+    if rest is None:
+        raise CallSiteError(
+            f"the rewrite blocks `{shared[0]}`, an optional or `*args` operand whose spec is the shared whole-array tail "
+            f"`{code(sized.tail).strip()}`, and its operands are not chosen by conditional expressions or `if`s "
+            f"pallas-fix can mirror; build in_specs beside the operands, appending each spec where its operand is appended"
+        )
+    fixed = ["[" + ", ".join(kept.get(k) or whole for k in range(sized.length, first)) + "]"] if first > sized.length else []
+    return " + ".join(head_texts(sized, kept) + fixed + rest)
 
 
 def whole_tail_specs(cs, texts: dict[int, str], blocked: set[int], plain_whole: str) -> str:

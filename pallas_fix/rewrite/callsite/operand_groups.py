@@ -93,12 +93,13 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
 
 def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Optional[list[Entry]]:
     """The entries of a list expression: a literal whose items may include `*[spec for h in hs]`,
-    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each); with
-    `operands`, also tuple literals and choices of two literals (_choice_entries)."""
+    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each), choices whose
+    arms share no item (_unshared); with `operands`, also tuple literals and choices of two
+    literals (_choice_entries)."""
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
         left, right = _value_entries(value.left, operands=operands), _value_entries(value.right, operands=operands)
         return left + right if left is not None and right is not None else None
-    if operands and isinstance(value, cst.IfExp):
+    if isinstance(value, cst.IfExp) and (operands or _unshared(value)):
         return _choice_entries(value)
     if operands and isinstance(value, cst.Tuple):
         items = elements(value)
@@ -130,6 +131,13 @@ def _choice_entries(choice: cst.IfExp) -> Optional[list[Entry]]:
     """`(x, w) if with_weight else (x,)`: the shared items always there, the extra ones under a test."""
     read = chosen_items(choice)
     return None if read is None else [Entry(i) for i in read[0]] + [Entry(i, read[2]) for i in read[1]]
+
+
+def _unshared(choice: cst.IfExp) -> bool:
+    """`([] if post is None else [post_spec])`: a choice of specs whose arms share no item, so each
+    spec is one node (spelling.mirrored_tails writes them so)."""
+    read = chosen_items(choice)
+    return read is not None and not read[0]
 
 
 def _comprehension_entry(comp) -> Optional[Entry]:

@@ -63,12 +63,7 @@ def read_sized_tail(ctx: ModuleContext, value: cst.BaseExpression, at: cst.CSTNo
 def sized_tail_text(tail: SizedTail, codes: dict[int, str], offset: int) -> str:
     """The spec list with `codes` (operand index -> new spec text) in place, every index past the
     head one the tail covers; `offset`: the operands passed before the list `tail.name` spreads."""
-    out, start = [], 0
-    for part, items in tail.parts:
-        span = range(start, start + len(items))
-        changed = any(k in codes for k in span)
-        out.append("[" + ", ".join(codes.get(k) or code(i) for k, i in zip(span, items)) + "]" if changed else code(part))
-        start += len(items)
+    out, start = head_texts(tail, codes), tail.length
     moved = sorted(k for k in codes if k >= start)
     if moved:  # fixed operands the tail covered: their own entries, the tail starting after them
         out.append("[" + ", ".join(codes.get(k) or code(tail.whole) for k in range(start, moved[-1] + 1)) + "]")
@@ -77,6 +72,25 @@ def sized_tail_text(tail: SizedTail, codes: dict[int, str], offset: int) -> str:
     count = f"len({tail.name})" + (f" - {drop}" if drop else "")
     out.append(f"[{code(tail.whole)}] * " + (f"({count})" if drop else count))
     return " + ".join(out)
+
+
+def head_texts(tail: SizedTail, codes: dict[int, str]) -> list[str]:
+    """The head's parts: as written, or item by item where one of them gets a new spec."""
+    out, start = [], 0
+    for part, items in tail.parts:
+        span = range(start, start + len(items))
+        changed = any(k in codes for k in span)
+        out.append("[" + ", ".join(codes.get(k) or code(i) for k, i in zip(span, items)) + "]" if changed else _one_line(part))
+        start += len(items)
+    return out
+
+
+def _one_line(part: cst.BaseExpression) -> str:
+    """A part as written, a list an earlier round broke one item per line joined back (the new
+    text is laid out again as a whole: rewrite.text.line_width); one with comments stays."""
+    text = code(part)
+    items = elements(part) if isinstance(part, cst.List) and "\n" in text and "#" not in text else None
+    return text if items is None or any("\n" in code(i) for i in items) else "[" + ", ".join(code(i) for i in items) + "]"
 
 
 def written_lambdas(tail: SizedTail, codes: dict[int, str]) -> bool:
