@@ -159,7 +159,8 @@ class CallEdits:
                 continue
             if kind == "in" and self.cs.default_tail is not None:  # `[s] * 3 + [pl.no_block_spec] * (len(ops) - 3)`: one node, many slots
                 blocked = {s.index: s.param for s in slots if s.param in self.blocks}
-                self.edits[self.cs.ctx.resolve_value(container, at)] = _replace_with(sized_tail_specs(self.cs, new_codes, blocked, self.new_axis is not None))
+                text = sized_tail_specs(self.cs, new_codes, blocked, self.new_axis is not None)
+                self.edits[self.cs.ctx.resolve_value(container, at)] = _replace_with(text)
                 continue
             for s in slots:
                 c = new_codes[s.index]

@@ -41,7 +41,8 @@ def mirrored_parts(ctx: ModuleContext, entries: list, start: int, codes: dict[in
             extra = read[1] if read is not None and not read[0] else []
             if not extra or [id(e.value) for e in entries[k : k + len(extra)]] != [id(i) for i in extra]:
                 return None
-            parts.append(f"({_arm(choice.body, k, codes, whole)} if {code(choice.test).strip()} else {_arm(choice.orelse, k, codes, whole)})")
+            body, orelse = _arm(choice.body, k, codes, whole), _arm(choice.orelse, k, codes, whole)
+            parts.append(f"({body} if {code(choice.test).strip()} else {orelse})")  # the same test, the same arms
             k += len(extra)
             continue
         test = code(entry.test).strip()
