@@ -344,7 +344,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
     for node in ref_subscripts(analysis, site, ref, pid_helpers(analysis, site)):
         sub_uses = [u for u in by_sub.get(id(node), []) if u.dim == dim]
         if not sub_uses:
-            raise unwindowed(ctx, ref, dim, node)
+            raise unwindowed(analysis, ref, dim, node, uses)
         use = sub_uses[0]
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.

@@ -36,7 +36,7 @@ from pallas_fix.rewrite.callsite.out_leaves import mirrored_spec
 from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments, kernel_subscript_edit, packed_tuple, touched_element_ids
 from pallas_fix.rewrite.callsite.spelling.keywords import insert_keywords
 from pallas_fix.rewrite.callsite.spelling.repeated_specs import no_block_spec, repeated_items
-from pallas_fix.rewrite.callsite.operand_groups import refuse_shared_tail, whole_tail_specs
+from pallas_fix.rewrite.callsite.conditional_specs import sized_tail_specs, whole_tail_specs
 from pallas_fix.rewrite.blocks.spec_slots import drop_unused_index_defs, drop_unused_spec_names, own_spec_node
 from pallas_fix.rewrite.text.syntax import code, names_in, paren_text
 
@@ -133,12 +133,7 @@ class CallEdits:
             container = self.cs.in_specs_expr if kind == "in" else self.cs.out_specs_expr
             single = kind == "out" and self.cs.single_output
             if container is None:
-                texts = []
-                for s in slots:
-                    c = new_codes[s.index]
-                    if c is None:
-                        c = self._whole(s)
-                    texts.append(c)
+                texts = [new_codes[s.index] or self._whole(s) for s in slots]
                 value = mirrored_spec(self.cs, texts[0]) if single else "[" + ", ".join(texts) + "]"
                 if kind == "in" and self.cs.default_tail is not None:  # operands appended under `if`s or `*args`
                     blocked = {s.index for s in slots if s.param in self.blocks}
@@ -162,11 +157,15 @@ class CallEdits:
                 single = kind == "out" and self.cs.single_output and len(texts) == 1
                 self.edits[target] = _replace_with(texts[0] if single else "[" + ", ".join(texts) + "]")
                 continue
+            if kind == "in" and self.cs.default_tail is not None:  # `[s] * 3 + [pl.no_block_spec] * (len(ops) - 3)`: one node, many slots
+                blocked = {s.index: s.param for s in slots if s.param in self.blocks}
+                text = sized_tail_specs(self.cs, new_codes, blocked, self.new_axis is not None)
+                self.edits[self.cs.ctx.resolve_value(container, at)] = _replace_with(text)
+                continue
             for s in slots:
                 c = new_codes[s.index]
                 if c is None:
                     continue
-                refuse_shared_tail(self.cs, kind, s.index)  # `[pl.BlockSpec()] * (len(operands) - 1)`: one node, many slots
                 copied = copied_slot(self.cs, kind, s.index)  # an item of a list the helper's calls copy: set on this call's copy
                 if copied is not None:
                     chain(self.edits, copied[0], set_before(f"{copied[1]}[{s.index}] = {c}"))

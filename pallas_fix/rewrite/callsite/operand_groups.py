@@ -31,11 +31,9 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.relays.passed_in import passed_for
-from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
 from pallas_fix.rewrite.callsite.spelling.chosen_lists import chosen_items
-from pallas_fix.rewrite.callsite.call_timing import operand_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
 
@@ -95,12 +93,13 @@ def conditional_entries(ctx: ModuleContext, expr: cst.BaseExpression, at: cst.CS
 
 def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Optional[list[Entry]]:
     """The entries of a list expression: a literal whose items may include `*[spec for h in hs]`,
-    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each); with
-    `operands`, also tuple literals and choices of two literals (_choice_entries)."""
+    `+` of such parts, `[spec for h in hs]` and `[spec] * len(hs)` (a group each), choices whose
+    arms share no item (_unshared); with `operands`, also tuple literals and choices of two
+    literals (_choice_entries)."""
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
         left, right = _value_entries(value.left, operands=operands), _value_entries(value.right, operands=operands)
         return left + right if left is not None and right is not None else None
-    if operands and isinstance(value, cst.IfExp):
+    if isinstance(value, cst.IfExp) and (operands or _unshared(value)):
         return _choice_entries(value)
     if operands and isinstance(value, cst.Tuple):
         items = elements(value)
@@ -111,7 +110,7 @@ def _value_entries(value: cst.BaseExpression, *, operands: bool = False) -> Opti
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
         items = elements(value.left) if isinstance(value.left, cst.List) else None
         count = value.right
-        if items is None or len(items) != 1 or not _is_len_of_name(count):
+        if items is None or len(items) != 1 or not is_len_of_name(count):
             return None
         return [Entry(items[0], over=count.args[0].value.value)]  # no member to name: no array to read shapes from
     if not isinstance(value, cst.List):
@@ -134,6 +133,13 @@ def _choice_entries(choice: cst.IfExp) -> Optional[list[Entry]]:
     return None if read is None else [Entry(i) for i in read[0]] + [Entry(i, read[2]) for i in read[1]]
 
 
+def _unshared(choice: cst.IfExp) -> bool:
+    """`([] if post is None else [post_spec])`: a choice of specs whose arms share no item, so each
+    spec is one node (spelling.mirrored_tails writes them so)."""
+    read = chosen_items(choice)
+    return read is not None and not read[0]
+
+
 def _comprehension_entry(comp) -> Optional[Entry]:
     """`[spec for h in hs]`: one plain `for` over a name, no `if`s."""
     loop = comp.for_in
@@ -144,7 +150,7 @@ def _comprehension_entry(comp) -> Optional[Entry]:
     return Entry(comp.elt, over=loop.iter.value, target=loop.target)
 
 
-def _is_len_of_name(node: cst.BaseExpression) -> bool:
+def is_len_of_name(node: cst.BaseExpression) -> bool:
     return (
         isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
         and len(node.args) == 1 and not node.args[0].star and isinstance(node.args[0].value, cst.Name)
@@ -194,58 +200,6 @@ def starred_entries(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNod
     return built[0] if built is not None else None
 
 
-def conditional_in_specs(cs, spec: Optional[cst.BaseExpression]) -> cst.BaseExpression:
-    """The in_specs of a CallSite whose operands are appended under `if`s, built the same way
-    entry by entry: its items go to `cs.built`, the names its building statements read to
-    `cs.builder_reads`."""
-    if not isinstance(cs.site.kernel.params.star_arg, cst.Param):
-        raise CallSiteError("the operands come from `*args` or are appended under `if`s, but the kernel takes a fixed list of refs; take them as `*refs`")
-    how = (
-        "build in_specs beside the operands: append each spec under the same `if` as its operand, and those of "
-        "`*args` with `for a in args: in_specs.append(...)`"
-    )
-    if spec is None:
-        cs.default_tail = _whole_tail(cs, how)
-        return None
-    built = conditional_entries(cs.ctx, spec, spec)  # read up to where the call (or its `dict(...)`) takes it
-    tail = _read_whole_tail(cs, spec) if built is None else None
-    if tail is not None:
-        cs.default_tail, cs.built["in_specs"] = tail
-        return spec
-    if built is None:
-        raise CallSiteError(
-            f"the operands are appended under `if`s or passed as `*args`, but in_specs is not built so "
-            f"({_spec_words(cs, spec)}); {how}"
-        )
-    why = misaligned(cs.ctx, cs.operand_entries[cs.num_prefetch :], built[0], "in_specs")
-    if why is not None:
-        raise CallSiteError(why)
-    if any(id(r) not in built[1] for r in cs.other_reads(spec, within_call=False)):
-        raise CallSiteError(f"`{cs.ctx.code(spec)}` (in_specs) is also used elsewhere; give this pallas_call its own in_specs")
-    for slot in cs.slots.values():
-        if slot.kind == "in" and built[0][slot.index].over is not None:
-            slot.arg = built[0][slot.index].target  # `h` of `for h in hs:`: the group's array where its spec is written
-            loop = cs.ctx.parent(slot.arg)
-            passed = cs.operand_entries[cs.num_prefetch + slot.index].value  # `hs` as the kernel call spreads it
-            why = operand_change(cs.ctx, cs.site, passed, loop.iter, "the loop that builds its specs") if isinstance(loop, (cst.For, cst.CompFor)) else None
-            if why is not None:
-                raise CallSiteError(why)
-    cs.built["in_specs"] = [e.value for e in built[0]]
-    cs.builder_reads |= built[1]
-    return spec
-
-
-def _spec_words(cs, spec: cst.BaseExpression) -> str:
-    """What the in_specs a conditional operand list comes with is, for the refusal: its text, and
-    why a repetition sized by the operands cannot take one operand's new spec."""
-    value = cs.ctx.resolve_value(spec, cs.site.call)
-    text = " ".join(cs.ctx.code(value).split())
-    text = text if len(text) <= 100 else text[:97] + "..."
-    sized = any(isinstance(n, cst.Call) and _is_len_of_name(n) for n in walk(value))
-    why = ", a repetition whose count is computed from the operands' length: no entry of it is one operand's" if sized else ""
-    return f"it is `{text}`{why}"
-
-
 def _is_own_varargs(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNode) -> bool:
     """`hs` in `f(x, *hs)` inside `def wrapper(x, *hs)`, never rebound there."""
     fn = ctx.enclosing_function(at)
@@ -254,71 +208,6 @@ def _is_own_varargs(ctx: ModuleContext, star: cst.BaseExpression, at: cst.CSTNod
         isinstance(star, cst.Name) and isinstance(param, cst.Param) and param.name.value == star.value
         and ctx.scope_of(at) is fn and not ctx.assignments(star.value, fn)
     )
-
-
-def _whole_tail(cs, how: str) -> tuple[str, int, int]:
-    """For a call with no in_specs (every operand whole): (the starred list `operands`, how many
-    of its items come before its first variable entry, that entry's index). A new in_specs then
-    writes its fixed entries and `[pl.BlockSpec()] * (len(operands) - j)` for the rest, so it
-    follows the operand list whatever its length (see whole_tail_specs)."""
-    first = next(k for k, e in enumerate(cs.operand_entries) if e.variable)
-    offset = 0
-    for a in cs.site.invocation.args:
-        count = len(starred_entries(cs.ctx, a.value, cs.site.invocation) or []) if a.star == "*" else 1
-        if offset <= first < offset + count:
-            if a is not cs.site.invocation.args[-1] or not isinstance(a.value, cst.Name) or cs.num_prefetch:
-                break
-            return a.value.value, first - offset, first
-        offset += count
-    raise CallSiteError(f"the operands are appended under `if`s or passed as `*args`, and the call has no in_specs; {how}")
-
-
-def _read_whole_tail(cs, spec: cst.BaseExpression):
-    """`[x_spec] + [pl.BlockSpec()] * (len(operands) - 1)` as whole_tail_specs writes it: the tail
-    and one spec node per operand (the tail's whole-array spec standing for each of the rest)."""
-    value = cs.ctx.resolve_value(spec, cs.site.call)
-    head, rest = (value.left, value.right) if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) else (None, value)
-    items = elements(head) if isinstance(head, cst.List) else ([] if head is None else None)
-    repeated = elements(rest.left) if isinstance(rest, cst.BinaryOperation) and isinstance(rest.operator, cst.Multiply) and isinstance(rest.left, cst.List) else None
-    if items is None or repeated is None or len(repeated) != 1 or not _is_plain_block_spec(cs, repeated[0]):
-        return None
-    try:
-        tail = _whole_tail(cs, "")
-    except CallSiteError:
-        return None
-    name, before, first = tail
-    count = f"len({name})" + (f" - {before}" if before else "")
-    if len(items) != first or cs.ctx.code(rest.right).strip().strip("()") != count:
-        return None
-    return tail, items + [repeated[0]] * (len(cs.operand_entries) - first)
-
-
-def _is_plain_block_spec(cs, node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Call) and not node.args and cs.ctx.imports.is_(node.func, N.BLOCK_SPEC)
-
-
-def refuse_shared_tail(cs, kind: str, index: int) -> None:
-    """An edit of one operand's spec inside the whole-array tail would change every operand's."""
-    if kind == "in" and cs.default_tail is not None and index >= cs.default_tail[2]:
-        raise CallSiteError(
-            "the rewrite blocks an optional or `*args` operand whose spec is the shared whole-array tail; build in_specs "
-            "beside the operands, appending each spec where its operand is appended"
-        )
-
-
-def whole_tail_specs(cs, texts: dict[int, str], blocked: set[int], plain_whole: str) -> str:
-    """The new in_specs of a call that had none, when its operands are appended under `if`s or
-    passed as `*args`: the fixed entries' specs, then one whole-array spec per remaining operand."""
-    name, before, first = cs.default_tail
-    if any(k >= first for k in blocked) or sorted(k for k in texts if k < first) != list(range(first)):
-        raise CallSiteError(
-            "a ref the rewrite blocks is an optional or `*args` operand (or an operand before them has no kernel name); "
-            "build in_specs beside the operands, appending each spec where its operand is appended"
-        )
-    count = f"len({name})" + (f" - {before}" if before else "")
-    tail = f"[{plain_whole}] * " + (f"({count})" if before else count)
-    head = "[" + ", ".join(texts[k] for k in range(first)) + "]"
-    return f"{head} + {tail}" if first else tail
 
 
 def _statement_entries(stmt: cst.CSTNode, name: str) -> Optional[tuple[list[Entry], set[int], set[int]]]:

@@ -19,7 +19,6 @@ from pallas_fix.analysis.values.provenance import Env
 from pallas_fix.analysis.discovery.varargs import VarargsError, star_ref_names
 from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core.model import Backend, KernelSite
-from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.spelling.block_dims import block_dim
 from pallas_fix.rewrite.callsite.spelling.built_lists import built_items, mutates, present_arm
 from pallas_fix.rewrite.callsite.call_params import aliased_output, dimension_semantics
@@ -28,7 +27,8 @@ from pallas_fix.rewrite.callsite.forwarded import copy_read, shadowed_read
 from pallas_fix.rewrite.callsite.grid_shape import read_grid
 from pallas_fix.rewrite.text.imports import pallas_alias
 from pallas_fix.rewrite.callsite.operand_group_refs import all_present_ref_names
-from pallas_fix.rewrite.callsite.operand_groups import call_entries, conditional_in_specs
+from pallas_fix.rewrite.callsite.conditional_specs import conditional_in_specs
+from pallas_fix.rewrite.callsite.operand_groups import call_entries
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError, Slot, Spec, absent_spec, local_index_def
 from pallas_fix.rewrite.callsite.out_leaves import built_structs, leaf_dim, one_named_output
 from pallas_fix.rewrite.callsite.ranks import declared_rank, rank_from_kernel, traced_rank
@@ -85,7 +85,7 @@ class CallSite(CallTiming):
         self.operand_entries = call_entries(self.ctx, self.site.invocation, self.site)
         self.args_expanded = any(a.star for a in self.site.invocation.args)
         self.conditional = any(e.variable for e in self.operand_entries)  # lists in all-present numbering
-        self.default_tail = None  # no in_specs for such operands: see operand_groups.whole_tail_specs
+        self.default_tail = None  # no in_specs for such operands: see conditional_specs
         return [e.value for e in self.operand_entries]
 
     def _out_shapes(self) -> tuple[list[cst.BaseExpression], bool]:
@@ -265,7 +265,7 @@ class CallSite(CallTiming):
         if slot.kind == "in" and slot.arg is not None:
             return self.ctx.code(slot.arg) == text and self.arg_at_call(slot.arg, strict=True)
         if slot.kind == "out" and isinstance(slot.out_shape, cst.Call):
-            shape = call_arg(slot.out_shape, 0, "shape")
+            shape = N.call_arg(slot.out_shape, 0, "shape")
             return shape is not None and self.ctx.code(shape) == self.ctx.code(block) and self.same_at_call(shape, "out_shape")
         return False
 
@@ -284,8 +284,8 @@ class CallSite(CallTiming):
             raise CallSiteError(f"the spec of `{slot.param}` is not a pl.BlockSpec(...) call")
         self.same_at_call(node, f"the BlockSpec of `{slot.param}`")  # its sizes are copied into new specs
         placement = [a for a in node.args if a.keyword is not None and a.keyword.value in ("memory_space", "pipeline_mode")]
-        block = call_arg(node, 0, "block_shape")
-        index_map = call_arg(node, 1, "index_map")
+        block = N.call_arg(node, 0, "block_shape")
+        index_map = N.call_arg(node, 1, "index_map")
         spec = Spec(node, None, index_map)
         if placement:
             # Kept as written on a spec that stays (an SMEM table beside a new axis); a spec that
@@ -328,7 +328,7 @@ class CallSite(CallTiming):
             sds = slot.out_shape
             if not isinstance(sds, cst.Call):  # a struct the call names (`kwargs['outs']`): its leaf's dim
                 return leaf_dim(self, slot, dim)
-            shape = call_arg(sds, 0, "shape")
+            shape = N.call_arg(sds, 0, "shape")
             if shape is None:
                 return None
             shape = self.ctx.resolve_value(shape, self.anchor(shape))

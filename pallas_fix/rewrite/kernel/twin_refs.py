@@ -18,14 +18,14 @@ every backend: two refs aliasing one output are not safe.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import libcst as cst
 
 from pallas_fix.analysis.accesses import only_waited
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.result import analyze
-from pallas_fix.core.model import Backend, IndexUse
+from pallas_fix.core.model import Backend, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.callsite.spelling.repeated_specs import repeated_items
@@ -43,15 +43,52 @@ class Unwindowed(Refuse):
 _COPIES = {Backend.TPU: ("TPU", "VMEM"), Backend.MOSAIC_GPU: ("Mosaic GPU", "shared memory")}
 
 
-def unwindowed(ctx, ref: str, dim: int, node: cst.Subscript) -> Refuse:
+def unwindowed(analysis, ref: str, dim: int, node: cst.Subscript, windows: list[IndexUse]) -> Refuse:
     """Why an access of `ref` gives no window: a descriptor rebuilt only to wait has its window,
-    which detection reads as moving no data (red team 14: it was called 'without a window')."""
+    which detection reads as moving no data (red team 14: it was called 'without a window'); the
+    window along another dim in the other arm of an `if`, a layout a flag picks (_flag_layout)."""
+    ctx = analysis.ctx
     line = ctx.span(node).line
+    layout = _flag_layout(analysis, ref, dim, node, windows)
+    if layout is not None:
+        return Unwindowed(layout)  # on Triton a twin operand can still take the one arm's window
     if only_waited(ctx, node):
         return Refuse(f"`{ref}` is also named by a DMA descriptor built only to be waited (line {line}, "
                       "`make_async_copy(...).wait()`), which pallas-fix does not re-base onto the block; wait on the "
                       "descriptor that started the copy instead (`c = pltpu.make_async_copy(...)`, `c.start()`, `c.wait()`)")
     return Unwindowed(f"`{ref}` is also accessed without a program_id window along dim {dim} (line {line})")
+
+
+def _flag_layout(analysis, ref: str, dim: int, node: cst.Subscript, windows: list[IndexUse]) -> Optional[str]:
+    """`if trans_b: b_ref.at[g, cols, ks] else: b_ref.at[g, ks, cols]`: the same program-id window
+    along `dim` in one arm and along another dim in the other. No one BlockSpec has both block
+    shapes (a twin operand can take one arm's window, on Triton)."""
+    ctx = analysis.ctx
+    other = next((u for u in analysis.uses if u.subscript is node and u.dim != dim and u.provenance.origin is Origin.PROGRAM_ID
+                  and u.provenance.program_id_axis == windows[0].provenance.program_id_axis), None) if windows else None
+    branch = next((b for w in windows if (b := _opposite_arms(ctx, w.subscript, node)) is not None), None) if other else None
+    if branch is None:
+        return None
+    test = " ".join(code(branch[0].test).split())
+    here = f"under `if {test}:`" if branch[1] else f"in the `else` of `if {test}:`"
+    there = f"in its `else` (line {ctx.span(node).line})" if branch[1] else f"under the `if` (line {ctx.span(node).line})"
+    return (f"`{ref}` is windowed by the program id along dim {dim} {here} (line {ctx.span(branch[2]).line}) and along dim "
+            f"{other.dim} {there}: the flag picks which dim the window moves along, and one BlockSpec has one block shape "
+            "and index_map (pallas-fix writes no spec chosen by a flag; a kernel per layout, picked at the call with its own "
+            "in_specs, or the array transposed in the wrapper would give the window one dim)")
+
+
+def _opposite_arms(ctx, a: cst.CSTNode, b: cst.CSTNode) -> Optional[tuple[cst.If, bool, cst.CSTNode]]:
+    """The innermost `if` statement holding both `a` and `b` when they sit in its two arms:
+    (it, whether `a` is in its body, `a`); None when they share an arm or no `if` holds both."""
+    above_b = list(ctx.ancestors(b))
+    for node in ctx.ancestors(a):
+        if isinstance(node, cst.If) and any(x is node for x in above_b):
+            in_body = any(x is node.body for x in ctx.ancestors(a))
+            if node.orelse is None or in_body == any(x is node.body for x in above_b):
+                return None
+            return node, in_body, a
+    return None
 
 
 def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse], why: Unwindowed,
@@ -74,7 +111,10 @@ def twin_plan(analysis, cs: CallSite, ref: str, dim: int, windows: list[IndexUse
                 "BlockSpec, a second full read); on Triton, where a BlockSpec is only a pointer offset, pass `--backend triton`")
         raise Refuse(f"{why}; lifting the window would pass `{arg}` to the pallas_call a second time with the window's "
                      f"BlockSpec, and {cost}")
-    edits, new = _twin_edits(analysis, cs, ref, [u.subscript for u in windows], arg)
+    try:
+        edits, new = _twin_edits(analysis, cs, ref, [u.subscript for u in windows], arg)
+    except Refuse as refused:
+        raise Refuse(f"{why}; {refused}") from None
     module = apply_edits(analysis.ctx.module, edits)[0]
     twin = analyze(module.code, analysis.path, analysis.config)
     kernel = cs.site.kernel.name.value

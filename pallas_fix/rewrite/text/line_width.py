@@ -223,13 +223,14 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
         return None
     rest = ""
     if _list_plus(expr) and body[0] == "[" and head.endswith("="):
-        # `in_specs=[a, b] + [pl.BlockSpec()] * (len(operands) - 2)`: the list broken, the rest on
-        # its own line after it, as black puts an operator it splits at (inside the call's brackets);
-        # the list stays on one line where it fits
-        split = [f"{indent}{head}{_code(expr.left)}", f"{indent}+ {_code(expr.right)}{tail}"]
-        if all(len(line) <= width for line in split):
-            return eol.join(split)
-        expr, rest = expr.left, f"{eol}{indent}+ {_code(expr.right)}"
+        # `in_specs=[a, b] + [pl.BlockSpec()] * (len(operands) - 2)`: each summand on its own line,
+        # as black puts an operator it splits at (inside the call's brackets); where one does not
+        # fit, the first list broken, one element per line, the rest after it
+        parts = _summands(expr)
+        split = [f"{indent}{head}{_code(parts[0])}"] + [f"{indent}+ {_code(p)}" for p in parts[1:]]
+        if all(len(line) <= width for line in split[:-1]) and len(split[-1] + tail) <= width:
+            return eol.join(split) + tail
+        expr, rest = parts[0], "".join(f"{eol}{indent}+ {_code(p)}" for p in parts[1:])
     if isinstance(expr, cst.List) and body[0] == "[":
         items = [_code(e.value if isinstance(e, cst.Element) else e) for e in expr.elements]
         opener, closer, prefix = "[", "]", head
@@ -248,9 +249,15 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
 
 
 def _list_plus(expr: cst.BaseExpression) -> bool:
-    """`[...] + rest`, unparenthesised (its parts then sit inside the call's own brackets)."""
-    return (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add)
-            and isinstance(expr.left, cst.List) and not expr.lpar)
+    """`[...] + rest` or `[a] * 3 + rest`, unparenthesised (its parts then sit inside the call's own brackets)."""
+    return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) and not expr.lpar
+
+
+def _summands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a + b + c` (left-nested, unparenthesised) as [a, b, c]."""
+    if _list_plus(expr):
+        return _summands(expr.left) + [expr.right]
+    return [expr]
 
 
 def _code(node: cst.CSTNode) -> str:
