@@ -9,6 +9,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.values.same_value import same_value_at
+from pallas_fix.core.model import Backend
 from pallas_fix.core.names import call_arg
 from pallas_fix.rewrite.callsite.spelling.block_dims import other_dim_refusal
 from pallas_fix.rewrite.callsite.ranks import unknown_rank
@@ -183,7 +184,14 @@ class SpecWriter:
     def _check_residency(self, slot: Slot, spec: Spec, block: RefBlock) -> None:
         """An output block must not be revisited: grid axes its index ignores must all be inner
         to the ones it uses. Otherwise the output was resident across an axis (an accumulator)
-        and moving its block would write partial results back and start over."""
+        and moving its block would write partial results back and start over.
+
+        Not on Triton: there a block is a pointer offset into the output in global memory, with no
+        buffer written back when the block changes; a program stores only what its own stores
+        name, as before the lift, and the programs of a grid run independently (no accumulator
+        can live across them)."""
+        if self.cs.backend() is Backend.TRITON:
+            return
         ngrid = self.grid.ngrid
         used: set[int] = block.index.grid_axes() | set(block.squeezed.values())
         if self.grid.adds_axis:
