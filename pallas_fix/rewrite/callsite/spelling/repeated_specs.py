@@ -21,11 +21,16 @@ def repeated_items(ctx: ModuleContext, expr: Optional[cst.BaseExpression], at: c
     """The items of `[a, b] * k` (or `k * [a, b]`) with `k` a literal integer; None otherwise."""
     if expr is None:
         return None
-    value = ctx.resolve_value(expr, at)
+    return repetition(ctx.resolve_value(expr, at), lambda seq: ctx.resolve_value(seq, at))
+
+
+def repetition(value: cst.BaseExpression, resolve=lambda seq: seq) -> Optional[list[cst.BaseExpression]]:
+    """The items of `value` when it is `[a, b] * k` or `k * [a, b]`, `k` a literal integer (the
+    list as `resolve` reads it: a name bound to one, where the caller follows names); None otherwise."""
     if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply)):
         return None
     for seq, count in ((value.left, value.right), (value.right, value.left)):
-        seq = ctx.resolve_value(seq, at)
+        seq = resolve(seq)
         items = elements(seq) if isinstance(seq, cst.List) else None
         if items is not None and isinstance(count, cst.Integer):
             return items * int(count.evaluated_value)

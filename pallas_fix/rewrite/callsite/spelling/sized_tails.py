@@ -23,6 +23,7 @@ import libcst as cst
 
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
+from pallas_fix.rewrite.callsite.spelling.repeated_specs import repetition
 from pallas_fix.rewrite.text.syntax import code, elements
 
 
@@ -114,15 +115,7 @@ def _summands(value: cst.BaseExpression) -> list[cst.BaseExpression]:
 
 def _head_items(part: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
     """The items of a list literal, or of `[a, b] * 3` / `3 * [a, b]`."""
-    if isinstance(part, cst.List):
-        return elements(part)
-    if not (isinstance(part, cst.BinaryOperation) and isinstance(part.operator, cst.Multiply)):
-        return None
-    for seq, count in ((part.left, part.right), (part.right, part.left)):
-        items = elements(seq) if isinstance(seq, cst.List) else None
-        if items is not None and isinstance(count, cst.Integer):
-            return items * int(count.evaluated_value)
-    return None
+    return elements(part) if isinstance(part, cst.List) else repetition(part)
 
 
 def _tail(ctx: ModuleContext, part: cst.BaseExpression, at: cst.CSTNode) -> Optional[tuple[cst.BaseExpression, cst.Name, int]]:
