@@ -132,7 +132,7 @@ def _trade(kernel: str, steps_after: int) -> dict:
 
 @pytest.mark.parametrize("windows, lane_dense, trades", [(8, True, False), (4, True, False), (2, True, True), (8, False, True)])
 def test_a_lane_dense_strip_of_enough_windows_per_step_is_no_trade(windows, lane_dense, trades):
-    """Measured on the v5e (judge.lift_cost): online-softmax strips of 8 windows a step ran 0.97-2.50x
+    """Measured on the v5e (judge.lift_cost): online-softmax strips of 8 windows a step ran 0.96-2.51x
     the original with 2-8x the steps; a matmul strip, no layout changed, 0.75-0.85x."""
     from pallas_fix.verify.judge.lift_cost import held_lift, with_windows
 
