@@ -14,11 +14,11 @@ import libcst as cst
 
 from pallas_fix.analysis.context import walk
 from pallas_fix.rewrite.callsite.call_timing import operand_change
-from pallas_fix.rewrite.callsite.operand_groups import conditional_entries, is_len_of_name, misaligned, starred_entries
+from pallas_fix.rewrite.callsite.operand_groups import conditional_entries, misaligned, starred_entries
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.callsite.spelling.mirrored_tails import mirrored_parts
-from pallas_fix.rewrite.callsite.spelling.sized_tails import (SizedTail, head_texts, read_sized_tail, sized_tail_text,
-                                                             written_lambdas)
+from pallas_fix.rewrite.callsite.spelling.sized_tails import (SizedTail, head_texts, is_len_of_name, read_sized_tail,
+                                                             sized_tail_text, tail_text, written_lambdas)
 from pallas_fix.rewrite.text.syntax import code
 
 
@@ -156,7 +156,6 @@ def whole_tail_specs(cs, texts: dict[int, str], blocked: set[int], plain_whole: 
             "a ref the rewrite blocks is an optional or `*args` operand (or an operand before them has no kernel name); "
             "build in_specs beside the operands, appending each spec where its operand is appended"
         )
-    count = f"len({name})" + (f" - {before}" if before else "")
-    tail = f"[{plain_whole}] * " + (f"({count})" if before else count)
+    tail = tail_text(plain_whole, name, before)
     head = "[" + ", ".join(texts[k] for k in range(first)) + "]"
     return f"{head} + {tail}" if first else tail

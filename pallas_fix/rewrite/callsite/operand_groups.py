@@ -34,6 +34,7 @@ from pallas_fix.analysis.relays.passed_in import passed_for
 from pallas_fix.core.model import KernelSite
 from pallas_fix.rewrite.callsite.spelling.built_lists import list_change, mutates, starred_items
 from pallas_fix.rewrite.callsite.spelling.chosen_lists import chosen_items
+from pallas_fix.rewrite.callsite.spelling.sized_tails import is_len_of_name
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.text.syntax import elements
 
@@ -148,13 +149,6 @@ def _comprehension_entry(comp) -> Optional[Entry]:
     if not (isinstance(loop.target, cst.Name) and isinstance(loop.iter, cst.Name)):
         return None
     return Entry(comp.elt, over=loop.iter.value, target=loop.target)
-
-
-def is_len_of_name(node: cst.BaseExpression) -> bool:
-    return (
-        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
-        and len(node.args) == 1 and not node.args[0].star and isinstance(node.args[0].value, cst.Name)
-    )
 
 
 def call_entries(ctx: ModuleContext, inv: cst.Call, site: Optional[KernelSite] = None) -> list[Entry]:

@@ -31,6 +31,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.rewrite.text import visual_indent
+from pallas_fix.rewrite.text.syntax import summands
 
 MIN_WIDTH = 79
 MAX_PROSE = 120
@@ -226,7 +227,7 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
         # `in_specs=[a, b] + [pl.BlockSpec()] * (len(operands) - 2)`: each summand on its own line,
         # as black puts an operator it splits at (inside the call's brackets); where one does not
         # fit, the first list broken, one element per line, the rest after it
-        parts = _summands(expr)
+        parts = summands(expr)
         split = [f"{indent}{head}{_code(parts[0])}"] + [f"{indent}+ {_code(p)}" for p in parts[1:]]
         if all(len(line) <= width for line in split[:-1]) and len(split[-1] + tail) <= width:
             return eol.join(split) + tail
@@ -251,13 +252,6 @@ def _wrap(text: str, width: int, eol: str, unit: str) -> Optional[str]:
 def _list_plus(expr: cst.BaseExpression) -> bool:
     """`[...] + rest` or `[a] * 3 + rest`, unparenthesised (its parts then sit inside the call's own brackets)."""
     return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) and not expr.lpar
-
-
-def _summands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """`a + b + c` (left-nested, unparenthesised) as [a, b, c]."""
-    if _list_plus(expr):
-        return _summands(expr.left) + [expr.right]
-    return [expr]
 
 
 def _code(node: cst.CSTNode) -> str:

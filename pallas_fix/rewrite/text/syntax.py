@@ -114,3 +114,10 @@ def followed_comma(comma: cst.Comma, sep: cst.Comma) -> cst.Comma:
     if isinstance(own, cst.ParenthesizedWhitespace) and own.first_line.comment is not None:
         ws = ws.with_changes(first_line=own.first_line) if isinstance(ws, cst.ParenthesizedWhitespace) else own
     return comma.with_changes(whitespace_after=ws)
+
+
+def summands(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """`a + b + c` (left-nested, unparenthesised) as [a, b, c]; anything else as [expr]."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) and not expr.lpar:
+        return summands(expr.left) + [expr.right]
+    return [expr]

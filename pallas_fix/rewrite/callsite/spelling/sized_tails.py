@@ -24,7 +24,7 @@ import libcst as cst
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core import names as N
 from pallas_fix.rewrite.callsite.spelling.repeated_specs import repetition
-from pallas_fix.rewrite.text.syntax import code, elements
+from pallas_fix.rewrite.text.syntax import code, elements, summands
 
 
 @dataclass(frozen=True)
@@ -53,12 +53,12 @@ class SizedTail:
 
 def read_sized_tail(ctx: ModuleContext, value: cst.BaseExpression, at: cst.CSTNode) -> Optional[SizedTail]:
     """The spelling of `value`, or None when it is not such a list."""
-    summands = _summands(value)
-    tail = _tail(ctx, summands[-1], at)
-    parts = [(p, _head_items(p)) for p in summands[:-1]]
+    parts_and_tail = summands(value)
+    tail = _tail(ctx, parts_and_tail[-1], at)
+    parts = [(p, _head_items(p)) for p in parts_and_tail[:-1]]
     if tail is None or any(items is None for _p, items in parts):
         return None
-    return SizedTail(tuple((p, tuple(items)) for p, items in parts), summands[-1], *tail)
+    return SizedTail(tuple((p, tuple(items)) for p, items in parts), parts_and_tail[-1], *tail)
 
 
 def sized_tail_text(tail: SizedTail, codes: dict[int, str], offset: int) -> str:
@@ -69,10 +69,15 @@ def sized_tail_text(tail: SizedTail, codes: dict[int, str], offset: int) -> str:
     if moved:  # fixed operands the tail covered: their own entries, the tail starting after them
         out.append("[" + ", ".join(codes.get(k) or code(tail.whole) for k in range(start, moved[-1] + 1)) + "]")
         start = moved[-1] + 1
-    drop = start - offset
-    count = f"len({tail.name})" + (f" - {drop}" if drop else "")
-    out.append(f"[{code(tail.whole)}] * " + (f"({count})" if drop else count))
+    out.append(tail_text(code(tail.whole), tail.name, start - offset))
     return " + ".join(out)
+
+
+def tail_text(whole: str, name: str, drop: int) -> str:
+    """`[whole] * len(name)`, or `[whole] * (len(name) - drop)`: one whole-array spec for each
+    item of the operand list `name` past its first `drop`."""
+    count = f"len({name})" + (f" - {drop}" if drop else "")
+    return f"[{whole}] * " + (f"({count})" if drop else count)
 
 
 def head_texts(tail: SizedTail, codes: dict[int, str]) -> list[str]:
@@ -106,13 +111,6 @@ def written_lambdas(tail: SizedTail, codes: dict[int, str]) -> bool:
     return False
 
 
-def _summands(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """`a + b + c` (left-nested, unparenthesized) as [a, b, c]."""
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) and not value.lpar:
-        return _summands(value.left) + [value.right]
-    return [value]
-
-
 def _head_items(part: cst.BaseExpression) -> Optional[list[cst.BaseExpression]]:
     """The items of a list literal, or of `[a, b] * 3` / `3 * [a, b]`."""
     return elements(part) if isinstance(part, cst.List) else repetition(part)
@@ -128,10 +126,17 @@ def _tail(ctx: ModuleContext, part: cst.BaseExpression, at: cst.CSTNode) -> Opti
     count, drop = part.right, 0
     if isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract) and isinstance(count.right, cst.Integer):
         count, drop = count.left, int(count.right.evaluated_value)
-    if not (isinstance(count, cst.Call) and isinstance(count.func, cst.Name) and count.func.value == "len" and len(count.args) == 1
-            and not count.args[0].star and isinstance(count.args[0].value, cst.Name)):
+    if not is_len_of_name(count):
         return None
     return items[0], count.args[0].value, drop
+
+
+def is_len_of_name(node: cst.BaseExpression) -> bool:
+    """`len(name)`."""
+    return (
+        isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "len"
+        and len(node.args) == 1 and not node.args[0].star and isinstance(node.args[0].value, cst.Name)
+    )
 
 
 def _whole_spec(ctx: ModuleContext, node: cst.BaseExpression, at: cst.CSTNode) -> bool:
