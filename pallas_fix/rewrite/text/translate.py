@@ -20,6 +20,7 @@ from pallas_fix.core import names as N
 from pallas_fix.core.model import KernelSite
 from pallas_fix.analysis.values.bindings import Unpack, scope_bindings, single_binding
 from pallas_fix.analysis.values.provenance import Env
+from pallas_fix.analysis.values.reaching import OUTER
 from pallas_fix.analysis.values.same_value import same_value_at
 from pallas_fix.rewrite.callsite.call_timing import call_anchor, closure_change
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
@@ -125,32 +126,54 @@ class Translator:
         if isinstance(owner, HelperEnv) and name.value in owner.params:  # a slice helper's size: its caller's argument
             caller, arg = static_argument(owner, name)
             return None if arg is name else self(arg, caller, depth + 1)
+        if name.value in owner.params and owner.bindings().get(name.value):
+            # A parameter the body rebinds (`BT = k_ref.shape[1]`) holds no single value: the read
+            # means the binding that reaches it in straight-line code, or nothing pallas-fix knows.
+            return self._rebound_param(name, owner, depth)
+        return self._unrebound(name, owner, depth)
+
+    def _rebound_param(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
+        found = owner.reaching(name)
+        if found is None:
+            return None
+        binder, binding = found
+        if binding is OUTER:  # read before any rebinding: the argument the call passed
+            return self._param(name, binder, depth)
+        how, node = binding
+        if how == "assign" and isinstance(node, cst.BaseExpression):
+            return None if binder.value(node).dynamic and not self.program_ids else self(node, binder, depth + 1)
+        if how == "assign" and isinstance(node, Unpack):
+            return self._unpacked(node)
+        return None
+
+    def _unrebound(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
         if name.value in owner.params:
-            bound = owner.param_exprs.get(name.value)
-            if bound is None or owner.bindings().get(name.value):
-                # A parameter the body rebinds (`H = H + 1`) holds no single value: the call site's
-                # argument is what it held before, not what the kernel reads after.
-                return None
-            if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
-                # written at the call site already, unless a name in it was rebound since the partial
-                return bound if same_value_at(self.ctx, bound, self.at) else None
-            return self(bound, owner.parent or owner, depth + 1)  # a default value
+            return self._param(name, owner, depth)
         value = single_binding(owner.bindings().get(name.value, []))
         if value is None:
             return None
         if isinstance(value, Unpack):
-            # `rows, cols = x_ref.shape`
-            inner = value.value
-            if (
-                isinstance(inner, cst.Attribute)
-                and inner.attr.value == "shape"
-                and isinstance(inner.value, cst.Name)
-            ):
-                return self.ref_shape(inner.value.value, value.index)
-            return None
+            return self._unpacked(value)
         if owner.value(value).dynamic and not self.program_ids:
             return None
         return self(value, owner, depth + 1)
+
+    def _unpacked(self, value: Unpack) -> Optional[cst.BaseExpression]:
+        """`rows, cols = x_ref.shape`: the call-site dim of the ref's view."""
+        inner = value.value
+        if isinstance(inner, cst.Attribute) and inner.attr.value == "shape" and isinstance(inner.value, cst.Name):
+            return self.ref_shape(inner.value.value, value.index)
+        return None
+
+    def _param(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
+        """A kernel (or helper) parameter the read sees as passed: what the call site binds it to."""
+        bound = owner.param_exprs.get(name.value)
+        if bound is None:
+            return None
+        if name.value in self.site.partial_kwargs or bound in self.site.partial_args:
+            # written at the call site already, unless a name in it was rebound since the partial
+            return bound if same_value_at(self.ctx, bound, self.at) else None
+        return self(bound, owner.parent or owner, depth + 1)  # a default value
 
     def _shape_dim(self, sub: cst.Subscript, env: Env) -> Optional[cst.BaseExpression]:
         base = sub.value
