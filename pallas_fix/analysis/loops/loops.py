@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from pallas_fix.core import names as N
-from pallas_fix.analysis.context import ModuleContext
+from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.core.model import LoopInfo
 from pallas_fix.core.names import call_arg
 
@@ -80,7 +80,7 @@ def _fori_loop(ctx: ModuleContext, call: cst.Call) -> Optional[LoopInfo]:
     single_target = isinstance(parent, cst.Assign) and len(parent.targets) == 1
     return LoopInfo(
         "fori_loop", call, body, free[0], lower, upper, None,
-        carries=_body_carries(ctx, body, init, free),
+        carries=_body_carries(ctx, body, init, free) and not _dead_carry(body, free, isinstance(parent, cst.Expr)),
         statement=ctx.statement_of(call),
         init=init,
         result_target=parent.targets[0].target if single_target else None,
@@ -121,6 +121,29 @@ def _body_carries(ctx: ModuleContext, body: cst.FunctionDef | cst.Lambda, init, 
         return True
     # `acc += x; return acc` returns the carry's name but a new value.
     return any(_rebinds(n, carry) for n in own_nodes(body))
+
+
+def _dead_carry(body: cst.FunctionDef | cst.Lambda, params: list[str], discarded: bool) -> bool:
+    """`def body(i, _): ...; return 0` run as a statement: the carry is never read, by the body or
+    after the loop, and each step hands back a constant. Nothing flows from one step to the next
+    (a loop run for its effects, written in the only form `fori_loop` takes), so the loop carries
+    nothing. A return computing something (a call, which may write refs) keeps it a carry."""
+    if not discarded or len(params) < 2 or not isinstance(body, cst.FunctionDef):
+        return False
+    carry = params[1]
+    # Any read, a nested function's too: the first step sees `init`, the others the constant.
+    if any(isinstance(n, cst.Name) and n.value == carry for n in walk(body.body)):
+        return False
+    returns = [n for n in own_nodes(body) if isinstance(n, cst.Return)]
+    return bool(returns) and all(returns_constant(r) for r in returns)
+
+
+def returns_constant(ret: cst.Return) -> bool:
+    """`return 0`, `return -1.0`, `return None`, `return`: a value fixed before the loop runs."""
+    value = ret.value
+    if isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus):
+        value = value.expression
+    return value is None or isinstance(value, (cst.Integer, cst.Float)) or (isinstance(value, cst.Name) and value.value in ("None", "True", "False"))
 
 
 def threads_carry(ctx: ModuleContext, value: Optional[cst.BaseExpression], carry: str) -> bool:

@@ -12,6 +12,7 @@ import libcst as cst
 from pallas_fix.analysis.binders import is_label
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.effects.model import Write, loop_body_writes, statement_writes, write_words
+from pallas_fix.analysis.loops.loops import returns_constant
 from pallas_fix.core import names as N
 from pallas_fix.core.names import call_arg
 from pallas_fix.core.model import LoopInfo
@@ -232,9 +233,9 @@ def _ends_body(ret: cst.Return, carry: Optional[str], carry_used_ok: bool, threa
 
 
 def _returns_carry(ret: cst.Return, carry: Optional[str]) -> bool:
-    if ret.value is None:
-        return True
-    return isinstance(ret.value, cst.Name) and ret.value.value in ("None", carry)
+    """`return carry`, or a constant a loop whose result nobody reads hands back
+    (analysis.loops.loops: such a loop carries nothing)."""
+    return returns_constant(ret) or isinstance(ret.value, cst.Name) and ret.value.value == carry
 
 
 def check_loop_writes(analysis, region) -> None:

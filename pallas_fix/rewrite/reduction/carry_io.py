@@ -15,6 +15,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
+from pallas_fix.analysis.loops.loops import returns_constant
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.reduction.carries import Carry
 from pallas_fix.rewrite.reduction.carry_names import body_unpack, result_target
@@ -109,7 +110,7 @@ def body_without_return(body: cst.CSTNode) -> list[cst.BaseStatement]:
     last = stmts[-1] if stmts else None
     if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return):
         ret = last.body[-1]
-        if ret.value is not None and not isinstance(ret.value, cst.Name):
+        if not (returns_constant(ret) or isinstance(ret.value, cst.Name)):
             raise Refuse("the loop body returns a computed value, although the loop carries nothing")
         return stmts[:-1] if len(last.body) == 1 else stmts[:-1] + [last.with_changes(body=last.body[:-1])]
     return stmts
