@@ -90,6 +90,7 @@ from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.loops.before_loop import side_effect_statements
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guards_note, packed_tuple
+from pallas_fix.rewrite.blocks.blockspecs import unwritten_steps_problem
 from pallas_fix.rewrite.blocks.plan import NEW_INDEX
 from pallas_fix.rewrite.blocks.grid_params import pipelined
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
@@ -154,9 +155,8 @@ def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required
     steps_guard = runs_a_step(cs, trip, blocks) if guard is None else []  # `assert trip >= 1`, from the examples
     jnp = imports.spelling(ctx, imports.NUMPY)
     skipped = _skipped_index(region, translate, guard, jnp.text)
-    if guard is not None and access.moving_outputs:
-        raise Refuse(f"the output `{access.moving_outputs[0]}` is sliced by the loop index, whose trip count depends on "
-                     "pl.program_id: the grid steps past it would write back blocks the loop never wrote")
+    if guard is not None:
+        _check_skipped_writes(cs, access, blocks[0])
     blocked = {(b.param, b.dim) for b in blocks}
     carry = carry_model(analysis, region, loop, translate, blocked) if loop.carries else _no_carry(region)
     counters_after = [l for l in carry.leaves if l.counter is not None and (l.read_after or embedded is not None)]
@@ -204,9 +204,13 @@ def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required
     def rewrite(module: cst.Module) -> cst.Module:
         return imports.drop_unused_loop_imports(imports.add_imports(apply_edits(module, edits)[0], needed), module)
 
-    resident = f"{',' if strip is None else ''} its outputs resident across it"  # the strip's words end with a comma
+    comma = ',' if strip is None else ''  # the strip's words end with a comma
+    if semantics == "parallel" and guard is not None:  # independent steps whose count reads the program id
+        what, kind, resident = "loop", "parallel", f"{comma} the steps past its bound skipped"
+    else:
+        what, kind, resident = "reduction", "sequential", f"{comma} its outputs resident across it"
     description = (
-        f"lifted the reduction over `{loop.index_name}` in `{site.kernel_name}` into sequential grid axis {step.axis}"
+        f"lifted the {what} over `{loop.index_name}` in `{site.kernel_name}` into {kind} grid axis {step.axis}"
         f"{', ' + strip.words() + ',' if strip is not None else ''}"
         f"{' with scratch ' + ', '.join(l.ref for l in carry.scratch) if carry.scratch else resident}"
         f"{'; one window per step, not strip-mined (reduction.strip): ' + one_window if one_window else ''}"
@@ -278,7 +282,14 @@ def plan_without_windows(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixP
 
 
 def is_reduction(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    """The loops R2's planner takes (the rest are R1's): a carry, or an output accumulated in place."""
+    """The loops R2's planner takes (the rest are R1's): a carry, an output accumulated in place,
+    or a trip count that depends on pl.program_id (a tail block's fewer chunks, causal rows):
+    R2's axis runs the full length and skips the steps past the bound, carry or not."""
+    return iterations_depend(analysis, loop, uses) or _bounded_by_program_id(analysis, loop, uses)
+
+
+def iterations_depend(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
+    """A carry, or a ref written at a place every iteration shares: a reduction (PF102)."""
     return loop.carries or _accumulates(analysis, loop, uses)
 
 
@@ -326,6 +337,20 @@ def _semantics(analysis, region: LoopRegion, site, carry: Carry, access: _Access
     return "arbitrary" if site.backend is Backend.TPU else "sequential"
 
 
+def _check_skipped_writes(cs: CallSite, access: "_Access", first: RefBlock) -> None:
+    """The steps `pl.when(k < upper)` skips still write back the blocks they visit: an output
+    moving with the new axis must not lose rows there that another step wrote
+    (blockspecs.unwritten_steps_problem)."""
+    window_dim = cs.kernel_shape_dim(first.param, first.dim)
+    for block in access.blocks:
+        if block.param not in access.moving_outputs:
+            continue
+        problem = unwritten_steps_problem(cs, block.param, block.dim, window_dim)
+        if problem is not None:
+            raise Refuse(f"the output `{block.param}` is sliced by the loop index, whose trip count depends on "
+                         f"pl.program_id: the grid steps past it would write back blocks the loop never wrote, and {problem}")
+
+
 def _trip_count(region: LoopRegion, cs: CallSite, translate, first: Optional[RefBlock]) -> tuple[cst.BaseExpression, Optional[str]]:
     """The new axis's size, and the `pl.when` guard a trip count that depends on pl.program_id
     (causal attention) needs: then the axis runs the full length of the first blocked input."""
@@ -371,8 +396,20 @@ def _planner(analysis) -> dict:
     """Loops that carry a value, and loops that carry nothing but accumulate into a ref every
     iteration writes at the same place (`o_ref[...] += x_ref[:, pl.ds(k * bk, bk)] @ ...`): both
     are reductions. Other carry-less loops are lift-loop's (R1) alone."""
-    groups = [(loop, uses) for loop, uses in uses_by_loop(analysis) if loop.carries or _accumulates(analysis, loop, uses)]
+    groups = [(loop, uses) for loop, uses in uses_by_loop(analysis) if is_reduction(analysis, loop, uses)]
     return per_use(groups, lambda loop, uses: attempt(NAME, _plan, analysis, loop, uses))
+
+
+def _bounded_by_program_id(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
+    site = uses[0].kernel_site
+    if site is None or site.kernel is None:
+        return False
+    try:
+        region = loop_region(analysis, site, loop, reduction=True)
+    except Refuse:
+        return False
+    upper = region.env.value(loop.upper)
+    return upper.dynamic and upper.origin is Origin.PROGRAM_ID
 
 
 def _accumulates(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:

@@ -170,10 +170,13 @@ def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcome
         return rule, message
     offered = outcomes.get(use_key(use), [])
     plan = next((o for o in offered if isinstance(o, FixPlan)), None)
+    loop = use.provenance.loop
     if plan is not None:
-        reduction = plan.codemod == REDUCTION
+        # lift-reduction also takes independent loops whose trip count reads the program id (causal
+        # rows, a tail block's fewer chunks): those stay PF101.
+        uses = [u for u in analysis.uses if u.provenance.loop is loop]
+        reduction = plan.codemod == REDUCTION and loop is not None and recipes.lift_reduction.iterations_depend(analysis, loop, uses)
     else:
-        loop = use.provenance.loop
         reduction = any(o.codemod == REDUCTION for o in offered) and loop is not None and accumulates_in_place(analysis, loop)
     return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)
 

@@ -227,6 +227,39 @@ class SpecWriter:
             )
 
 
+def unwritten_steps_problem(cs: CallSite, param: str, dim: int, window_dim: Optional[cst.BaseExpression]) -> Optional[str]:
+    """Why the steps a `pl.when(k < upper)` skips may not write back the blocks of the output
+    `param` they visit unwritten; None when they may. They may where each original block of the
+    output belongs to one grid step alone (its index moves with every grid axis, each in a dim of
+    its own), blocked in VMEM, not aliased, and the new blocks tile that block along `dim` as the
+    loop's windows did (`window_dim`, the kernel's view of that dim, the axis's length): the skipped
+    steps' blocks are the rows of that step's block the original left unwritten and wrote back
+    anyway, undefined in both. On Triton nothing is written back: a skipped step stores nothing."""
+    if cs.backend() is Backend.TRITON:
+        return None
+    slot = cs.slots.get(param)
+    if slot is None:
+        return "it is not an operand of the call"
+    if cs.aliased:
+        return "the call aliases outputs to inputs (input_output_aliases), whose rows the original may keep"
+    spec = cs.spec_of(slot)
+    if spec.unblocked():
+        return f"its BlockSpec sets `{spec.placement}`, so the original's unwritten rows keep what the array held"
+    view = cs.kernel_shape_dim(param, dim)
+    if view is None or window_dim is None or code(view) != code(window_dim):
+        return "its block along the loop's dim is not the one the new axis divides"
+    ngrid = len(cs.grid)
+    params = spec.index_params[:ngrid]
+    if ngrid and (spec.index_exprs is None or len(params) < ngrid):
+        return "its index_map cannot be read"
+    for name in params:
+        own = [e for e in spec.index_exprs or [] if names_in(e) & set(params) == {name} and _moves_with(e, name)]
+        if not own:
+            return (f"its block does not move with every grid step (not with `{name}`), so other steps write "
+                    "the rows a skipped step would write back")
+    return None
+
+
 def _moves_along(exprs: list[cst.BaseExpression], name: str) -> bool:
     """Whether a written block index (all its dims) moves on every step of grid parameter
     `name`: one dim moves with it, or two dims split it as a folded grid does (`i // n`, `i % n`)."""
