@@ -111,6 +111,7 @@ from pallas_fix.rewrite.reduction.strip import reversed_index, strip_plan, windo
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
+from pallas_fix.rewrite.reduction.takes import is_reduction
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.blocks.windows_count import add_windows_count
@@ -281,18 +282,6 @@ def plan_without_windows(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixP
     return _plan(analysis, loop, uses, windows_required=False)
 
 
-def is_reduction(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    """The loops R2's planner takes (the rest are R1's): a carry, an output accumulated in place,
-    or a trip count that depends on pl.program_id (a tail block's fewer chunks, causal rows):
-    R2's axis runs the full length and skips the steps past the bound, carry or not."""
-    return iterations_depend(analysis, loop, uses) or _bounded_by_program_id(analysis, loop, uses)
-
-
-def iterations_depend(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    """A carry, or a ref written at a place every iteration shares: a reduction (PF102)."""
-    return loop.carries or _accumulates(analysis, loop, uses)
-
-
 @dataclass(frozen=True)
 class _Access:
     blocks: list[RefBlock]  # the refs blocked along the new axis
@@ -398,29 +387,6 @@ def _planner(analysis) -> dict:
     are reductions. Other carry-less loops are lift-loop's (R1) alone."""
     groups = [(loop, uses) for loop, uses in uses_by_loop(analysis) if is_reduction(analysis, loop, uses)]
     return per_use(groups, lambda loop, uses: attempt(NAME, _plan, analysis, loop, uses))
-
-
-def _bounded_by_program_id(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    site = uses[0].kernel_site
-    if site is None or site.kernel is None:
-        return False
-    try:
-        region = loop_region(analysis, site, loop, reduction=True)
-    except Refuse:
-        return False
-    upper = region.env.value(loop.upper)
-    return upper.dynamic and upper.origin is Origin.PROGRAM_ID
-
-
-def _accumulates(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    site = uses[0].kernel_site
-    if site is None or site.kernel is None:
-        return False
-    try:
-        region = loop_region(analysis, site, loop, reduction=True)
-        return any(g.written and not g.lifted for g in ref_accesses(analysis, region, loop).values())
-    except Refuse:
-        return False
 
 
 RECIPE = Recipe(

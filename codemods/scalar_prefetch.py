@@ -59,6 +59,7 @@ from pallas_fix.rewrite.proofs.tpu_tiling import check_new_block_dims
 from pallas_fix.rewrite.blocks.plan import RefBlock
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.common import check_single_call, reported_uses
+from pallas_fix.rewrite.reduction.takes import is_reduction
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.text.edits import apply_edits, remove_statement
 from pallas_fix.rewrite.text.line_width import fit_width
@@ -263,7 +264,7 @@ def _lift(analysis, loop, uses: list[IndexUse], lifts: dict) -> tuple[str, str, 
     key = id(loop.call)
     if key not in lifts:
         try:
-            if lift_reduction.is_reduction(analysis, loop, uses):
+            if is_reduction(analysis, loop, uses):
                 first = lift_reduction.plan_without_windows(analysis, loop, uses)
             else:
                 first = lift_loop.plan_loop(analysis, loop, uses)

@@ -25,6 +25,7 @@ from pallas_fix.core.directives import suppressed
 from pallas_fix.core.model import Finding, FixSafety, IndexUse, KernelSite
 from pallas_fix.core.plans import Anchor, FixAfter, FixPlan, Outcome, Refusal, use_key
 from pallas_fix.core.speed import Pipelined
+from pallas_fix.rewrite.reduction.takes import iterations_depend
 from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_interpret
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
@@ -175,7 +176,7 @@ def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcome
         # lift-reduction also takes independent loops whose trip count reads the program id (causal
         # rows, a tail block's fewer chunks): those stay PF101.
         uses = [u for u in analysis.uses if u.provenance.loop is loop]
-        reduction = plan.codemod == REDUCTION and loop is not None and recipes.lift_reduction.iterations_depend(analysis, loop, uses)
+        reduction = plan.codemod == REDUCTION and loop is not None and iterations_depend(analysis, loop, uses)
     else:
         reduction = any(o.codemod == REDUCTION for o in offered) and loop is not None and accumulates_in_place(analysis, loop)
     return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)
