@@ -326,7 +326,7 @@ def _semantics(analysis, region: LoopRegion, site, carry: Carry, access: _Access
     return "arbitrary" if site.backend is Backend.TPU else "sequential"
 
 
-def _check_skipped_writes(cs: CallSite, access: "_Access", first: RefBlock) -> None:
+def _check_skipped_writes(cs: CallSite, access: _Access, first: RefBlock) -> None:
     """The steps `pl.when(k < upper)` skips still write back the blocks they visit: an output
     moving with the new axis must not lose rows there that another step wrote
     (blockspecs.unwritten_steps_problem)."""

@@ -249,6 +249,8 @@ def unwritten_steps_problem(cs: CallSite, param: str, dim: int, window_dim: Opti
     if view is None or window_dim is None or code(view) != code(window_dim):
         return "its block along the loop's dim is not the one the new axis divides"
     ngrid = len(cs.grid)
+    if ngrid and spec.whole:
+        return "its block is the whole array, which every grid step shares"
     params = spec.index_params[:ngrid]
     if ngrid and (spec.index_exprs is None or len(params) < ngrid):
         return "its index_map cannot be read"

@@ -23,23 +23,29 @@ def iterations_depend(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
 
 
 def _bounded_by_program_id(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    site = uses[0].kernel_site
-    if site is None or site.kernel is None:
-        return False
-    try:
-        region = loop_region(analysis, site, loop, reduction=True)
-    except Refuse:
+    region = _region(analysis, loop, uses)
+    if region is None:
         return False
     upper = region.env.value(loop.upper)
     return upper.dynamic and upper.origin is Origin.PROGRAM_ID
 
 
 def _accumulates(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
-    site = uses[0].kernel_site
-    if site is None or site.kernel is None:
+    region = _region(analysis, loop, uses)
+    if region is None:
         return False
     try:
-        region = loop_region(analysis, site, loop, reduction=True)
         return any(g.written and not g.lifted for g in ref_accesses(analysis, region, loop).values())
     except Refuse:
         return False
+
+
+def _region(analysis, loop: LoopInfo, uses: list[IndexUse]):
+    """The loop's region in its kernel as R2 reads it, or None where R2 cannot read one."""
+    site = uses[0].kernel_site
+    if site is None or site.kernel is None:
+        return None
+    try:
+        return loop_region(analysis, site, loop, reduction=True)
+    except Refuse:
+        return None

@@ -130,7 +130,7 @@ class Translator:
             # A parameter the body rebinds (`BT = k_ref.shape[1]`) holds no single value: the read
             # means the binding that reaches it in straight-line code, or nothing pallas-fix knows.
             return self._rebound_param(name, owner, depth)
-        return self._unrebound(name, owner, depth)
+        return self._bound_once(name, owner, depth)
 
     def _rebound_param(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
         found = owner.reaching(name)
@@ -146,7 +146,7 @@ class Translator:
             return self._unpacked(node)
         return None
 
-    def _unrebound(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
+    def _bound_once(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
         if name.value in owner.params:
             return self._param(name, owner, depth)
         value = single_binding(owner.bindings().get(name.value, []))
