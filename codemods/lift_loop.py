@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo, Origin
+from pallas_fix.core.model import FixSafety, IndexUse, LoopInfo
 from pallas_fix.core.plans import FixPlan, Recipe, Refuse
 from pallas_fix.rewrite.text import imports
+from pallas_fix.rewrite.reduction.takes import trip_reads_program_id
 from pallas_fix.rewrite.blocks.edits import CallEdits, NewAxis, RefBlock, guarded_edits, packed_tuple
 from pallas_fix.rewrite.blocks.grid_params import pipelined
 from pallas_fix.rewrite.callsite.ranks import hypothesis_doubt
@@ -61,8 +62,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
     check_single_call(analysis, site)
     cs = CallSite(ctx, site, analysis.detection.envs.get(site.kernel))
     region = loop_region(analysis, site, loop)
-    upper = region.env.value(loop.upper)
-    if upper.dynamic and upper.origin is Origin.PROGRAM_ID:  # lift-reduction plans it (is_reduction)
+    if trip_reads_program_id(region):  # lift-reduction plans it (is_reduction)
         raise Refuse(f"the trip count `{code(loop.upper)}` depends on pl.program_id: the axis must run its full "
                      "length and skip the steps past the bound, which lift-reduction plans")
     blocks, outputs, rows_kept = _blocks(analysis, region, cs)

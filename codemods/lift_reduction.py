@@ -111,7 +111,7 @@ from pallas_fix.rewrite.reduction.strip import reversed_index, strip_plan, windo
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
 from pallas_fix.rewrite.kernel.ref_access import accessed_slots, check_kernel_ref_uses, is_write, lifted_block, lifted_element_ids, ref_accesses
 from pallas_fix.rewrite.loops.strip_mines import refuse_strip_mine
-from pallas_fix.rewrite.reduction.takes import is_reduction
+from pallas_fix.rewrite.reduction.takes import is_reduction, trip_reads_program_id
 from pallas_fix.rewrite.kernel.scalar_lift import block_subscript_edit
 from pallas_fix.rewrite.blocks.scratch import add_scratch, scratch_spelling
 from pallas_fix.rewrite.blocks.windows_count import add_windows_count
@@ -149,8 +149,8 @@ def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required
     access = _blocks(analysis, region, cs, translate, windows_required)
     blocks = access.blocks
     extent_reads: list = []  # `n_rows = x_ref.shape[0]` of a lifted dim (rewrite.extents.extent_reads)
-    upper = region.env.value(loop.upper)  # a pl.program_id trip count stays as the guard (_trip_count)
-    upper_stays = upper.dynamic and upper.origin is Origin.PROGRAM_ID and region.env.static_int(loop.lower) == 0
+    # a pl.program_id trip count stays as the guard (_trip_count)
+    upper_stays = trip_reads_program_id(region) and region.env.static_int(loop.lower) == 0
     check_kernel_ref_uses(analysis, site, region, {b.param for b in blocks}, extent_reads, upper_stays=upper_stays)
     trip, guard = _trip_count(region, cs, translate, blocks[0] if blocks else None)
     steps_guard = runs_a_step(cs, trip, blocks) if guard is None else []  # `assert trip >= 1`, from the examples

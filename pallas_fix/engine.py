@@ -115,8 +115,9 @@ def check(analysis: Analysis) -> CheckResult:
         present |= {"PF101", "PF102"}  # a PF101 loop may turn out a reduction: both lifts decide (_as_reduction)
     outcomes = _outcomes(analysis, present)
     findings: list[Finding] = []
+    depends: dict[int, bool] = {}  # id(loop) -> whether its iterations depend on each other
     for use, window, rule, message in ruled:
-        rule, message = _as_reduction(analysis, use, rule, message, outcomes)
+        rule, message = _as_reduction(analysis, use, rule, message, outcomes, depends)
         rule, message = _as_offset_window(use, window, rule, message, outcomes)
         finding = Finding(
             code=rule.code,
@@ -163,7 +164,8 @@ def _as_offset_window(use: IndexUse, window, rule, message: str, outcomes: dict[
     return rule, message
 
 
-def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcomes: dict[Anchor, list[Outcome]]):
+def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcomes: dict[Anchor, list[Outcome]],
+                  depends: dict[int, bool]):
     """A carry-less loop whose fix is lift-reduction's, or which no one can fix but which
     lift-reduction speaks for and which updates a ref in place (`o_ref[...] += ...`), is a
     reduction: its iterations are not independent, so it is PF102, not PF101."""
@@ -174,9 +176,10 @@ def _as_reduction(analysis: Analysis, use: IndexUse, rule, message: str, outcome
     loop = use.provenance.loop
     if plan is not None:
         # lift-reduction also takes independent loops whose trip count reads the program id (causal
-        # rows, a tail block's fewer chunks): those stay PF101.
-        uses = [u for u in analysis.uses if u.provenance.loop is loop]
-        reduction = plan.codemod == REDUCTION and loop is not None and iterations_depend(analysis, loop, uses)
+        # rows, a tail block's fewer chunks): those stay PF101. Asked once per loop (`depends`).
+        if plan.codemod == REDUCTION and loop is not None and id(loop) not in depends:
+            depends[id(loop)] = iterations_depend(analysis, loop, [u for u in analysis.uses if u.provenance.loop is loop])
+        reduction = plan.codemod == REDUCTION and depends.get(id(loop), False)
     else:
         reduction = any(o.codemod == REDUCTION for o in offered) and loop is not None and accumulates_in_place(analysis, loop)
     return (RULES["PF102"], reduction_message(use)) if reduction else (rule, message)

@@ -24,9 +24,12 @@ def iterations_depend(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
 
 def _bounded_by_program_id(analysis, loop: LoopInfo, uses: list[IndexUse]) -> bool:
     region = _region(analysis, loop, uses)
-    if region is None:
-        return False
-    upper = region.env.value(loop.upper)
+    return region is not None and trip_reads_program_id(region)
+
+
+def trip_reads_program_id(region) -> bool:
+    """The loop's upper bound is a traced function of pl.program_id (a causal row, a tail block)."""
+    upper = region.env.value(region.loop.upper)
     return upper.dynamic and upper.origin is Origin.PROGRAM_ID
 
 

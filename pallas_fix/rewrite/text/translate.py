@@ -140,30 +140,25 @@ class Translator:
         if binding is OUTER:  # read before any rebinding: the argument the call passed
             return self._param(name, binder, depth)
         how, node = binding
-        if how == "assign" and isinstance(node, cst.BaseExpression):
-            return None if binder.value(node).dynamic and not self.program_ids else self(node, binder, depth + 1)
-        if how == "assign" and isinstance(node, Unpack):
-            return self._unpacked(node)
-        return None
+        return self._held(node, binder, depth) if how == "assign" else None
 
     def _bound_once(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
         if name.value in owner.params:
             return self._param(name, owner, depth)
         value = single_binding(owner.bindings().get(name.value, []))
-        if value is None:
-            return None
+        return None if value is None else self._held(value, owner, depth)
+
+    def _held(self, value, owner, depth: int) -> Optional[cst.BaseExpression]:
+        """What an assignment binds, at the call: `rows, cols = x_ref.shape` the call-site dim of
+        the ref's view, an expression its translation (a traced one only for a grid expression)."""
         if isinstance(value, Unpack):
-            return self._unpacked(value)
-        if owner.value(value).dynamic and not self.program_ids:
+            inner = value.value
+            if isinstance(inner, cst.Attribute) and inner.attr.value == "shape" and isinstance(inner.value, cst.Name):
+                return self.ref_shape(inner.value.value, value.index)
+            return None
+        if not isinstance(value, cst.BaseExpression) or (owner.value(value).dynamic and not self.program_ids):
             return None
         return self(value, owner, depth + 1)
-
-    def _unpacked(self, value: Unpack) -> Optional[cst.BaseExpression]:
-        """`rows, cols = x_ref.shape`: the call-site dim of the ref's view."""
-        inner = value.value
-        if isinstance(inner, cst.Attribute) and inner.attr.value == "shape" and isinstance(inner.value, cst.Name):
-            return self.ref_shape(inner.value.value, value.index)
-        return None
 
     def _param(self, name: cst.Name, owner, depth: int) -> Optional[cst.BaseExpression]:
         """A kernel (or helper) parameter the read sees as passed: what the call site binds it to."""
