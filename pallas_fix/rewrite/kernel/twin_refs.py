@@ -25,6 +25,7 @@ import libcst as cst
 from pallas_fix.analysis.accesses import only_waited
 from pallas_fix.analysis.context import walk
 from pallas_fix.analysis.result import analyze
+from pallas_fix.core import names as N
 from pallas_fix.core.model import Backend, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
@@ -152,8 +153,7 @@ def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], 
     if cs.aliased:
         raise Refuse(f"the pallas_call aliases inputs to outputs; `{ref}`'s twin operand would shift nothing, "
                      "but pallas-fix does not rewrite aliased calls this way")
-    if not cs.spec_of(cs.slots[ref]).whole:
-        raise Refuse(f"`{ref}` is already blocked by its BlockSpec; its window lies inside the block")
+    spec = cs.spec_of(cs.slots[ref])
     for node in walk(fn):
         if isinstance(node, cst.Subscript) and (base := ref_base(node)) is not None and base.value == ref and is_write(ctx, node):
             raise Refuse(f"the kernel writes its input `{ref}` (line {ctx.span(node).line}): a twin would not see the write")
@@ -176,7 +176,7 @@ def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], 
         raise Refuse(f"the pallas_call's operands are not written one per input, so `{ref}`'s twin has no place")
     twin_arg = cst.parse_expression(arg)
     edits[site.invocation] = lambda c: c.with_changes(args=_inserted(list(c.args), len(c.args) - 1, cst.Arg(twin_arg)))
-    _spec_edit(cs, edits, ref, last.index)
+    _spec_edit(cs, edits, ref, last.index, None if spec.whole else _blocked_spec(cs, ref))
     for sub in windows:
         edits[ref_base(sub)] = lambda n: n.with_changes(value=new)
     return edits, new
@@ -184,28 +184,81 @@ def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], 
 
 def _inserted(items: list, after: int, item):
     """`items` with `item` after position `after`, separated as the list separates its items: a
-    last item keeps its trailing comma (or none) on the new one."""
+    last item keeps its trailing comma (or none) on the new one. A comment after a comma stays with
+    the item it annotates (`),  # o_vjp`); the new item's comma carries none."""
     prev = items[after]
     if after + 1 < len(items):
-        return [*items[:after + 1], item.with_changes(comma=prev.comma), *items[after + 1:]]
+        return [*items[:after + 1], item.with_changes(comma=_uncommented(prev.comma)), *items[after + 1:]]
     sep = items[after - 1].comma if after > 0 else cst.MaybeSentinel.DEFAULT
     if not isinstance(sep, cst.Comma):
         sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*items[:after], prev.with_changes(comma=sep), item.with_changes(comma=prev.comma)]
+    own, gap = prev.comma, sep.whitespace_after
+    if isinstance(own, cst.Comma) and isinstance(own.whitespace_after, cst.ParenthesizedWhitespace) \
+            and isinstance(gap, cst.ParenthesizedWhitespace):
+        # the last item's comment stays on its line, which now breaks to the new item's indent
+        kept = sep.with_changes(whitespace_after=gap.with_changes(first_line=own.whitespace_after.first_line))
+        return [*items[:after], prev.with_changes(comma=kept), item.with_changes(comma=_uncommented(own))]
+    return [*items[:after], prev.with_changes(comma=_uncommented(sep)), item.with_changes(comma=_uncommented(own))]
 
 
-def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int) -> None:
-    """The twin's spec, whole (`pl.BlockSpec()`; the lift then gives it the window's): none when
-    in_specs is absent; a list literal gains an item, `[spec] * n` is spelled out with one more."""
+def _closing_comment_kept(old: cst.List, last: int, items: list) -> cst.List:
+    """`old` with `items`, where an item appended after the last keeps the last one's comment with
+    it: `),  # o_vjp` then `]` holds the comment before `]`, which would now follow the new item."""
+    close = old.rbracket.whitespace_before
+    if last + 1 != len(old.elements) or not isinstance(close, cst.ParenthesizedWhitespace) or close.first_line.comment is None:
+        return old.with_changes(elements=items)
+    prev = items[last]
+    if not isinstance(prev.comma, cst.Comma):
+        return old.with_changes(elements=items)
+    gap = next((e.comma.whitespace_after for e in old.elements[:-1]
+                if isinstance(e.comma, cst.Comma) and isinstance(e.comma.whitespace_after, cst.ParenthesizedWhitespace)), None)
+    if gap is None:
+        return old.with_changes(elements=items)
+    moved = prev.comma.with_changes(whitespace_after=gap.with_changes(first_line=close.first_line))
+    items = [*items[:last], prev.with_changes(comma=moved), *items[last + 1:]]
+    bare = close.with_changes(first_line=cst.TrailingWhitespace(newline=close.first_line.newline))
+    return old.with_changes(elements=items, rbracket=old.rbracket.with_changes(whitespace_before=bare))
+
+
+def _uncommented(comma):
+    """`comma` without the comment on its line (a new item says nothing the old one said)."""
+    if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace):
+        ws = comma.whitespace_after
+        return comma.with_changes(whitespace_after=ws.with_changes(first_line=cst.TrailingWhitespace(newline=ws.first_line.newline)))
+    return comma
+
+
+def _blocked_spec(cs: CallSite, ref: str) -> cst.BaseExpression:
+    """The spec of a `ref` already blocked (folx's mask: `(None, seq_len)` at `(i, 0)`, one batch
+    row, whole along the window's dim), copied for its twin: the lift then narrows the copy along
+    the window's dim as it would the ref's own spec, or refuses when the window lies inside a
+    moving block. Only a BlockSpec written in the list is copied: one held in a name or made by a
+    helper would be edited where it is defined, under the ref's own spec too."""
+    container = cs.site.kw("in_specs")
+    value = cs.ctx.resolve_value(container, cs.anchor(container)) if container is not None else None
+    items = elements(value) if isinstance(value, cst.List) else None
+    item = items[cs.slots[ref].index] if items is not None and cs.slots[ref].index < len(items) else None
+    if not (isinstance(item, cst.Call) and cs.ctx.imports.is_(item.func, N.BLOCK_SPEC)):
+        raise Refuse(f"`{ref}` is already blocked by a spec not written as a pl.BlockSpec(...) in the in_specs list, "
+                     "so its twin gets no copy of it")
+    return item.deep_clone()
+
+
+def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int, blocked: Optional[cst.BaseExpression] = None) -> None:
+    """The twin's spec: whole (`pl.BlockSpec()`), or a copy of the ref's own when that is blocked
+    (`blocked`); the lift then gives it the window's. None when in_specs is absent; a list literal
+    gains an item, `[spec] * n` is spelled out with one more."""
     container = cs.site.kw("in_specs")
     if container is None:
+        if blocked is not None:
+            raise Refuse(f"`{ref}` is blocked, but the call has no in_specs to give its twin a spec")
         return
     cs.refuse_if_shared(container, "in_specs", within_call=False)
     value = cs.ctx.resolve_value(container, cs.anchor(container))
-    whole = cst.parse_expression(f"{cs.pl_alias()}.BlockSpec()")
+    whole = blocked if blocked is not None else cst.parse_expression(f"{cs.pl_alias()}.BlockSpec()")
     items = elements(value) if isinstance(value, cst.List) else None
     if items is not None and len(items) == last + 1:
-        edits[value] = lambda v: v.with_changes(elements=_inserted(list(v.elements), last, cst.Element(whole)))
+        edits[value] = lambda v: _closing_comment_kept(v, last, _inserted(list(v.elements), last, cst.Element(whole)))
         return
     repeated = repeated_items(cs.ctx, value, cs.anchor(container))
     if repeated is not None and len(repeated) == last + 1:  # spelled out: pallas-fix edits one item of a literal
