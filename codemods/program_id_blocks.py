@@ -34,7 +34,7 @@ from typing import Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.core.model import FixSafety, IndexUse, Origin
+from pallas_fix.core.model import Backend, FixSafety, IndexUse, Origin
 from pallas_fix.core.plans import FixPlan, Outcome, Recipe, Refusal, Refuse, use_key
 from pallas_fix.rewrite.text import imports
 from pallas_fix.rewrite.blocks.edits import (BlockIndexExpr, CallEdits, RefBlock, dead_assignments, guarded_edits,
@@ -52,7 +52,7 @@ from pallas_fix.rewrite.inblock.dma_outputs import dma_written
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
-from pallas_fix.rewrite.kernel.pid_helpers import drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
+from pallas_fix.rewrite.kernel.pid_helpers import check_called_once, drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
 from pallas_fix.rewrite.kernel.pid_windows import (check_operand, check_other_uses, pid_block_index, plan_description,
                                                     program_id_scalars, view_rank)
@@ -200,7 +200,9 @@ def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[Inde
     if listed:
         reads += check_other_uses(ctx, site.kernel, listed.name, allowed, window.use.dim, env)
     check_output_views(analysis, cs, ref, window.subscripts)
-    if cs.slots[ref].kind == "out":
+    # On Triton an output's BlockSpec is a pointer offset into the array, nothing is copied in or
+    # out: a step reads what the array holds, as the original's whole ref did.
+    if cs.slots[ref].kind == "out" and site.backend is not Backend.TRITON:
         check_written_before_read(ctx, site.kernel, ref, window.subscripts, lambda s: {dim, *window.squeezed}, cs.aliased)
     use = window.use
     squeezed, _kept = split_squeezable(cs, ref, window.squeezed, index.grid_axes())  # kept whole: their scalars stay in the kernel
@@ -346,6 +348,7 @@ def _shared_window(analysis, cs: CallSite, ref: str, dim: int, uses: list[IndexU
         if not sub_uses:
             raise unwindowed(analysis, ref, dim, node, uses)
         use = sub_uses[0]
+        check_called_once(ctx, site.kernel, node, ref, use)
         # Folded divisors written at the call site (rewrite.blocks.folds), so that two accesses
         # compare by what their index_maps would compute, not by the kernel's spelling.
         index, offset = _index_or_offset(analysis, cs, use, ref)

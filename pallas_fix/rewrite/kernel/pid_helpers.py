@@ -18,6 +18,7 @@ from pallas_fix.analysis.discovery.helper_calls import kernel_ref_name
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.kernel.ref_access import ref_base
+from pallas_fix.rewrite.text.scopes import bindings, param_names
 from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, driven_helpers
 
 
@@ -59,7 +60,6 @@ def ref_subscripts(analysis, site, ref: str, helpers: PidHelpers) -> Iterator[cs
             named = kernel_ref_name(env, base.value, site.kernel)  # type: ignore[union-attr]
             # A comprehension's target over listed refs (rewrite.kernel.ref_lists) is no kernel name.
             if named == ref or (named is None and fn is site.kernel and base.value == ref and env.owner(ref) is None):  # type: ignore[union-attr]
-                _check_called_once(ctx, site.kernel, node, ref)
                 yield node
 
 
@@ -71,9 +71,14 @@ def _function_scope(ctx, node: cst.CSTNode):
     return scope
 
 
-def _check_called_once(ctx, kernel, node: cst.CSTNode, ref: str) -> None:
-    """Every helper holding the access, between it and the kernel, has one call: its window
-    becomes the block for every call (a `pl.when` / `pl.loop` body is decorated, not called)."""
+def check_called_once(ctx, kernel, node: cst.CSTNode, ref: str, use: IndexUse) -> None:
+    """Every helper holding the access, between it and the kernel, has one call, or its window
+    along the use's dim is the same at every call: its window becomes the block for every call
+    (a `pl.when` / `pl.loop` body is decorated, not called). A helper called twice (axlearn's
+    flash backward runs one loop body under two `fori_loop`s, with and without a block table)
+    has the same program_id window at each call when the helper is defined in the kernel and the
+    window's start reads nothing the helper binds: only the program id and what the kernel around
+    it computes. A helper outside the kernel may serve other kernels, whose calls keep the ref whole."""
     for scope in ctx.scope_chain(node):
         if scope is kernel or isinstance(scope, cst.Module):
             break
@@ -82,11 +87,42 @@ def _check_called_once(ctx, kernel, node: cst.CSTNode, ref: str) -> None:
         name = scope.name.value
         owner = ctx.scope_of(scope)  # a nested def's name is read only inside the function defining it
         mentions = [n for n in walk(owner) if isinstance(n, cst.Name) and n.value == name and n is not scope.name]
-        if len(mentions) > 1:
+        nested = owner is kernel or any(a is kernel for a in ctx.ancestors(scope))
+        if len(mentions) > 1 and not (nested and _start_outside(ctx, kernel, node, use)):
             raise Refuse(
                 f"`{name}` accesses `{ref}` and is used {len(mentions)} times (line {ctx.span(mentions[1]).line}); "
                 "its window would become the block for every call; give each call its own helper"
             )
+
+
+def _start_outside(ctx, kernel, node: cst.CSTNode, use: IndexUse) -> bool:
+    """The window as written at the access (`x_ref[rows, ...]`'s `rows`) and its start read only
+    names bound in the kernel or outside it, none bound by a function between the access and the
+    kernel (a helper's parameter or local): the same window at every call of those functions.
+    The written element matters: a start read through a parameter is the first call's value."""
+    inner: set[str] = set()  # read syntactically: the use's env is the kernel's, the helper's call inlined
+    for scope in ctx.scope_chain(node):
+        if scope is kernel or isinstance(scope, cst.Module):
+            break
+        if isinstance(scope, (cst.FunctionDef, cst.Lambda)):
+            inner |= param_names(scope) | set(bindings(scope, nested=True))
+    element = _element_at(node, use.dim)
+    if element is None or use.start is None:
+        return False
+    names = {n.value for expr in (element, use.start, use.size) if expr is not None for n in walk(expr) if isinstance(n, cst.Name)}
+    return not (names & inner)
+
+
+def _element_at(node: cst.CSTNode, dim: int) -> Optional[cst.BaseExpression]:
+    """The index written for `dim` in the subscript, when its elements are written one per dim."""
+    if not isinstance(node, cst.Subscript) or dim >= len(node.slice):
+        return None
+    items = [el.slice for el in node.slice]
+    if any(not isinstance(i, cst.Index) or isinstance(i.value, (cst.Ellipsis, cst.Tuple)) for i in items[:dim + 1]
+           if not isinstance(i, cst.Slice)):
+        return None
+    item = items[dim]
+    return item.value if isinstance(item, cst.Index) else None
 
 
 def passed_ref_args(ctx, site, ref: str, helpers: PidHelpers) -> set[int]:

@@ -14,6 +14,7 @@ from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import static_argument
 from pallas_fix.analysis.discovery.varargs import binds_from_star
 from pallas_fix.analysis.loops.windows import fold_reason, hooks_for, loop_key, window_of
+from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.blocks.edits import BlockIndexExpr, RefBlock, touched_element_ids
@@ -55,9 +56,18 @@ def is_write(ctx: ModuleContext, sub: cst.Subscript) -> bool:
     if isinstance(parent, cst.AssignTarget) or (isinstance(parent, cst.AugAssign) and parent.target is sub):
         return True
     if isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "at":
-        # A view handed to a call (copies, helpers) may be written through.
-        return not isinstance(parent, cst.Subscript)
+        # A view handed to a call (copies, helpers) may be written through; one a load reads
+        # (`pltriton.load(s_ref.at[rows])`, Triton ports' every read) is not.
+        return not isinstance(parent, cst.Subscript) and not _loaded(ctx, parent)
     return False
+
+
+def _loaded(ctx: ModuleContext, arg: cst.CSTNode) -> bool:
+    """`arg` is the ref argument of a load (its first positional argument)."""
+    call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+    if not isinstance(call, cst.Call) or not call.args or call.args[0] is not arg or arg.keyword is not None:
+        return False
+    return ctx.imports.is_(call.func, N.LOADS) or ctx.imports.is_(call.func, frozenset({N.PALLAS + ".load"}))
 
 
 def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
