@@ -42,7 +42,26 @@ def read_grid(ctx: ModuleContext, grid: cst.BaseExpression, at: cst.CSTNode, ran
         raise CallSiteError(f"cannot read the grid `{ctx.code(grid)}` as a tuple of a static length")
     if isinstance(value, cst.Integer) or isinstance(value, cst.BinaryOperation) or _is_cdiv(ctx, value):
         return [value]  # `grid=n // bs` or `grid=pl.cdiv(n, bs)`: integers, not tuples
-    raise CallSiteError(f"cannot read the grid `{ctx.code(grid)}` as a tuple")
+    raise CallSiteError(f"cannot read the grid `{ctx.code(grid)}` as a tuple" + _ranked_by_flag(ctx, value, at))
+
+
+def _ranked_by_flag(ctx: ModuleContext, value: cst.BaseExpression, at: cst.CSTNode) -> str:
+    """Why a grid a helper builds is not read, when the helper returns tuples of different
+    lengths chosen by a test (folx's `create_grid`: `(b, h) if q_block_len is None else (b, n, h)`):
+    the grid's rank, and with it every index_map's arity, is chosen when the wrapper runs. "" for
+    any other call."""
+    fn = ctx.resolve_def(value.func.value, at) if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
+    returns = [n.value for n in walk(fn) if isinstance(n, cst.Return) and n.value is not None] if fn is not None else []
+    if len(returns) != 1 or not isinstance(returns[0], cst.IfExp):
+        return ""
+    choice = returns[0]
+    arms = [elements(choice.body), elements(choice.orelse)]
+    if any(a is None for a in arms) or len(arms[0]) == len(arms[1]):
+        return ""
+    return (f": `{fn.name.value}` returns {len(arms[0])} or {len(arms[1])} grid axes, chosen by "
+            f"`{' '.join(code(choice.test).split())}`, so the rank of the grid, and with it what each index_map "
+            "takes, is picked when the wrapper runs; pallas-fix writes no spec chosen by a flag: give each variant its "
+            "own pallas_call (the wrapper choosing by the same flag), whose grid is then a tuple")
 
 
 def defaulted_grid(ctx: ModuleContext, grid: cst.BaseExpression, at: cst.CSTNode, rank_of: RankOf) -> Optional[list[cst.BaseExpression]]:
