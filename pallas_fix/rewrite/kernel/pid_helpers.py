@@ -79,47 +79,44 @@ def check_called_once(ctx, kernel, node: cst.CSTNode, ref: str, use: IndexUse) -
     has the same program_id window at each call when the helper is defined in the kernel and the
     window's start reads nothing the helper binds: only the program id and what the kernel around
     it computes. A helper outside the kernel may serve other kernels, whose calls keep the ref whole."""
-    for scope in ctx.scope_chain(node):
-        if scope is kernel or isinstance(scope, cst.Module):
-            break
+    chain = ctx.scope_chain(node)
+    inside = next((n for n, scope in enumerate(chain) if scope is kernel), None)  # None: not in the kernel
+    helpers = chain[:inside] if inside is not None else [s for s in chain if not isinstance(s, cst.Module)]
+    for scope in helpers:
         if not isinstance(scope, cst.FunctionDef) or scope.decorators:
             continue
         name = scope.name.value
         owner = ctx.scope_of(scope)  # a nested def's name is read only inside the function defining it
         mentions = [n for n in walk(owner) if isinstance(n, cst.Name) and n.value == name and n is not scope.name]
-        nested = owner is kernel or any(a is kernel for a in ctx.ancestors(scope))
-        if len(mentions) > 1 and not (nested and _start_outside(ctx, kernel, node, use)):
+        if len(mentions) > 1 and not (inside is not None and _same_window(helpers, node, use)):
             raise Refuse(
                 f"`{name}` accesses `{ref}` and is used {len(mentions)} times (line {ctx.span(mentions[1]).line}); "
                 "its window would become the block for every call; give each call its own helper"
             )
 
 
-def _start_outside(ctx, kernel, node: cst.CSTNode, use: IndexUse) -> bool:
+def _same_window(helpers: list, node: cst.CSTNode, use: IndexUse) -> bool:
     """The window as written at the access (`x_ref[rows, ...]`'s `rows`) and its start read only
-    names bound in the kernel or outside it, none bound by a function between the access and the
-    kernel (a helper's parameter or local): the same window at every call of those functions.
-    The written element matters: a start read through a parameter is the first call's value."""
-    inner: set[str] = set()  # read syntactically: the use's env is the kernel's, the helper's call inlined
-    for scope in ctx.scope_chain(node):
-        if scope is kernel or isinstance(scope, cst.Module):
-            break
-        if isinstance(scope, (cst.FunctionDef, cst.Lambda)):
-            inner |= param_names(scope) | set(bindings(scope, nested=True))
+    names bound in the kernel or outside it, none bound by the `helpers` between the access and
+    the kernel (a parameter or local): the same window at every call of them. The written
+    element matters: a start read through a parameter is the first call's value. Read
+    syntactically: the use's env is the kernel's, the helper's call inlined."""
     element = _element_at(node, use.dim)
     if element is None or use.start is None:
         return False
+    inner = {name for scope in helpers if isinstance(scope, (cst.FunctionDef, cst.Lambda))
+             for name in param_names(scope) | set(bindings(scope, nested=True))}
     names = {n.value for expr in (element, use.start, use.size) if expr is not None for n in walk(expr) if isinstance(n, cst.Name)}
     return not (names & inner)
 
 
 def _element_at(node: cst.CSTNode, dim: int) -> Optional[cst.BaseExpression]:
-    """The index written for `dim` in the subscript, when its elements are written one per dim."""
+    """The index written for `dim` in the subscript, when its elements are written one per dim
+    (none before it an `...` or a packed tuple)."""
     if not isinstance(node, cst.Subscript) or dim >= len(node.slice):
         return None
     items = [el.slice for el in node.slice]
-    if any(not isinstance(i, cst.Index) or isinstance(i.value, (cst.Ellipsis, cst.Tuple)) for i in items[:dim + 1]
-           if not isinstance(i, cst.Slice)):
+    if any(isinstance(i, cst.Index) and isinstance(i.value, (cst.Ellipsis, cst.Tuple)) for i in items[:dim + 1]):
         return None
     item = items[dim]
     return item.value if isinstance(item, cst.Index) else None

@@ -67,7 +67,7 @@ def _loaded(ctx: ModuleContext, arg: cst.CSTNode) -> bool:
     call = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
     if not isinstance(call, cst.Call) or not call.args or call.args[0] is not arg or arg.keyword is not None:
         return False
-    return ctx.imports.is_(call.func, N.LOADS) or ctx.imports.is_(call.func, frozenset({N.PALLAS + ".load"}))
+    return ctx.imports.is_(call.func, N.LOADS)  # what detection reads as a load (analysis.values.call_values)
 
 
 def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:

@@ -176,7 +176,7 @@ def _twin_edits(analysis, cs: CallSite, ref: str, windows: list[cst.Subscript], 
         raise Refuse(f"the pallas_call's operands are not written one per input, so `{ref}`'s twin has no place")
     twin_arg = cst.parse_expression(arg)
     edits[site.invocation] = lambda c: c.with_changes(args=_inserted(list(c.args), len(c.args) - 1, cst.Arg(twin_arg)))
-    _spec_edit(cs, edits, ref, last.index, None if spec.whole else _blocked_spec(cs, ref))
+    _spec_edit(cs, edits, ref, last.index, copy_own=not spec.whole)
     for sub in windows:
         edits[ref_base(sub)] = lambda n: n.with_changes(value=new)
     return edits, new
@@ -228,35 +228,17 @@ def _uncommented(comma):
     return comma
 
 
-def _blocked_spec(cs: CallSite, ref: str) -> cst.BaseExpression:
-    """The spec of a `ref` already blocked (folx's mask: `(None, seq_len)` at `(i, 0)`, one batch
-    row, whole along the window's dim), copied for its twin: the lift then narrows the copy along
-    the window's dim as it would the ref's own spec, or refuses when the window lies inside a
-    moving block. Only a BlockSpec written in the list is copied: one held in a name or made by a
-    helper would be edited where it is defined, under the ref's own spec too."""
+def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int, copy_own: bool) -> None:
+    """The twin's spec: whole (`pl.BlockSpec()`), or with `copy_own` a copy of the ref's own,
+    already blocked; the lift then gives it the window's. None when in_specs is absent (every spec
+    whole); a list literal gains an item, `[spec] * n` is spelled out with one more."""
     container = cs.site.kw("in_specs")
     value = cs.ctx.resolve_value(container, cs.anchor(container)) if container is not None else None
     items = elements(value) if isinstance(value, cst.List) else None
-    item = items[cs.slots[ref].index] if items is not None and cs.slots[ref].index < len(items) else None
-    if not (isinstance(item, cst.Call) and cs.ctx.imports.is_(item.func, N.BLOCK_SPEC)):
-        raise Refuse(f"`{ref}` is already blocked by a spec not written as a pl.BlockSpec(...) in the in_specs list, "
-                     "so its twin gets no copy of it")
-    return item.deep_clone()
-
-
-def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int, blocked: Optional[cst.BaseExpression] = None) -> None:
-    """The twin's spec: whole (`pl.BlockSpec()`), or a copy of the ref's own when that is blocked
-    (`blocked`); the lift then gives it the window's. None when in_specs is absent; a list literal
-    gains an item, `[spec] * n` is spelled out with one more."""
-    container = cs.site.kw("in_specs")
+    whole = _own_spec(cs, ref, items) if copy_own else cst.parse_expression(f"{cs.pl_alias()}.BlockSpec()")
     if container is None:
-        if blocked is not None:
-            raise Refuse(f"`{ref}` is blocked, but the call has no in_specs to give its twin a spec")
         return
     cs.refuse_if_shared(container, "in_specs", within_call=False)
-    value = cs.ctx.resolve_value(container, cs.anchor(container))
-    whole = blocked if blocked is not None else cst.parse_expression(f"{cs.pl_alias()}.BlockSpec()")
-    items = elements(value) if isinstance(value, cst.List) else None
     if items is not None and len(items) == last + 1:
         edits[value] = lambda v: _closing_comment_kept(v, last, _inserted(list(v.elements), last, cst.Element(whole)))
         return
@@ -267,3 +249,17 @@ def _spec_edit(cs: CallSite, edits: dict, ref: str, last: int, blocked: Optional
         edits[value] = lambda v: cst.List([*spelled, cst.Element(whole)])
         return
     raise Refuse(f"in_specs `{code(container)}` is not a list literal or `[spec] * n`, so `{ref}`'s twin gets no spec")
+
+
+def _own_spec(cs: CallSite, ref: str, items: Optional[list]) -> cst.BaseExpression:
+    """The spec of a `ref` already blocked (folx's mask: `(None, seq_len)` at `(i, 0)`, one batch
+    row, whole along the window's dim), copied for its twin: the lift then narrows the copy along
+    the window's dim as it would the ref's own spec, or refuses when the window lies inside a
+    moving block. Only a BlockSpec written in the in_specs list (`items`) is copied: one held in
+    a name or made by a helper would be edited where it is defined, under the ref's own spec too."""
+    index = cs.slots[ref].index
+    item = items[index] if items is not None and index < len(items) else None
+    if not (isinstance(item, cst.Call) and cs.ctx.imports.is_(item.func, N.BLOCK_SPEC)):
+        raise Refuse(f"`{ref}` is already blocked by a spec not written as a pl.BlockSpec(...) in the in_specs list, "
+                     "so its twin gets no copy of it")
+    return item.deep_clone()
