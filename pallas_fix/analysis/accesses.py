@@ -50,7 +50,13 @@ class _Access:
     env: Env
     ref_expr: cst.BaseExpression
     via_at: bool
-    starred: bool  # the index tuple has a *starred element: later dims are unknown
+    # The position of the first *starred element or `...` of the index: from there on an
+    # element's position is not its dim (that needs the ref's rank or the unpacked length).
+    unknown_from: Optional[int]
+
+    @property
+    def starred(self) -> bool:
+        return self.unknown_from is not None
 
     def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None, through=None,
             env: Optional[Env] = None) -> IndexUse:
@@ -65,7 +71,7 @@ class _Access:
             provenance, to_provenance(zval) if zval is not None else None, ctx.span(self.sub),
             function=owner,  # type: ignore[arg-type]
             via_at=self.via_at, stride=stride, env=env or (home_env(self.env, start) if start is not None else self.env),
-            kernel_site=self.site, starred=self.starred,
+            kernel_site=self.site, starred=self.unknown_from is not None and dim >= self.unknown_from,
         )
 
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
@@ -89,8 +95,9 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     base_val = env.value(ref_expr)
     if base_val.vtype == "reflist" or only_waited(ctx, sub):
         return []
-    elements, starred = _index_elements(sub, env)
-    access = _Access(site, sub, fn, env, ref_expr, via_at, starred)
+    elements, unknown_from = _index_elements(sub, env)
+    access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from)
+    starred = access.starred
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
     if uses and is_ref and not starred and operand_ref(site, env, ref_expr):
@@ -115,7 +122,7 @@ def atomic_index_uses(site: KernelSite, call: cst.Call, fn, env: Env) -> list[In
     base = ref_expr.value.value if via_at else ref_expr  # type: ignore[union-attr]
     if not env.value(base).is_ref or env.value(base).vtype == "reflist":
         return []
-    access = _Access(site, call, fn, env, base, via_at, False)  # type: ignore[arg-type]
+    access = _Access(site, call, fn, env, base, via_at, None)  # type: ignore[arg-type]
     packed = index_tuple(env, index)
     elements = [e.value for e in packed.elements] if packed is not None else [index]
     if any(isinstance(e, cst.StarredElement) for e in (packed.elements if packed is not None else ())):
@@ -229,18 +236,31 @@ def _traced_int_scalar(env: Env, sl: cst.BaseSlice) -> bool:
     return val.dynamic and val.vtype == "int" and _built_window(env, sl.value) is None
 
 
-def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], bool]:
-    """(dim, element) pairs, and whether a starred element hides the dims after it. A tuple
-    written in place, bound to a name or passed to a helper's parameter gives one element per dim."""
+def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], Optional[int]]:
+    """(position, element) pairs, and the position from which a position is no longer the dim
+    (None when every one is). A tuple written in place, bound to a name or passed to a helper's
+    parameter gives one element per position."""
     if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
         packed = index_tuple(env, sub.slice[0].slice.value)
         if packed is not None:
-            # `ref[(*batch, pl.ds(s, 16), slice(None))]`: a tuple built in place. After a starred
-            # element the dims are unknown, so codemods will not touch these windows.
-            starred = any(isinstance(e, cst.StarredElement) for e in packed.elements)
-            dims = [(dim, cst.Index(e.value)) for dim, e in enumerate(packed.elements) if not isinstance(e, cst.StarredElement)]
-            return dims, starred
-    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], False
+            # `ref[(*batch, pl.ds(s, 16), slice(None))]`: a tuple built in place. With a starred
+            # element the dims are unknown, so codemods will not touch these windows (strip
+            # mines count the unpacked lengths themselves); after `...` they are too.
+            if any(isinstance(e, cst.StarredElement) for e in packed.elements):
+                hidden: Optional[int] = 0
+            else:
+                hidden = next((i for i, e in enumerate(packed.elements) if _is_ellipsis(e.value)), None)
+            dims = [(dim, cst.Index(e.value)) for dim, e in enumerate(packed.elements)
+                    if not isinstance(e, cst.StarredElement) and not _is_ellipsis(e.value)]
+            return dims, hidden
+    # `qa_ref[..., heads]`: `...` stands for as many dims as the ref has beyond the other
+    # indices, so what follows it is at a dim counted from the end, which needs the rank.
+    hidden = next((i for i, e in enumerate(sub.slice) if isinstance(e.slice, cst.Index) and _is_ellipsis(e.slice.value)), None)
+    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], hidden
+
+
+def _is_ellipsis(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Ellipsis)
 
 
 def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:

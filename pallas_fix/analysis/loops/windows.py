@@ -92,7 +92,7 @@ def window_of(use: IndexUse, folds: bool = False) -> Window:
     """`folds`: a block index may read quotients and remainders of program ids (`fold:` atoms)."""
     env: Env = use.env  # type: ignore[assignment]
     if use.starred:
-        return Window(None, None, None, False, "the index tuple is built with *unpacking, so its dims are not known")
+        return Window(None, None, None, False, unknown_dims_refusal(use))
     if not rewritable_in_place(use):
         return Window(None, None, None, False, packed_refusal(use))
     if use.kind == "scalar":
@@ -230,3 +230,15 @@ def scalar_window(use: IndexUse, folds: bool = False) -> Window:
                       f"the scalar index `{env.ctx.code(use.start)}` has a coefficient pallas-fix cannot compute from the code",
                       symbolic_block_index(start, _ONE))
     return Window(start, _ONE, block_index(start, _ONE), False)
+
+
+def unknown_dims_refusal(use: IndexUse) -> str:
+    """Why a window after a `*name` or `...` in its index is not moved: its dim is not known."""
+    sub = use.subscript
+    items = [e.slice.value for e in sub.slice if isinstance(e.slice, cst.Index)] if isinstance(sub, cst.Subscript) else []
+    if len(items) == 1 and isinstance(items[0], cst.Tuple):
+        items = [e.value for e in items[0].elements if not isinstance(e, cst.StarredElement)]
+    if any(isinstance(item, cst.Ellipsis) for item in items):
+        return ("`...` comes before it in the index, so its dim depends on the ref's rank, "
+                "which pallas-fix does not read here: spell the dims before it (`x_ref[:, :, pl.ds(...)]`)")
+    return "the index tuple is built with *unpacking, so its dims are not known"
