@@ -53,6 +53,7 @@ class _Access:
     # The position of the first *starred element or `...` of the index: from there on an
     # element's position is not its dim (that needs the ref's rank or the unpacked length).
     unknown_from: Optional[int]
+    ellipsis: bool = False  # what hides the dims from `unknown_from` on is a `...`
 
     @property
     def starred(self) -> bool:
@@ -72,6 +73,7 @@ class _Access:
             function=owner,  # type: ignore[arg-type]
             via_at=self.via_at, stride=stride, env=env or (home_env(self.env, start) if start is not None else self.env),
             kernel_site=self.site, starred=self.unknown_from is not None and dim >= self.unknown_from,
+            after_ellipsis=self.ellipsis and self.unknown_from is not None and dim >= self.unknown_from,
         )
 
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
@@ -95,8 +97,8 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     base_val = env.value(ref_expr)
     if base_val.vtype == "reflist" or only_waited(ctx, sub):
         return []
-    elements, unknown_from = _index_elements(sub, env)
-    access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from)
+    elements, unknown_from, ellipsis = _index_elements(sub, env)
+    access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from, ellipsis)
     starred = access.starred
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
@@ -236,31 +238,30 @@ def _traced_int_scalar(env: Env, sl: cst.BaseSlice) -> bool:
     return val.dynamic and val.vtype == "int" and _built_window(env, sl.value) is None
 
 
-def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], Optional[int]]:
-    """(position, element) pairs, and the position from which a position is no longer the dim
-    (None when every one is). A tuple written in place, bound to a name or passed to a helper's
-    parameter gives one element per position."""
+def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.BaseSlice]], Optional[int], bool]:
+    """(position, element) pairs, the position from which a position is no longer the dim (None
+    when every one is) and whether a `...` is what hides them. A tuple written in place, bound to
+    a name or passed to a helper's parameter gives one element per position."""
     if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
         packed = index_tuple(env, sub.slice[0].slice.value)
         if packed is not None:
             # `ref[(*batch, pl.ds(s, 16), slice(None))]`: a tuple built in place. With a starred
             # element the dims are unknown, so codemods will not touch these windows (strip
             # mines count the unpacked lengths themselves); after `...` they are too.
-            if any(isinstance(e, cst.StarredElement) for e in packed.elements):
-                hidden: Optional[int] = 0
-            else:
-                hidden = next((i for i, e in enumerate(packed.elements) if _is_ellipsis(e.value)), None)
+            dots = next((i for i, e in enumerate(packed.elements) if _is_ellipsis(e.value)), None)
+            starred = any(isinstance(e, cst.StarredElement) for e in packed.elements)
             dims = [(dim, cst.Index(e.value)) for dim, e in enumerate(packed.elements)
                     if not isinstance(e, cst.StarredElement) and not _is_ellipsis(e.value)]
-            return dims, hidden
+            return dims, 0 if starred else dots, dots is not None and not starred
     # `qa_ref[..., heads]`: `...` stands for as many dims as the ref has beyond the other
     # indices, so what follows it is at a dim counted from the end, which needs the rank.
-    hidden = next((i for i, e in enumerate(sub.slice) if isinstance(e.slice, cst.Index) and _is_ellipsis(e.slice.value)), None)
-    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], hidden
+    dots = next((i for i, e in enumerate(sub.slice) if isinstance(e.slice, cst.Index) and _is_ellipsis(e.slice.value)), None)
+    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], dots, dots is not None
 
 
 def _is_ellipsis(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Ellipsis)
+    """`...`, or the builtin's name (a tuple built as `(Ellipsis, heads)`)."""
+    return isinstance(node, cst.Ellipsis) or (isinstance(node, cst.Name) and node.value == "Ellipsis")
 
 
 def _dim_use(access: _Access, is_ref: bool, dim: int, sl: cst.BaseSlice) -> Optional[IndexUse]:

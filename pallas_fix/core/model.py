@@ -112,6 +112,7 @@ class IndexUse:
     env: object = None  # provenance.Env of `function`: codemods reuse it to reason about names
     kernel_site: Optional["KernelSite"] = None
     starred: bool = False  # index tuple built with *unpacking: dims are not known statically
+    after_ellipsis: bool = False  # starred because a `...` before it stands for dims only the rank counts
 
 
 @dataclass

@@ -234,11 +234,7 @@ def scalar_window(use: IndexUse, folds: bool = False) -> Window:
 
 def unknown_dims_refusal(use: IndexUse) -> str:
     """Why a window after a `*name` or `...` in its index is not moved: its dim is not known."""
-    sub = use.subscript
-    items = [e.slice.value for e in sub.slice if isinstance(e.slice, cst.Index)] if isinstance(sub, cst.Subscript) else []
-    if len(items) == 1 and isinstance(items[0], cst.Tuple):
-        items = [e.value for e in items[0].elements if not isinstance(e, cst.StarredElement)]
-    if any(isinstance(item, cst.Ellipsis) for item in items):
-        return ("`...` comes before it in the index, so its dim depends on the ref's rank, "
-                "which pallas-fix does not read here: spell the dims before it (`x_ref[:, :, pl.ds(...)]`)")
+    if use.after_ellipsis:
+        return ("`...` comes before it in the index, so its dim depends on the ref's rank, which pallas-fix "
+                "does not read here: spell the dims before it (`x_ref[:, :, pl.ds(...)]`)")
     return "the index tuple is built with *unpacking, so its dims are not known"
