@@ -227,7 +227,7 @@ def scalar_index_dims(sub: cst.Subscript, env: Env) -> list[int]:
     base_val = env.value(ref_expr)
     if not (base_val.is_ref or via_at) or base_val.vtype == "reflist" or only_waited(env.ctx, sub):
         return []
-    elements, _ = _index_elements(sub, env)
+    elements, _, _ = _index_elements(sub, env)
     return [dim for dim, sl in elements if _traced_int_scalar(env, sl)]
 
 
