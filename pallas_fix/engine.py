@@ -30,6 +30,7 @@ from pallas_fix.rules.gpu_interpret.policy import screen as screen_for_gpu_inter
 from pallas_fix.rules.gpu_interpret.kernel_rules import kernel_findings
 from pallas_fix.rules.on_chip.pf302_tpu_unaligned_window import window_findings
 from pallas_fix.rewrite.callsite.forwarded import screen as screen_forwarded
+from pallas_fix.rewrite.extents.ellipsis_dims import settle_ellipsis_dims
 from pallas_fix.rewrite.kernel.dead_params import drop_dead_params
 from pallas_fix.rewrite.loops.dependence import accumulates_in_place
 from pallas_fix.rewrite.text.line_width import fit_width, rejoin
@@ -109,6 +110,7 @@ def analyze_source(source: str, path: str = "<string>", config: Optional[Config]
 def check(analysis: Analysis) -> CheckResult:
     config = analysis.config
     lines = analysis.source.splitlines()
+    settle_ellipsis_dims(analysis)
     ruled = [(use, window, *classify(use, window)) for use in analysis.uses for window in (window_of(use),)]
     present = {rule.code for _, _, rule, _ in ruled if config.enabled(rule.code)}
     if config.enabled("PF102") and any(rule.code == "PF101" for _, _, rule, _ in ruled):

@@ -70,3 +70,60 @@ def test_a_window_before_an_ellipsis_keeps_its_dim() -> None:
         "seq, rank, num_heads = x.shape", "num_heads, rank, seq = x.shape")
     out = fix_source(src, "k.py", unsafe=True).source
     assert "pl.BlockSpec((block_h, rank, seq), lambda h: (h, 0, 0))" in out
+
+
+MATMUL = '''\
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def matmul_kernel(x_ref, w_ref, o_ref, *, bk):
+    def body(k, acc):
+        x = x_ref[..., pl.ds(k * bk, bk)]
+        w = w_ref[pl.ds(k * bk, bk), :]
+        return acc + jnp.dot(x, w, preferred_element_type=jnp.float32)
+
+    acc = jax.lax.fori_loop(0, x_ref.shape[1] // bk, body, jnp.zeros(o_ref.shape, jnp.float32))
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=["bk"])
+def matmul(x, w, bk=128):
+    m, k = x.shape
+    _, n = w.shape
+    return pl.pallas_call(
+        functools.partial(matmul_kernel, bk=bk),
+        grid=(m // 128,),
+        in_specs=[
+            pl.BlockSpec({x_block}, lambda i: (i, 0)),
+            pl.BlockSpec((k, n), lambda i: (0, 0)),
+        ],
+        out_specs=pl.BlockSpec((128, n), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )(x, w)
+'''
+
+
+def test_an_ellipsis_standing_for_one_dim_of_a_stated_rank_keeps_the_window_liftable() -> None:
+    """The K loop of a matmul, `x_ref[..., pl.ds(k * bk, bk)]` on a (128, k) block: `...` is dim 0,
+    so the window is on dim 1 and the reduction lifts onto a grid axis walking it."""
+    src = MATMUL.format(x_block="(128, k)")
+    report = analyze_source(src, "k.py")
+    x_findings = [f for f in report.findings if "`x_ref`" in f.message]
+    assert x_findings and all("`...`" not in (f.refusal or "") for f in x_findings)
+    out = fix_source(src, "k.py", unsafe=True).source
+    assert "lambda i, k: (i, k)" in out, out
+
+
+def test_an_ellipsis_standing_for_no_dim_is_refused() -> None:
+    """`x_ref[:, ..., w]` on the 2-D block: `...` stands for no dim, so the window's dim (1) is
+    not its position (2); refused, as planners read positions."""
+    src = MATMUL.format(x_block="(128, k)").replace("x_ref[..., pl.ds(k * bk, bk)]", "x_ref[:, ..., pl.ds(k * bk, bk)]")
+    report = analyze_source(src, "k.py")
+    x_findings = [f for f in report.findings if "`x_ref`" in f.message]
+    assert x_findings and all("`...` comes before it in the index" in (f.refusal or "") for f in x_findings)

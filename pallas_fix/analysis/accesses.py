@@ -54,6 +54,7 @@ class _Access:
     # element's position is not its dim (that needs the ref's rank or the unpacked length).
     unknown_from: Optional[int]
     ellipsis: bool = False  # what hides the dims from `unknown_from` on is a `...`
+    positions: int = 0  # how many entries the index has
 
     @property
     def starred(self) -> bool:
@@ -74,6 +75,7 @@ class _Access:
             via_at=self.via_at, stride=stride, env=env or (home_env(self.env, start) if start is not None else self.env),
             kernel_site=self.site, starred=self.unknown_from is not None and dim >= self.unknown_from,
             after_ellipsis=self.ellipsis and self.unknown_from is not None and dim >= self.unknown_from,
+            positions=self.positions,
         )
 
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:
@@ -98,7 +100,8 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     if base_val.vtype == "reflist" or only_waited(ctx, sub):
         return []
     elements, unknown_from, ellipsis = _index_elements(sub, env)
-    access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from, ellipsis)
+    positions = len(elements) + (1 if ellipsis else 0)  # the `...` is not among the elements
+    access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from, ellipsis, positions)
     starred = access.starred
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
@@ -256,7 +259,7 @@ def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.B
     # `qa_ref[..., heads]`: `...` stands for as many dims as the ref has beyond the other
     # indices, so what follows it is at a dim counted from the end, which needs the rank.
     dots = next((i for i, e in enumerate(sub.slice) if isinstance(e.slice, cst.Index) and _is_ellipsis(e.slice.value)), None)
-    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], dots, dots is not None
+    return [(dim, e.slice) for dim, e in enumerate(sub.slice) if dim != dots], dots, dots is not None
 
 
 def _is_ellipsis(node: cst.BaseExpression) -> bool:

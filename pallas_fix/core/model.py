@@ -113,6 +113,7 @@ class IndexUse:
     kernel_site: Optional["KernelSite"] = None
     starred: bool = False  # index tuple built with *unpacking: dims are not known statically
     after_ellipsis: bool = False  # starred because a `...` before it stands for dims only the rank counts
+    positions: int = 0  # after_ellipsis: how many entries the index has, `...` among them
 
 
 @dataclass

@@ -235,6 +235,7 @@ def scalar_window(use: IndexUse, folds: bool = False) -> Window:
 def unknown_dims_refusal(use: IndexUse) -> str:
     """Why a window after a `*name` or `...` in its index is not moved: its dim is not known."""
     if use.after_ellipsis:
-        return ("`...` comes before it in the index, so its dim depends on the ref's rank, which pallas-fix "
-                "does not read here: spell the dims before it (`x_ref[:, :, pl.ds(...)]`)")
+        return ("`...` comes before it in the index, so its dim depends on how many dims `...` stands for; "
+                "pallas-fix takes it only where the call site states the ref's rank and `...` stands for one dim: "
+                "spell the dims before it (`x_ref[:, :, pl.ds(...)]`)")
     return "the index tuple is built with *unpacking, so its dims are not known"
