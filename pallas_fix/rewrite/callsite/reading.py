@@ -63,6 +63,10 @@ class CallSite(CallTiming):
         self.grid = self._grid()
         # param -> (rank, the examples that showed it), from their trace: checked (proofs.rank_guards)
         self.hypotheses: dict[str, tuple[int, str]] = {}
+        # param -> the rank every access of it in the kernel spells (ranks.rank_from_kernel): a
+        # lower bound taken as the rank, since `x_ref[h, w]` is legal at rank 3 too (a (bk, d)
+        # tile of a (h, s, d) ref), so a plan that uses it is unsafe (ranks.hypothesis_doubt)
+        self.counted_ranks: dict[str, int] = {}
 
     @property
     def aliased(self) -> bool:
@@ -380,10 +384,11 @@ class CallSite(CallTiming):
             spec = None
         if spec is not None and spec.block is not None:
             return len(spec.block)
-        found = rank_from_kernel(self.site, param) if counted else None  # not: x_ref[:, c] is legal at rank 3
-        if found is not None:
-            return found
+        spelled = rank_from_kernel(self.site, param) if counted else None  # not: x_ref[:, c] is legal at rank 3
         found, shown = traced_rank(self.ctx, self.site, self.slots, slot)
+        if spelled is not None and found in (None, spelled):  # the trace, where there is one, agrees
+            self.counted_ranks.setdefault(param, spelled)
+            return spelled
         if found is not None:  # a hypothesis: the plan says so and waits for verification
             self.hypotheses.setdefault(param, (found, shown))
         return found
