@@ -118,7 +118,7 @@ def _plan(analysis, loop: LoopInfo, uses: list[IndexUse]) -> FixPlan:
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
     )
     already = pipelined(cs)
-    doubt = hypothesis_doubt(doubt, cs.hypotheses, cs.counted_ranks)
+    doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
                        pipelined=already, divided_only=divided_only)

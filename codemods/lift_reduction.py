@@ -218,7 +218,7 @@ def _lift(analysis, site, loop: LoopInfo, uses: list[IndexUse], windows_required
         f"{region.loop_comments_note()}"
         f"{stale_comments_note(ctx, site.kernel, {b.param for b in blocks})}"
         f"{'; ' + guards_note(call_edits.guards) if call_edits.guards else ''}"
-        f"{'; ' + hypothesis_doubt(None, cs.hypotheses, cs.counted_ranks) if cs.hypotheses or cs.counted_ranks else ''}"
+        f"{'; ' + hypothesis_doubt(None, cs.hypotheses) if cs.hypotheses else ''}"
     )
     return FixPlan(NAME, FixSafety.UNSAFE, uses, description, rewrite, site=site,
                    guards=tuple(g.failing() for g, _why in call_edits.guards),

@@ -178,7 +178,7 @@ def _plan(analysis, ref: str, dim: int, uses: list[IndexUse], confine) -> FixPla
 
     description = plan_description(site, members, listed)
     uses = [u for m in members for u in m.uses]
-    doubt = hypothesis_doubt(doubt, cs.hypotheses, cs.counted_ranks)
+    doubt = hypothesis_doubt(doubt, cs.hypotheses)
     if doubt is not None:
         return FixPlan(NAME, FixSafety.UNSAFE, uses, f"{description}; unsafe: {doubt}", rewrite, site=site, guards=guards,
                        divided_only=divided_only)

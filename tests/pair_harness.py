@@ -439,10 +439,8 @@ FAMILIES: dict[str, Family] = {
     for f in (
         Family("lift_loop", "lift-loop", frozenset({"PF101"}), "LiftIndependentLoop",
                min_pairs=12, min_refusals=10, libcst_pairs=("pl_loop_decorator",),
-               # kernel_per_arm and the varargs groups take a rank from the kernel's indexing (unsafe)
                unsafe_pairs=frozenset({"stepped_loop_unsafe", "stepped_loop_reads_position_guarded",
-                                     "stepped_loop_reads_position_triton", "kernel_per_arm",
-                                     "varargs_group_comprehension", "varargs_group_triton"}),
+                                     "stepped_loop_reads_position_triton"}),
                memory_pairs=frozenset({"larger_blockspec"}),
                compiled_pairs=frozenset({"augassign_start_mgpu", "extent_squeezed_rows_mgpu", "helper_slice_named_tuple",
                                          "reverse_shifted_mgpu_bf16", "scalar_row_and_window_mgpu", "scalar_rows_softmax_mgpu",
@@ -459,11 +457,7 @@ FAMILIES: dict[str, Family] = {
                                      "pid_ragged_round_up_position_tpu", "pid_ragged_minus_one_relu",
                                      "pid_aliased_sgd_masked_triton", "pid_variants_unpacked_layout_triton", "pid_extent_keyword_per_line_triton",
                                      "pid_masked_output_sized_by_other_triton",
-                                     "pid_partial_dict_kwargs_extent_triton",
-                                     # ranks taken from the kernel's indexing (CallSite.counted_ranks)
-                                     "pid_kernel_passed_in", "pid_kernel_passed_in_sizes", "pid_kernels_threaded_specs",
-                                     "pid_launcher_chain", "pid_row_whole_spec_any_rank_triton",
-                                     "pid_varargs_residual_group"})),
+                                     "pid_partial_dict_kwargs_extent_triton"})),
         Family("lift_reduction", "lift-reduction", frozenset({"PF101", "PF102"}), "LiftReduction", unsafe=True,
                min_pairs=7, min_refusals=4, libcst_pairs=("matmul_tpu",), memory_pairs=frozenset({"strip_mined_rows"}),
                compiled_pairs=frozenset({"extent_squeezed_row_sum_mgpu", "induction_plloop_mgpu", "result_method_call_mosaic_gpu"})),

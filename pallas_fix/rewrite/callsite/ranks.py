@@ -284,20 +284,12 @@ def unknown_rank(ctx: ModuleContext, site: KernelSite, slots: dict[str, Slot], p
             f"caller (`m, n = x.shape`), or give an example call: --apply learns it from the trace")
 
 
-def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]],
-                     counted: Optional[dict[str, int]] = None) -> Optional[str]:
+def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]]) -> Optional[str]:
     """A plan's doubt once it rests on facts from the examples' trace (`CallSite.hypotheses`):
-    they held on every example, and a call they do not hold for fails at trace time. Or on ranks
-    counted from the kernel's indexing (`CallSite.counted_ranks`), which a ref of higher rank
-    indexed with fewer indices would also show."""
-    notes = [doubt] if doubt else []
-    if hypotheses:
-        facts = "; ".join(f"`{param}` has rank {rank} on the examples ({shown})" for param, (rank, shown) in hypotheses.items())
-        notes.append(f"rests on what tracing the examples showed, which the source does not say ({facts}); "
-                     f"verified on an example before --apply writes it")
-    if counted:
-        facts = ", ".join(f"`{param}` as rank {rank}" for param, rank in counted.items())
-        notes.append(f"takes {facts} from the indices every access of it spells, which a ref of higher rank "
-                     "indexed with fewer would spell too (a call of another rank then fails at trace time); "
-                     "verified on an example before --apply writes it, where the trace tells the rank")
-    return "; ".join(notes) or None
+    they held on every example, and a call they do not hold for fails at trace time."""
+    if not hypotheses:
+        return doubt
+    facts = "; ".join(f"`{param}` has rank {rank} on the examples ({shown})" for param, (rank, shown) in hypotheses.items())
+    note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
+            f"verified on an example before --apply writes it")
+    return f"{doubt}; {note}" if doubt else note

@@ -63,9 +63,10 @@ class CallSite(CallTiming):
         self.grid = self._grid()
         # param -> (rank, the examples that showed it), from their trace: checked (proofs.rank_guards)
         self.hypotheses: dict[str, tuple[int, str]] = {}
-        # param -> the rank every access of it in the kernel spells (ranks.rank_from_kernel): a
-        # lower bound taken as the rank, since `x_ref[h, w]` is legal at rank 3 too (a (bk, d)
-        # tile of a (h, s, d) ref), so a plan that uses it is unsafe (ranks.hypothesis_doubt)
+        # param -> the rank every access of it in the kernel spells (ranks.rank_from_kernel): only
+        # a lower bound, since `x_ref[h, w]` is legal at rank 3 too (a (bk, d) tile of an (h, s, d)
+        # ref); a trace that shows another rank wins over it, and `...` is not settled by it
+        # (extents.ellipsis_dims)
         self.counted_ranks: dict[str, int] = {}
 
     @property
