@@ -61,12 +61,9 @@ class CallSite(CallTiming):
         self.in_specs_expr = self._spec_container("in_specs")
         self.out_specs_expr = self._spec_container("out_specs")
         self.grid = self._grid()
-        # param -> (rank, the examples that showed it), from their trace: checked (proofs.rank_guards)
+        # param -> (rank, the examples that showed it), from their trace: checked (proofs.rank_guards);
+        # param -> the rank its kernel accesses spell, a lower bound (`x_ref[h, w]` is legal at rank 3)
         self.hypotheses: dict[str, tuple[int, str]] = {}
-        # param -> the rank every access of it in the kernel spells (ranks.rank_from_kernel): only
-        # a lower bound, since `x_ref[h, w]` is legal at rank 3 too (a (bk, d) tile of an (h, s, d)
-        # ref); a trace that shows another rank wins over it, and `...` is not settled by it
-        # (extents.ellipsis_dims)
         self.counted_ranks: dict[str, int] = {}
 
     @property
@@ -79,8 +76,7 @@ class CallSite(CallTiming):
         arg = self.site.grid_spec_keywords.get("num_scalar_prefetch")
         if arg is None:
             return 0
-        n = self.env.static_int(arg.value)
-        if n is None:
+        if (n := self.env.static_int(arg.value)) is None:
             raise CallSiteError("num_scalar_prefetch is not a literal")
         return n
 
@@ -367,9 +363,7 @@ class CallSite(CallTiming):
         if slot is None or slot.kind not in ("in", "out"):
             return None
         spec = self.spec_of(slot)
-        if spec.dims is not None:
-            return len(spec.visible_dims())
-        return self.rank(param)
+        return len(spec.visible_dims()) if spec.dims is not None else self.rank(param)
 
     def rank(self, param: str, counted: bool = True) -> Optional[int]:
         slot = self.slots.get(param)
@@ -387,7 +381,7 @@ class CallSite(CallTiming):
             return len(spec.block)
         spelled = rank_from_kernel(self.site, param) if counted else None  # not: x_ref[:, c] is legal at rank 3
         found, shown = traced_rank(self.ctx, self.site, self.slots, slot)
-        if spelled is not None and found in (None, spelled):  # the trace, where there is one, agrees
+        if spelled is not None and found in (None, spelled):  # a trace of another rank wins
             self.counted_ranks.setdefault(param, spelled)
             return spelled
         if found is not None:  # a hypothesis: the plan says so and waits for verification
