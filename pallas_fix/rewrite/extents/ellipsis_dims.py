@@ -3,10 +3,11 @@
 Analysis cannot count the dims a `...` stands for, so it marks every window after one as having
 an unknown dim (`IndexUse.after_ellipsis`). Where the call site states the rank of the kernel's
 view of the ref (its BlockSpec's dims less the squeezed ones, or the operand's rank; not a rank
-counted from the kernel's own indexing, only a lower bound) and that rank equals the index's entries, the `...` stands for exactly one dim: every entry's position is its
-dim, which is all the planners assume, so the mark comes off (`x_ref[..., pl.ds(k * bk, bk)]` on a
-2-D block, the K loop of a matmul). A `...` standing for no dim or for several keeps the mark, and
-its window is refused asking for the dims spelled out.
+counted from the kernel's own indexing, only a lower bound) and that rank equals the index's
+entries, the `...` stands for exactly one dim: every entry's position is its dim, which is all
+the planners assume, so the mark comes off (`x_ref[..., pl.ds(k * bk, bk)]` on a 2-D block, the
+K loop of a matmul). A `...` standing for no dim or for several keeps the mark, and its window
+is refused asking for the dims spelled out.
 
 May import core, analysis and the rewrite room callsite."""
 
