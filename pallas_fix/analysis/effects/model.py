@@ -18,7 +18,7 @@ Queries (each runs the model afresh on the current tree):
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 import libcst as cst
 
@@ -73,6 +73,19 @@ def kernel_writes(analysis, site: KernelSite) -> list[Write]:
 def loop_body_writes(analysis, site: KernelSite, loop: LoopInfo) -> list[Write]:
     """Every ref write one iteration of `loop` (a statement of the kernel's body) performs:
     the body run with an unknown index and the loop's initial carry."""
+    return _iteration_writes(analysis, site, loop)[0]
+
+
+def seen_loop_body_writes(analysis, site: KernelSite, loop: LoopInfo) -> Optional[list[Write]]:
+    """`loop_body_writes`, or None where the model does not see the body the loop runs (a loop
+    not in the kernel's own body, or a body it cannot resolve): no writes is then no answer."""
+    if site.kernel is None or analysis.ctx.enclosing_function(loop.call) is not site.kernel:
+        return None
+    writes, resolved = _iteration_writes(analysis, site, loop)
+    return writes if resolved else None
+
+
+def _iteration_writes(analysis, site: KernelSite, loop: LoopInfo) -> tuple[list[Write], bool]:
     interp = Interp(analysis.ctx)
     frame = kernel_frame(interp, site)
     init = interp.value(frame, loop.init) if loop.init is not None else NOTHING
@@ -83,7 +96,7 @@ def loop_body_writes(analysis, site: KernelSite, loop: LoopInfo) -> list[Write]:
         body = AbsVal(fns=frozenset({Fn(loop.body, frame)}))
         args = [(NOTHING, False)] + ([(init, False)] if loop.carries else [])
     interp.call_fns(body.fns, (args, {}, NOTHING), None)
-    return interp.writes
+    return interp.writes, bool(body.fns)
 
 
 def write_words(ctx, write: Write) -> str:

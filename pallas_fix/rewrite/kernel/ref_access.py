@@ -13,6 +13,7 @@ from pallas_fix.analysis.binders import none_tested
 from pallas_fix.analysis.context import ModuleContext, walk
 from pallas_fix.analysis.discovery.helper_calls import static_argument
 from pallas_fix.analysis.discovery.varargs import binds_from_star
+from pallas_fix.analysis.effects.model import seen_loop_body_writes
 from pallas_fix.analysis.loops.windows import fold_reason, hooks_for, loop_key, window_of
 from pallas_fix.core import names as N
 from pallas_fix.core.model import IndexUse, KernelSite, LoopInfo
@@ -81,6 +82,7 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
     groups: dict[str, AccessGroup] = {}
     seen: set[int] = set()
     kept_scalars: list = []  # scalar indices of the loop index, left as they are
+    body_writes: dict = {}  # the effects model's writes of one iteration, once asked (_view_only_read)
     scalar_candidates: dict[str, list[ScalarCandidate]] = {}  # ref -> accesses only at scalars of the loop index
     for fn in region.functions:
         for node in walk(fn):
@@ -118,11 +120,24 @@ def ref_accesses(analysis, region, loop: LoopInfo) -> dict[str, AccessGroup]:
                 group.uses[id(node)] = loop_uses
             else:
                 group.unlifted_accesses.append(node)
-                if is_write(ctx, node):
+                if is_write(ctx, node) and not _view_only_read(analysis, region, loop, node, named.root, body_writes):
                     group.written = True
     settle_scalars(analysis, region, loop, groups, scalar_candidates, kept_scalars)
     check_kept_scalars({ref for ref, g in groups.items() if g.lifted}, kept_scalars)
     return groups
+
+
+def _view_only_read(analysis, region, loop: LoopInfo, node: cst.Subscript, ref: str, body_writes: dict) -> bool:
+    """A view handed to a call (`_load(x_ref.at[1], i * bk, bk)`) that the effects model shows
+    one iteration of the loop never writes through: no write of the iteration reaches `ref`.
+    Assignments and stores are writes whatever the model says."""
+    parent = analysis.ctx.parent(node)
+    if not (isinstance(node.value, cst.Attribute) and node.value.attr.value == "at" and isinstance(parent, cst.Arg)):
+        return False
+    if "writes" not in body_writes:
+        body_writes["writes"] = seen_loop_body_writes(analysis, region.site, loop)
+    writes = body_writes["writes"]
+    return writes is not None and all(w.ref != ref for w in writes)
 
 
 def _kernel_ref(region, owner, name: str) -> Optional[str]:
