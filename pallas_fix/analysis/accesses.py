@@ -100,9 +100,9 @@ def index_uses(site: KernelSite, sub: cst.Subscript, fn, env: Env) -> list[Index
     if base_val.vtype == "reflist" or only_waited(ctx, sub):
         return []
     elements, unknown_from, ellipsis = _index_elements(sub, env)
-    positions = len(elements) + (1 if ellipsis else 0)  # the `...` is not among the elements
+    positions = len(elements)  # the `...` among them (read only where no element is starred)
     access = _Access(site, sub, fn, env, ref_expr, via_at, unknown_from, ellipsis, positions)
-    starred = access.starred
+    starred = unknown_from is not None and not ellipsis  # a *starred element: no dim is known
     is_ref = base_val.is_ref or via_at
     uses = [u for u in (_dim_use(access, is_ref, dim, sl) for dim, sl in elements) if u is not None]
     if uses and is_ref and not starred and operand_ref(site, env, ref_expr):
@@ -253,13 +253,12 @@ def _index_elements(sub: cst.Subscript, env: Env) -> tuple[list[tuple[int, cst.B
             # mines count the unpacked lengths themselves); after `...` they are too.
             dots = next((i for i, e in enumerate(packed.elements) if _is_ellipsis(e.value)), None)
             starred = any(isinstance(e, cst.StarredElement) for e in packed.elements)
-            dims = [(dim, cst.Index(e.value)) for dim, e in enumerate(packed.elements)
-                    if not isinstance(e, cst.StarredElement) and not _is_ellipsis(e.value)]
+            dims = [(dim, cst.Index(e.value)) for dim, e in enumerate(packed.elements) if not isinstance(e, cst.StarredElement)]
             return dims, 0 if starred else dots, dots is not None and not starred
     # `qa_ref[..., heads]`: `...` stands for as many dims as the ref has beyond the other
     # indices, so what follows it is at a dim counted from the end, which needs the rank.
     dots = next((i for i, e in enumerate(sub.slice) if isinstance(e.slice, cst.Index) and _is_ellipsis(e.slice.value)), None)
-    return [(dim, e.slice) for dim, e in enumerate(sub.slice) if dim != dots], dots, dots is not None
+    return [(dim, e.slice) for dim, e in enumerate(sub.slice)], dots, dots is not None
 
 
 def _is_ellipsis(node: cst.BaseExpression) -> bool:
