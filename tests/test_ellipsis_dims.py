@@ -127,3 +127,34 @@ def test_an_ellipsis_standing_for_no_dim_is_refused() -> None:
     report = analyze_source(src, "k.py")
     x_findings = [f for f in report.findings if "`x_ref`" in f.message]
     assert x_findings and all("`...` comes before it in the index" in (f.refusal or "") for f in x_findings)
+
+
+ROWS = '''\
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def rows_kernel(x_ref, o_ref):
+    def body(b, carry):
+        o_ref[b, ...] = x_ref[b, ...] * 2.0
+        return carry
+
+    jax.lax.fori_loop(0, x_ref.shape[0], body, 0)
+
+
+def rows(x):
+    return pl.pallas_call(
+        rows_kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+def test_a_scalar_index_before_an_ellipsis_is_still_found() -> None:
+    """`x_ref[b, ...]`: the `...` comes after the loop's row, whose dim is known; the read is a
+    row of the ref, not a table entry (b53cd0f: 6420b5c lost these findings)."""
+    found = {f.message.split("`")[1] for f in analyze_source(ROWS, "k.py").findings}
+    assert {"x_ref", "o_ref"} <= found, found
