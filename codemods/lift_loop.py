@@ -142,7 +142,7 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite) -> tuple[list[RefBlock],
             if group.kept_rows and slot.kind != "out":
                 raise Refuse(
                     f"`{ref}` is written at a row of the loop index that TPU cannot squeeze (line "
-                    f"{analysis.ctx.span(group.kept_rows[0]).line}), and it is {({'in': 'an input'}).get(slot.kind, 'a ' + slot.kind)} ref: only an output "
+                    f"{analysis.ctx.span(group.kept_rows[0]).line}), and it is {'an' if slot.noun[0] in 'aeiou' else 'a'} {slot.noun} ref: only an output "
                     "stays whole and resident while the steps of a sequential axis write their rows"
                 )
             if slot.kind == "out" and _rows_kept(analysis.ctx, group):

@@ -121,7 +121,6 @@ from pallas_fix.rewrite.text.statements import body_statements
 from pallas_fix.rewrite.text.syntax import code, paren_text
 
 NAME = "lift-reduction"
-_KINDS = {"in": "input", "prefetch": "scalar-prefetch input"}  # a slot's kind, as a message says it
 
 
 # -- match and check --------------------------------------------------------------------------------
@@ -299,7 +298,7 @@ def _blocks(analysis, region: LoopRegion, cs: CallSite, translate, required: boo
     for ref, group, slot in accessed_slots(analysis, region, cs):
         if not group.lifted:
             if group.written and slot.kind not in ("out", "scratch"):
-                raise Refuse(f"the loop body writes the {_KINDS.get(slot.kind, slot.kind)} `{ref}`; only the carry, outputs and scratch may "
+                raise Refuse(f"the loop body writes the {slot.noun} `{ref}`; only the carry, outputs and scratch may "
                              "change between iterations")
             if group.written:
                 resident.append(ref)

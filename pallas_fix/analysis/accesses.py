@@ -56,15 +56,12 @@ class _Access:
     ellipsis: bool = False  # what hides the dims from `unknown_from` on is a `...`
     positions: int = 0  # how many entries the index has
 
-    @property
-    def starred(self) -> bool:
-        return self.unknown_from is not None
-
     def use(self, dim, element, start, size, kind, sval: Val, zval: Optional[Val], stride=None, through=None,
             env: Optional[Env] = None) -> IndexUse:
         ctx = self.env.ctx
         owner = self.fn if isinstance(self.fn, cst.FunctionDef) else ctx.enclosing_function(self.fn)
         provenance = to_provenance(sval)
+        hidden = self.unknown_from is not None and dim >= self.unknown_from  # its position is not its dim
         through = through or passed_through(self.env, self._named_index(element))
         if through is not None:  # the slice object comes from a caller: say which call
             provenance = replace(provenance, description=f"{provenance.description}; {through}")
@@ -73,9 +70,7 @@ class _Access:
             provenance, to_provenance(zval) if zval is not None else None, ctx.span(self.sub),
             function=owner,  # type: ignore[arg-type]
             via_at=self.via_at, stride=stride, env=env or (home_env(self.env, start) if start is not None else self.env),
-            kernel_site=self.site, starred=self.unknown_from is not None and dim >= self.unknown_from,
-            after_ellipsis=self.ellipsis and self.unknown_from is not None and dim >= self.unknown_from,
-            positions=self.positions,
+            kernel_site=self.site, starred=hidden, after_ellipsis=self.ellipsis and hidden, positions=self.positions,
         )
 
     def _named_index(self, element: cst.BaseExpression) -> cst.BaseExpression:

@@ -28,6 +28,11 @@ class Slot:
     arg: Optional[cst.BaseExpression] = None  # call-site array (inputs / prefetch)
     out_shape: Optional[cst.BaseExpression] = None  # ShapeDtypeStruct (outputs)
 
+    @property
+    def noun(self) -> str:
+        """The kind as a message says it: "input", "scalar-prefetch input", "output", "scratch"."""
+        return {"prefetch": "scalar-prefetch input", "in": "input", "out": "output"}.get(self.kind, self.kind)
+
 
 @dataclass
 class Spec:
