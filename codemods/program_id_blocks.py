@@ -52,7 +52,7 @@ from pallas_fix.rewrite.inblock.dma_outputs import dma_written
 from pallas_fix.rewrite.kernel.output_reads import check_written_before_read
 from pallas_fix.rewrite.inblock.offset_windows import (OffsetWindow, check_offset_accesses, dead_start_bindings, loop_walked_window,
                                                     offset_subscript_edit, offset_window, ragged_offsets)
-from pallas_fix.rewrite.kernel.pid_helpers import check_called_once, drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
+from pallas_fix.rewrite.kernel.pid_helpers import check_called_once, handed_view, drop_unread_slices, passed_ref_args, pid_helpers, ref_subscripts, use_ref
 from pallas_fix.rewrite.proofs.ragged_blocks import one_doubt, ragged_doubt
 from pallas_fix.rewrite.kernel.pid_windows import (check_operand, check_other_uses, pid_block_index, plan_description,
                                                     program_id_scalars, view_rank)
@@ -190,6 +190,8 @@ def _member(analysis, cs: CallSite, helpers, ref: str, dim: int, uses: list[Inde
     kernel also accesses the ref otherwise. `listed`: a comprehension over `ref` and others
     accesses it (rewrite.kernel.ref_lists); its uses are the first member's."""
     ctx, site = analysis.ctx, cs.site
+    if ref not in cs.slots and (why := handed_view(analysis, uses[0])) is not None:
+        raise Refuse(why)
     check_operand(cs, ref)
     window = _shared_window(analysis, cs, listed.name if listed else ref, dim, uses)
     index = window.index  # its divisors already written at the call site

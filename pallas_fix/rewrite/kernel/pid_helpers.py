@@ -14,7 +14,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from pallas_fix.analysis.context import walk
-from pallas_fix.analysis.discovery.helper_calls import kernel_ref_name
+from pallas_fix.analysis.discovery.helper_calls import bound_arguments, kernel_ref_name
 from pallas_fix.core.model import IndexUse, Origin
 from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.kernel.ref_access import ref_base
@@ -43,6 +43,28 @@ def use_ref(analysis, use: IndexUse) -> Optional[str]:
     if base is None or env is None or use.kernel_site is None:
         return None
     return kernel_ref_name(env, base.value, use.kernel_site.kernel)
+
+
+def handed_view(analysis, use: IndexUse) -> Optional[str]:
+    """Why a helper's window is on no operand, where the kernel hands the helper's ref parameter a
+    view of one (`_tile(x_ref.at[0], i * bk, bk)`): the window is on a dim of the view, which no
+    BlockSpec of the operand names as written. None for anything else."""
+    ctx, site = analysis.ctx, use.kernel_site
+    fn = next((a for a in ctx.ancestors(use.subscript) if isinstance(a, cst.FunctionDef)), None)
+    if fn is None or site is None or site.kernel is None or fn is site.kernel or use.ref_name not in param_names(fn):
+        return None
+    for call in walk(site.kernel):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and ctx.resolve_def(call.func.value, call) is fn):
+            continue
+        arg = bound_arguments(fn, call).get(use.ref_name)
+        base = arg.value if isinstance(arg, cst.Subscript) else None
+        if isinstance(base, cst.Attribute) and base.attr.value == "at" and isinstance(base.value, cst.Name):
+            root = base.value.value
+            return (f"`{use.ref_name}` is the view `{ctx.code(arg)}` of `{root}` that `{fn.name.value}(...)` is handed "
+                    f"(line {ctx.span(call).line}), so its window is on a dim of the view, which no BlockSpec of "
+                    f"`{root}` names as written; hand `{fn.name.value}` the ref `{root}` itself and index all its "
+                    f"dims there, or take the window in the kernel")
+    return None
 
 
 def ref_subscripts(analysis, site, ref: str, helpers: PidHelpers) -> Iterator[cst.Subscript]:
