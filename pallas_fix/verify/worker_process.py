@@ -1,6 +1,7 @@
 """The verification worker as a process, client side: a job written to a temporary folder, one
-worker (`python -m pallas_fix.verify.worker.main`) in its own process group, killed whole at the
-time limit, and the JSON-lines records it wrote. Verification (:mod:`pallas_fix.verify.runner`)
+worker in its own process group (forked from a warm server, verify.zygote_client, or a fresh
+`python -m pallas_fix.verify.worker.main`), killed whole at the time limit, and the JSON-lines
+records it wrote. Verification (:mod:`pallas_fix.verify.runner`)
 and learning facts from the examples (:mod:`pallas_fix.verify.facts`) both run their jobs here.
 Never imports jax."""
 
@@ -17,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from pallas_fix.verify.zygote_client import run_forked
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -92,14 +95,24 @@ def _tail(path: str, n: int = 1500) -> str:
 
 
 def _run_worker(cmd: list[str], err_path: str, timeout_s: float, platforms: Optional[str] = None) -> tuple[bool, Optional[int]]:
-    """(timed out, exit code): the worker in its own process group, killed whole at the limit."""
+    """(timed out, exit code): the worker in its own process group, killed whole at the limit;
+    forked from a warm server where the job allows (verify.zygote_client), else a fresh process."""
+    env = _worker_env(platforms)
+    # The chip check (platforms given) starts a TPU backend: always in a fresh process.
+    forked = run_forked(cmd, err_path, timeout_s, env) if platforms is None else None
+    if forked is not None:
+        return forked
+    out_path = cmd[cmd.index("--out") + 1]
+    for path in (out_path, err_path):  # what a server that died under the job left
+        if os.path.exists(path):
+            os.truncate(path, 0)
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=_worker_env(platforms),
+            env=env,
             start_new_session=True,
         )
         try:
