@@ -63,3 +63,38 @@ def test_a_trace_that_agrees_leaves_the_counted_plan_as_it_was() -> None:
     counted = fix_source(KERNEL, "k.py").source
     assert "pl.BlockSpec((None, bk), lambda i, j: (i, j))" in counted
     assert fix_source(KERNEL, "k.py", _traced((2, 64))).source == counted
+
+
+ROWS = '''\
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def kernel(x_ref, o_ref):
+    def body(i, carry):
+        o_ref[i, :] = x_ref[i, :] * 2.0
+        return carry
+
+    jax.lax.fori_loop(0, 8, body, 0)
+
+
+def double(x):
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=pltpu.CompilerParams(),
+    )(x)
+'''
+
+
+def test_a_refusal_resting_on_a_counted_rank_says_it_is_counted() -> None:
+    # `o_ref` is shaped like `x`, whose rank only the kernel's two indices tell: TPU's rule on the
+    # last two dims holds for a 2-D array, but the array may have more dims, so the words may not
+    # call it 2-D (it read "dim 0 of the 2-D `o_ref`").
+    refusals = {f.refusal for f in analyze_source(ROWS, "k.py").findings}
+    assert any("dim 0 of `o_ref`, which the kernel indexes with 2 indices and whose rank nothing at the call states"
+               in r for r in refusals), refusals
+    stated = ROWS.replace("def double(x):\n", "def double(x):\n    m, n = x.shape\n")
+    refusals = {f.refusal for f in analyze_source(stated, "k.py").findings}
+    assert any("dim 0 of the 2-D `o_ref`" in r for r in refusals), refusals

@@ -175,7 +175,10 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
     if array_dim >= rank - 2:
         unknown = (" (the backend is unknown, so pallas-fix holds it to TPU's rules; `--backend triton` or the "
                    "call's compiler_params say otherwise)") if cs.backend() is Backend.UNKNOWN else ""
-        return (f"{TPU_SQUEEZE} (dim {array_dim} of the {rank}-D `{ref}`){unknown}")
+        # A rank counted from the kernel's indices is a lower bound (CallSite.rank): say so.
+        of = (f"of `{ref}`, which the kernel indexes with {rank} indices and whose rank nothing at the call states"
+              if spec.block is None and cs.rank_is_counted(ref) else f"of the {rank}-D `{ref}`")
+        return f"{TPU_SQUEEZE} (dim {array_dim} {of}){unknown}"
     return None
 
 
