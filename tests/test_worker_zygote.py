@@ -14,6 +14,7 @@ import pytest
 from pallas_fix.verify import collect_examples, verify_sources
 from pallas_fix.verify import zygote_client
 from pallas_fix.verify.worker_process import _worker_env, run_worker_job
+from test_verify import _dead  # a zombie or gone
 
 pytestmark = [pytest.mark.interp, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks on Linux only")]
 
@@ -37,6 +38,7 @@ def _server():
 
 
 def test_a_forked_worker_gives_the_verdicts_of_a_fresh_one(monkeypatch):
+    zygote_client.close_servers()
     fresh = _verdicts(monkeypatch, fresh=True)
     forked = _verdicts(monkeypatch, fresh=False)
     server = _server()
@@ -65,6 +67,7 @@ def _sleepy_job():
 
 def test_a_server_that_dies_under_a_job_leaves_it_to_a_fresh_process(tmp_path, monkeypatch):
     monkeypatch.delenv("PALLAS_FIX_FRESH_WORKERS", raising=False)
+    zygote_client.close_servers()  # earlier tests' servers: room for one under this test's environment
     pidfile = tmp_path / "pids"
     monkeypatch.setenv("PALLAS_FIX_TEST_PIDFILE", str(pidfile))
     job = _sleepy_job()
@@ -95,11 +98,3 @@ def test_a_server_that_dies_under_a_job_leaves_it_to_a_fresh_process(tmp_path, m
     while time.time() < deadline and not _dead(forked_pid):
         time.sleep(0.1)
     assert _dead(forked_pid)
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True

@@ -128,6 +128,15 @@ _MAX_SERVERS = 2  # the usual environment and one a test or a caller sets for a 
 _failed_at = 0.0
 
 
+def close_servers() -> None:
+    """End every server (their running children with them): the next job starts a new one."""
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
+        server.close()
+
+
 def run_forked(cmd: list[str], err_path: str, timeout_s: float, env: dict) -> Optional[tuple[bool, Optional[int]]]:
     """Run the worker command `cmd` as a child of the server: (timed out, exit code), or None when
     this job cannot go there or the server died under it (the caller then starts a fresh process,
