@@ -161,14 +161,14 @@ def _check_passed(site, ref: str, helpers: PidHelpers) -> None:
 def drop_unread_slices(ctx, helpers: PidHelpers, removed: set[int], edits: dict) -> set[int]:
     """Drop each helper's slice parameter nothing reads once the `removed` elements are gone, and
     its argument; returns the ids of the arguments dropped."""
-    unread = [h for h in helpers.helpers if h.index_param is not None and not _reads(ctx, h, removed)]
-    edits.update(drop_index_edits(unread))
+    unread = [h for h in helpers.helpers if h.index_param is not None and not _reads(ctx, h, h.index_param, removed)]
+    edits.update(drop_index_edits(unread, lambda h, name, skip: _reads(ctx, h, name, removed | skip)))
     return {id(h.index_arg) for h in unread}
 
 
-def _reads(ctx, helper: RefHelper, removed: set[int]) -> bool:
-    """Does the helper mention its slice parameter outside the `removed` elements?"""
+def _reads(ctx, helper: RefHelper, name: str, removed: set[int]) -> bool:
+    """Does the helper mention its parameter `name` outside the `removed` elements?"""
     return any(
-        isinstance(n, cst.Name) and n.value == helper.index_param and not any(id(a) in removed for a in ctx.ancestors(n))
+        isinstance(n, cst.Name) and n.value == name and not any(id(a) in removed for a in ctx.ancestors(n))
         for n in walk(helper.fn.body)
     )

@@ -175,40 +175,88 @@ def helper_aliases(helpers: list[RefHelper]) -> dict[tuple[int, str], str]:
     return {(id(h.fn), p): ref for h in helpers for p, ref in h.refs.items()}
 
 
-def drop_index_edits(helpers: list[RefHelper]) -> dict:
-    """Remove each helper's index parameter, and its argument from the one call."""
+def drop_index_edits(helpers: list[RefHelper], still_reads=None) -> dict:
+    """Remove each helper's index parameter, and its argument from the one call; with
+    `still_reads(helper, name, skip)` (does the helper read `name` outside what the rewrite
+    removes and the arguments `skip`?), also each other parameter the rewrite leaves unread
+    (`size` of `_tile(ref, start, size)`, which only the window read): see `orphaned_params`."""
     edits: dict = {}
+    extras = _orphans(helpers, still_reads) if still_reads is not None else {}
     for h in helpers:
         assert h.index_param is not None and h.index_arg is not None
-        edits[h.fn] = _drop_param(h.index_param)
-        edits[h.call] = _drop_arg(h.call, h.index_arg)
+        extra = extras.get(id(h), {})
+        edits[h.fn] = _drop_params({h.index_param, *extra})
+        edits[h.call] = _drop_args(h.call, [h.index_arg, *(a for a in extra.values() if a is not None)])
     return edits
 
 
-def _drop_param(name: str):
+def _orphans(helpers: list[RefHelper], still_reads) -> dict[int, dict[str, Optional[cst.Arg]]]:
+    """`orphaned_params` of every helper, iterated: an argument another helper stops receiving is
+    no read (`_step(x_ref, o_ref, blk, size)` hands `size` only to `_write`, which loses it)."""
+    found: dict[int, dict[str, Optional[cst.Arg]]] = {}
+    while True:
+        skip = {id(a) for extra in found.values() for a in extra.values() if a is not None}
+        now = {id(h): orphaned_params(h, lambda g, name: still_reads(g, name, skip)) for h in helpers}
+        if now == found:
+            return found
+        found = now
+
+
+def orphan_args(helpers: list[RefHelper], still_reads) -> set[int]:
+    """The ids of the arguments `drop_index_edits` drops besides the index's (see `_orphans`)."""
+    return {id(a) for extra in _orphans(helpers, still_reads).values() for a in extra.values() if a is not None}
+
+
+def orphaned_params(h: RefHelper, still_reads) -> dict[str, Optional[cst.Arg]]:
+    """The helper's parameters, besides refs and the index, that its body reads before the rewrite
+    and not after (`still_reads(h, name)` says), each with the argument the one call passes for it
+    (None when it takes its default). Only where that argument is a name or a literal: dropping a
+    call or an expression could drop an effect or an error."""
+    passed = {a.keyword.value: a for a in h.call.args if a.keyword is not None}
+    positional = [a for a in h.call.args if a.keyword is None]
+    if any(a.star for a in h.call.args):
+        return {}
+    out: dict[str, Optional[cst.Arg]] = {}
+    params = list(h.fn.params.posonly_params) + list(h.fn.params.params)
+    for k, p in enumerate(params + list(h.fn.params.kwonly_params)):
+        name = p.name.value
+        if name == h.index_param or name in h.refs:
+            continue
+        arg = positional[k] if k < len(params) and k < len(positional) else passed.get(name)
+        if arg is not None and not isinstance(arg.value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+            continue
+        read_before = any(isinstance(n, cst.Name) and n.value == name for n in walk(h.fn.body))
+        if read_before and not still_reads(h, name):
+            out[name] = arg
+    return out
+
+
+def _drop_params(names: set[str]):
     def edit(fn: cst.FunctionDef) -> cst.FunctionDef:
         params = fn.params
-        kwonly = _without(params.kwonly_params, lambda p: p.name.value == name)
-        positional = _without(params.params, lambda p: p.name.value == name)
+        gone = lambda p: p.name.value in names  # noqa: E731
+        kwonly = _without(params.kwonly_params, gone)
+        positional = _without(params.params, gone)
         star = params.star_arg
         if isinstance(star, cst.ParamStar) and not kwonly:  # a bare `*` needs a keyword-only parameter
             star = cst.MaybeSentinel.DEFAULT
             if positional:
                 positional[-1] = positional[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return fn.with_changes(params=params.with_changes(
-            posonly_params=_without(params.posonly_params, lambda p: p.name.value == name),
+            posonly_params=_without(params.posonly_params, gone),
             params=positional, star_arg=star, kwonly_params=kwonly,
         ))
 
     return edit
 
 
-def _drop_arg(call: cst.Call, arg: cst.Arg):
-    position = list(call.args).index(arg)  # edits change what is inside the arguments, never their number
+def _drop_args(call: cst.Call, args: list[cst.Arg]):
+    positions = {list(call.args).index(a) for a in args}  # edits change what is inside the arguments, never their number
 
     def edit(updated: cst.Call) -> cst.Call:
-        args = list(updated.args)
-        return updated.with_changes(args=_without(args, lambda a: a is args[position]))
+        current = list(updated.args)
+        doomed = {id(current[k]) for k in positions}
+        return updated.with_changes(args=_without(current, lambda a: id(a) in doomed))
 
     return edit
 

@@ -23,7 +23,7 @@ from pallas_fix.rewrite.blocks.kernel_edits import dead_assignments
 from pallas_fix.rewrite.kernel.dead_stores import DeadStore, overwritten_stores
 from pallas_fix.rewrite.loops.dependence import check_iterations_independent
 from pallas_fix.rewrite.loops.nesting import refuse_nested, static_branch, strip_block_blank_lines, when_container
-from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, helper_aliases, ref_helpers
+from pallas_fix.rewrite.kernel.ref_helpers import RefHelper, drop_index_edits, helper_aliases, orphan_args, ref_helpers
 from pallas_fix.rewrite.loops.checks import (
     check_body, check_hygiene, check_loop_statement, check_loop_writes, check_no_core_prng_draws, check_signature,
     check_writes_before_loop, loop_helpers,
@@ -158,10 +158,15 @@ class LoopRegion:
         helper stops receiving: it goes too. `loop_gone`: the loop's bounds go with it (R1), so
         `nb = x_ref.shape[0] // bs` read by the bound and by dead starts (`src = (nb - 1 - i) * bs`)
         goes as well; R2 may keep the bound in a guard."""
-        dropped = {id(h.index_arg) for h in self.unread_index_helpers(lifted_elements)}
+        unread = self.unread_index_helpers(lifted_elements)
+        dropped = {id(h.index_arg) for h in unread}
         loop = self.loop
         bounds = {id(b) for b in (loop.lower, loop.upper, loop.step) if b is not None} if loop_gone else set()
-        return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped | bounds)
+        functions = [*self.functions, self.site.kernel]
+        dead = dead_assignments(self.ctx, functions, lifted_elements | dropped | bounds)
+        # The other arguments those helpers stop receiving (`tile` of `_store(o_ref, tile, v)`).
+        orphans = orphan_args(unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead))
+        return dead_assignments(self.ctx, functions, lifted_elements | dropped | bounds | orphans) if orphans else dead
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
         """Does the index name survive once the lifted windows (and dead named slices) are gone,
@@ -269,7 +274,10 @@ class LoopRegion:
             edits[self.when] = strip_leading_blank_lines
         if self.branch is not None:
             edits[self.branch] = strip_block_blank_lines
-        edits.update(drop_index_edits(self.unread_index_helpers(lifted_elements)))
+        unread = self.unread_index_helpers(lifted_elements)
+        dropped = {id(h.index_arg) for h in unread}
+        dead = dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
+        edits.update(drop_index_edits(unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead)))
         for stmt in dict.fromkeys(self.dead_slice_statements(lifted_elements, loop_gone=True) + list(self.bound_stmts)):
             remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
         return edits
