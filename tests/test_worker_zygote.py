@@ -98,3 +98,28 @@ def test_a_server_that_dies_under_a_job_leaves_it_to_a_fresh_process(tmp_path, m
     while time.time() < deadline and not _dead(forked_pid):
         time.sleep(0.1)
     assert _dead(forked_pid)
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_process_forked_from_a_client_starts_its_own_server(monkeypatch):
+    # A library caller that verifies, then forks (multiprocessing's fork start method), must not
+    # share the parent's server: its pipes are read by a thread only the parent has.
+    import os
+
+    monkeypatch.delenv("PALLAS_FIX_FRESH_WORKERS", raising=False)
+    env = _worker_env()
+    parent = zygote_client._server_for(env)
+    assert parent is not None and parent.owner == os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        ok = False
+        try:
+            child = zygote_client._server_for(env)
+            ok = child is not None and child is not parent and child.owner == os.getpid()
+            if child is not None:
+                child.close()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert zygote_client._server_for(env) is parent  # the parent keeps its own

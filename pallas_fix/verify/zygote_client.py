@@ -37,6 +37,7 @@ class Zygote:
 
     def __init__(self, env: dict) -> None:
         self.key = _key(env)
+        self.owner = os.getpid()  # a process forked from this client must not share the server's pipes
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pallas_fix.verify.worker.zygote"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
@@ -168,6 +169,8 @@ def _server_for(env: dict) -> Optional[Zygote]:
     global _failed_at
     key = _key(env)
     with _servers_lock:
+        if any(s.owner != os.getpid() for s in _servers.values()):
+            _servers.clear()  # inherited through a fork: the parent's servers, read by its threads
         server = _servers.get(key)
         if server is not None and server.alive:
             return server

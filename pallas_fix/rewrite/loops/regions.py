@@ -158,15 +158,22 @@ class LoopRegion:
         helper stops receiving: it goes too. `loop_gone`: the loop's bounds go with it (R1), so
         `nb = x_ref.shape[0] // bs` read by the bound and by dead starts (`src = (nb - 1 - i) * bs`)
         goes as well; R2 may keep the bound in a guard."""
-        unread = self.unread_index_helpers(lifted_elements)
+        unread, still_reads = self._helper_reads(lifted_elements)
         dropped = {id(h.index_arg) for h in unread}
         loop = self.loop
         bounds = {id(b) for b in (loop.lower, loop.upper, loop.step) if b is not None} if loop_gone else set()
-        functions = [*self.functions, self.site.kernel]
-        dead = dead_assignments(self.ctx, functions, lifted_elements | dropped | bounds)
         # The other arguments those helpers stop receiving (`tile` of `_store(o_ref, tile, v)`).
-        orphans = orphan_args(unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead))
-        return dead_assignments(self.ctx, functions, lifted_elements | dropped | bounds | orphans) if orphans else dead
+        orphans = orphan_args(unread, still_reads)
+        return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped | bounds | orphans)
+
+    def _helper_reads(self, lifted_elements: set[int]):
+        """The helpers whose index goes, and `still_reads(helper, name, skip)` for their other
+        parameters: one reading, so that the parameters `edits` drops and the arguments whose
+        feeding statements `dead_slice_statements` removes are the same."""
+        unread = self.unread_index_helpers(lifted_elements)
+        dropped = {id(h.index_arg) for h in unread}
+        dead = dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
+        return unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead)
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
         """Does the index name survive once the lifted windows (and dead named slices) are gone,
@@ -274,10 +281,7 @@ class LoopRegion:
             edits[self.when] = strip_leading_blank_lines
         if self.branch is not None:
             edits[self.branch] = strip_block_blank_lines
-        unread = self.unread_index_helpers(lifted_elements)
-        dropped = {id(h.index_arg) for h in unread}
-        dead = dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
-        edits.update(drop_index_edits(unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead)))
+        edits.update(drop_index_edits(*self._helper_reads(lifted_elements)))
         for stmt in dict.fromkeys(self.dead_slice_statements(lifted_elements, loop_gone=True) + list(self.bound_stmts)):
             remove_statement(edits, stmt, siblings_of(self.ctx, stmt))
         return edits
