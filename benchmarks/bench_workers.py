@@ -4,7 +4,7 @@
 
 Each round verifies the same pair twice, one way after the other in alternating order: once
 with PALLAS_FIX_FRESH_WORKERS=1 (a fresh `python -m pallas_fix.verify.worker.main`: interpreter
-start, `import jax`, the job) and once forked from the server (pallas_fix/verify/worker/zygote.py),
+start, `import jax`, the job) and once forked from the server (pallas_fix/verify/zygote_server.py),
 which is started and warmed by one job before the rounds, as it is after a run's first job.
 Wall time of `verify_sources` as a caller sees it; medians over the rounds and their ratio.
 """

@@ -6,7 +6,7 @@ Rooms: `examples/` (where example calls come from; client side), `worker/` (what
 subprocess and imports jax), `judge/` (comparison, the jaxpr oracle, the on-chip footprint) and
 `device/` (original and rewrite compiled and timed on a TPU the worker sees).
 `worker_process.py` runs one worker on a job and reads its records (`zygote_client.py` forks it
-from a server that has imported jax, `worker/zygote.py`); `runner.py` asks it to verify
+from a server that has imported jax, `zygote_server.py`); `runner.py` asks it to verify
 and turns the records into verdicts, `facts.py` asks it to trace the original on the examples
 (facts from the examples, core.traced_facts).
 

@@ -1,4 +1,4 @@
-"""Verification workers forked from a warm server (pallas_fix.verify.worker.zygote), client side.
+"""Verification workers forked from a warm server (pallas_fix.verify.zygote_server), client side.
 
 A worker started as a fresh process spends most of a short job importing jax (about a second of
 CPU; the test suite starts a few thousand). The server pays that once per client process and
@@ -39,7 +39,7 @@ class Zygote:
         self.key = _key(env)
         self.owner = os.getpid()  # a process forked from this client must not share the server's pipes
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pallas_fix.verify.worker.zygote"],
+            [sys.executable, "-m", "pallas_fix.verify.zygote_server"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )

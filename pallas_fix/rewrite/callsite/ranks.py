@@ -293,3 +293,17 @@ def hypothesis_doubt(doubt: Optional[str], hypotheses: dict[str, tuple[int, str]
     note = (f"rests on what tracing the examples showed, which the source does not say ({facts}); "
             f"verified on an example before --apply writes it")
     return f"{doubt}; {note}" if doubt else note
+
+
+def rank_is_counted(cs, param: str) -> bool:
+    """Does `param`'s rank at the CallSite `cs` rest on counting the kernel's indices, its own or
+    those of the input an output is shaped like? Such a rank is a lower bound (`CallSite.rank`
+    records the params whose count it used), and a message must say so."""
+    kept = dict(cs.counted_ranks)
+    cs.counted_ranks.clear()
+    try:
+        cs.rank(param)
+        return bool(cs.counted_ranks)
+    finally:
+        cs.counted_ranks.clear()
+        cs.counted_ranks.update(kept)

@@ -388,18 +388,6 @@ class CallSite(CallTiming):
             self.hypotheses.setdefault(param, (found, shown))
         return found
 
-    def rank_is_counted(self, param: str) -> bool:
-        """Does `param`'s rank rest on counting the kernel's indices, its own or those of the input
-        an output is shaped like? Such a rank is a lower bound, and a message must say so."""
-        kept = dict(self.counted_ranks)
-        self.counted_ranks.clear()
-        try:
-            self.rank(param)
-            return bool(self.counted_ranks)
-        finally:
-            self.counted_ranks.clear()
-            self.counted_ranks.update(kept)
-
     # -- writing ------------------------------------------------------------------------------------
     def pl_alias(self) -> str:
         return pallas_alias(self.ctx)

@@ -29,7 +29,7 @@ from pallas_fix.core.plans import Refuse
 from pallas_fix.rewrite.callsite.reading import CallSite
 from pallas_fix.rewrite.blocks.kernel_edits import kernel_subscript_edit
 from pallas_fix.rewrite.callsite.spelling.operands import CallSiteError
-from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, unknown_rank
+from pallas_fix.rewrite.callsite.ranks import rank_from_kernel, rank_is_counted, unknown_rank
 from pallas_fix.rewrite.kernel.scalar_blocks import scalar_lift_refusal, windows_to_lift
 from pallas_fix.rewrite.extents.squeezed_reads import renumberable
 from pallas_fix.rewrite.text.syntax import code, is_zero, paren_text
@@ -177,7 +177,7 @@ def squeeze_blocker(cs: CallSite, ref: str, dim: int) -> Optional[str]:
                    "call's compiler_params say otherwise)") if cs.backend() is Backend.UNKNOWN else ""
         # A rank counted from the kernel's indices is a lower bound (CallSite.rank): say so.
         of = (f"of `{ref}`, which the kernel indexes with {rank} indices and whose rank nothing at the call states"
-              if spec.block is None and cs.rank_is_counted(ref) else f"of the {rank}-D `{ref}`")
+              if spec.block is None and rank_is_counted(cs, ref) else f"of the {rank}-D `{ref}`")
         return f"{TPU_SQUEEZE} (dim {array_dim} {of}){unknown}"
     return None
 

@@ -1,4 +1,6 @@
-"""A forking server for verification workers: ``python -m pallas_fix.verify.worker.zygote``.
+"""A forking server for verification workers: ``python -m pallas_fix.verify.zygote_server``.
+Importing it imports no jax (the server does, once it runs); it sits beside its client rather
+than in worker/.
 
 Started once per client process (:mod:`pallas_fix.verify.zygote_client`), it imports jax, its
 Pallas modules and the worker (about a second of CPU, most of a worker's start-up), and then
