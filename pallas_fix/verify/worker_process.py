@@ -46,7 +46,7 @@ def run_worker_job(job: dict, prefix: str, timeout_s: float, python: Optional[st
             json.dump({**job, "tmpdir": os.path.join(tmpdir, "src")}, f)
         cmd = [python or sys.executable, "-m", "pallas_fix.verify.worker.main", "--job", job_path, "--out", out_path]
         t0 = time.perf_counter()
-        timed_out, rc = _run_worker(cmd, err_path, timeout_s, platforms)
+        timed_out, rc = _run_worker(cmd, out_path, err_path, timeout_s, platforms)
         elapsed = time.perf_counter() - t0
         return WorkerRun(_read_records(out_path), timed_out, rc, elapsed, _tail(err_path))
     finally:
@@ -94,7 +94,8 @@ def _tail(path: str, n: int = 1500) -> str:
         return ""
 
 
-def _run_worker(cmd: list[str], err_path: str, timeout_s: float, platforms: Optional[str] = None) -> tuple[bool, Optional[int]]:
+def _run_worker(cmd: list[str], out_path: str, err_path: str, timeout_s: float,
+                platforms: Optional[str] = None) -> tuple[bool, Optional[int]]:
     """(timed out, exit code): the worker in its own process group, killed whole at the limit;
     forked from a warm server where the job allows (verify.zygote_client), else a fresh process."""
     env = _worker_env(platforms)
@@ -102,10 +103,8 @@ def _run_worker(cmd: list[str], err_path: str, timeout_s: float, platforms: Opti
     forked = run_forked(cmd, err_path, timeout_s, env) if platforms is None else None
     if forked is not None:
         return forked
-    out_path = cmd[cmd.index("--out") + 1]
-    for path in (out_path, err_path):  # what a server that died under the job left
-        if os.path.exists(path):
-            os.truncate(path, 0)
+    if os.path.exists(out_path):  # records of a forked worker whose server died (the worker appends)
+        os.truncate(out_path, 0)
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
             cmd,

@@ -175,13 +175,13 @@ def helper_aliases(helpers: list[RefHelper]) -> dict[tuple[int, str], str]:
     return {(id(h.fn), p): ref for h in helpers for p, ref in h.refs.items()}
 
 
-def drop_index_edits(helpers: list[RefHelper], still_reads=None) -> dict:
-    """Remove each helper's index parameter, and its argument from the one call; with
-    `still_reads(helper, name, skip)` (does the helper read `name` outside what the rewrite
-    removes and the arguments `skip`?), also each other parameter the rewrite leaves unread
-    (`size` of `_tile(ref, start, size)`, which only the window read): see `orphaned_params`."""
+def drop_index_edits(helpers: list[RefHelper], still_reads) -> dict:
+    """Remove each helper's index parameter, and its argument from the one call, and each other
+    parameter the rewrite leaves unread (`size` of `_tile(ref, start, size)`, which only the
+    window read; see `orphaned_params`): `still_reads(helper, name, skip)` says whether the
+    helper reads `name` outside what the rewrite removes and the arguments `skip`."""
     edits: dict = {}
-    extras = _orphans(helpers, still_reads) if still_reads is not None else {}
+    extras = _orphans(helpers, still_reads)
     for h in helpers:
         assert h.index_param is not None and h.index_arg is not None
         extra = extras.get(id(h), {})
@@ -195,7 +195,7 @@ def _orphans(helpers: list[RefHelper], still_reads) -> dict[int, dict[str, Optio
     no read (`_step(x_ref, o_ref, blk, size)` hands `size` only to `_write`, which loses it)."""
     found: dict[int, dict[str, Optional[cst.Arg]]] = {}
     while True:
-        skip = {id(a) for extra in found.values() for a in extra.values() if a is not None}
+        skip = _arg_ids(found)
         now = {id(h): orphaned_params(h, lambda g, name: still_reads(g, name, skip)) for h in helpers}
         if now == found:
             return found
@@ -204,7 +204,11 @@ def _orphans(helpers: list[RefHelper], still_reads) -> dict[int, dict[str, Optio
 
 def orphan_args(helpers: list[RefHelper], still_reads) -> set[int]:
     """The ids of the arguments `drop_index_edits` drops besides the index's (see `_orphans`)."""
-    return {id(a) for extra in _orphans(helpers, still_reads).values() for a in extra.values() if a is not None}
+    return _arg_ids(_orphans(helpers, still_reads))
+
+
+def _arg_ids(extras: dict[int, dict[str, Optional[cst.Arg]]]) -> set[int]:
+    return {id(a) for extra in extras.values() for a in extra.values() if a is not None}
 
 
 def orphaned_params(h: RefHelper, still_reads) -> dict[str, Optional[cst.Arg]]:

@@ -7,6 +7,8 @@ in `loop_checks`, the statements around it in `before_loop`.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -172,8 +174,12 @@ class LoopRegion:
         feeding statements `dead_slice_statements` removes are the same."""
         unread = self.unread_index_helpers(lifted_elements)
         dropped = {id(h.index_arg) for h in unread}
-        dead = dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
-        return unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead)
+
+        @functools.cache
+        def dead() -> list:  # only where a helper has another parameter to ask about
+            return dead_assignments(self.ctx, [*self.functions, self.site.kernel], lifted_elements | dropped)
+
+        return unread, lambda h, name, skip: self._reads(h.fn, name, lifted_elements, dropped | skip, dead())
 
     def index_needed(self, lifted_elements: set[int]) -> bool:
         """Does the index name survive once the lifted windows (and dead named slices) are gone,
